@@ -1,0 +1,119 @@
+// Package app owns the agent's start-up order: configuration → logging → clients → state → engine →
+// control plane → servers, and the reverse on shutdown. cmd/berth only parses arguments and calls Run.
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/version"
+)
+
+// shutdownGrace bounds how long the servers get to finish in-flight requests after SIGTERM, well inside
+// the 5 s the agent has to exit.
+const shutdownGrace = 3 * time.Second
+
+// Run starts the agent with the loaded configuration and blocks until ctx is done, then shuts down and
+// returns nil. It returns an error when a component cannot start (for example a port in use).
+func Run(ctx context.Context, res *config.Result, console io.Writer) error {
+	cfg := res.Config
+	log, err := logger.New(cfg.Log, console)
+	if err != nil {
+		return fmt.Errorf("set up logging: %w", err)
+	}
+	defer log.Close()
+
+	log.Info("berth starting", "version", version.Get().String())
+	for _, w := range res.Warnings {
+		log.Warn("configuration: "+w.Msg, "key", w.Key, "source", w.Origin.String(), "file", w.Origin.File)
+	}
+	values, sources := effectiveFields(res.Show())
+	log.Info("effective configuration", values...)
+	log.Info("configuration sources (the rest are defaults)", sources...)
+	log.Info("control plane mode selected", "mode", string(cfg.Mode), "reason", cfg.ModeReason)
+
+	ln, err := net.Listen("tcp", cfg.IntrospectionAddr)
+	if err != nil {
+		return fmt.Errorf("introspection API on %s: %w", cfg.IntrospectionAddr, err)
+	}
+	srv := &http.Server{
+		Handler:           handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("introspection API listening", "addr", ln.Addr().String())
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "cause", context.Cause(ctx).Error())
+	case err := <-served:
+		return fmt.Errorf("introspection API: %w", err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("introspection API did not shut down cleanly", "error", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("introspection API stopped with an error", "error", err)
+	}
+	log.Info("berth stopped")
+	return nil
+}
+
+// effectiveFields renders the redacted effective configuration as logger fields: every key with its
+// value as JSON text, and, separately, every key that did not come from its default with its source.
+func effectiveFields(eff config.Effective) (values, sources []any) {
+	names := make([]string, 0, len(eff.Keys))
+	for name := range eff.Keys {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		k := eff.Keys[name]
+		values = append(values, name, valueText(k.Value))
+		if k.Source != string(config.SourceDefault) && k.Source != "unset" {
+			sources = append(sources, name, k.Source)
+		}
+	}
+	return values, sources
+}
+
+// valueText renders a shown value: strings as they are, Stringers (such as a redacted secret) through
+// String, anything else as JSON.
+func valueText(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case fmt.Stringer:
+		return v.String()
+	}
+	text, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("(%T)", v)
+	}
+	return string(text)
+}
+
+// agentMetadata answers /v1/metadata.
+type agentMetadata struct {
+	cluster string
+}
+
+var _ handlers.MetadataSource = agentMetadata{}
+
+// Metadata returns the cluster and version; the instance ARN is null until registration exists.
+func (m agentMetadata) Metadata() handlers.Metadata {
+	return handlers.Metadata{Cluster: m.cluster, Version: version.Get().String()}
+}

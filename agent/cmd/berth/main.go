@@ -1,0 +1,194 @@
+// Command berth is the Berth host agent. It only parses arguments and wires packages together; the
+// start-up sequence lives in agent/app.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/berth-agent/berth/agent/app"
+	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/version"
+)
+
+const usage = `usage: berth [command] [flags]
+
+commands:
+  agent        run the agent (the default)
+  config       print the effective configuration as JSON with each value's source; exit 1 if invalid
+  healthcheck  ask the running agent's introspection API; exit 0 healthy, 1 not
+  version      print version, git hash and Go version
+
+Run "berth agent -h" for the configuration flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one berth command and returns the process exit code.
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	cmd := "agent"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "agent":
+		return runAgent(ctx, args, environ, stdout, stderr)
+	case "config":
+		return runConfig(args, environ, stdout, stderr)
+	case "healthcheck":
+		return runHealthcheck(ctx, args, environ, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, version.Get().String())
+		return 0
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "berth: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+}
+
+// exitCode is returned by loadConfig when the command line itself ends the command: -h (0) or a bad
+// flag (2). The flag package has already printed why.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// loadConfig parses the configuration flags in args and loads the configuration. With a configuration
+// error it returns the Result too; with an exitCode error it returns no Result.
+func loadConfig(name string, args, environ []string, stderr io.Writer) (*config.Result, error) {
+	fs := flag.NewFlagSet("berth "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	given := config.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, exitCode(0)
+		}
+		return nil, exitCode(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "berth %s: unexpected argument %q\n", name, fs.Arg(0))
+		return nil, exitCode(2)
+	}
+	return config.Load(config.Sources{Environ: environ, Flags: given()})
+}
+
+// flagExit returns the exit code when err ended the command at the command line.
+func flagExit(err error) (int, bool) {
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code), true
+	}
+	return 0, false
+}
+
+func runAgent(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	res, err := loadConfig("agent", args, environ, stderr)
+	if code, ok := flagExit(err); ok {
+		return code
+	}
+	if err != nil {
+		reportInvalid(res, err, stderr)
+		return 1
+	}
+	if err := app.Run(ctx, res, stdout); err != nil {
+		fmt.Fprintf(stderr, "berth: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// reportInvalid logs each configuration error at critical level. It logs to stderr, and to the log file
+// too when the logging keys themselves parsed; when they did not, it prints the errors plainly.
+func reportInvalid(res *config.Result, err error, stderr io.Writer) {
+	log, logErr := logger.New(res.Config.Log, stderr)
+	for _, e := range splitErrors(err) {
+		if logErr != nil {
+			fmt.Fprintf(stderr, "berth: invalid configuration: %v\n", e)
+			continue
+		}
+		log.Critical("invalid configuration", "error", e)
+	}
+	if logErr == nil {
+		log.Close()
+	}
+}
+
+// splitErrors returns the errors joined in err, or err alone.
+func splitErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+func runConfig(args, environ []string, stdout, stderr io.Writer) int {
+	res, err := loadConfig("config", args, environ, stderr)
+	if code, ok := flagExit(err); ok {
+		return code
+	}
+	if err != nil {
+		for _, e := range splitErrors(err) {
+			fmt.Fprintf(stderr, "berth: invalid configuration: %v\n", e)
+		}
+		return 1
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintf(stderr, "berth: warning: %s\n", w)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(res.Show()); err != nil {
+		fmt.Fprintf(stderr, "berth: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// healthcheckTimeout bounds the whole healthcheck, so a hung agent reads as unhealthy.
+const healthcheckTimeout = 5 * time.Second
+
+func runHealthcheck(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	res, err := loadConfig("healthcheck", args, environ, stderr)
+	if code, ok := flagExit(err); ok {
+		return code
+	}
+	addr := res.Config.IntrospectionAddr
+	ctx, cancel := context.WithTimeout(ctx, healthcheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/metadata", nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "berth healthcheck: %v\n", err)
+		return 1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "berth healthcheck: unhealthy: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "berth healthcheck: unhealthy: %s answered %s\n", addr, resp.Status)
+		return 1
+	}
+	fmt.Fprintf(stdout, "healthy: %s\n", addr)
+	return 0
+}

@@ -1,0 +1,165 @@
+//go:build integration
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// lockedBuffer is a bytes.Buffer safe to read while a child process writes to it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// buildBerth compiles the real binary once per test.
+func buildBerth(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "berth")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, string(out))
+	return bin
+}
+
+// TestIntegrationHostPrerequisites checks what `make test` provisions for the later integration tests:
+// a Docker Engine, the local registry, iproute2 and the AWS CLI. A missing one fails here.
+func TestIntegrationHostPrerequisites(t *testing.T) {
+	dockerClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", "/var/run/docker.sock")
+		},
+	}}
+	resp, err := dockerClient.Get("http://docker/_ping")
+	require.NoError(t, err, "Docker Engine must answer on /var/run/docker.sock (make test starts it)")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	resp, err = (&http.Client{Timeout: 10 * time.Second}).Get("http://127.0.0.1:5000/v2/")
+	require.NoError(t, err, "a registry must answer on 127.0.0.1:5000 (make test starts it)")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	for _, tool := range []string{"ip", "aws", "docker"} {
+		_, err := exec.LookPath(tool)
+		assert.NoError(t, err, "%s must be installed (make test installs it)", tool)
+	}
+}
+
+// TestIntegrationAgentLifecycle runs the real binary: it serves /v1/metadata, `berth healthcheck`
+// passes against it, it logs to a file with a stable name, and it exits 0 within 5 s of SIGTERM.
+func TestIntegrationAgentLifecycle(t *testing.T) {
+	bin := buildBerth(t)
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "log", "berth.log")
+	envFile := filepath.Join(dir, "ecs.config")
+	require.NoError(t, os.WriteFile(envFile, []byte("ECS_LOGFILE="+logFile+"\nECS_LOG_ROLLOVER_TYPE=size\n"), 0o600))
+	jsonFile := filepath.Join(dir, "ecs.config.json")
+	require.NoError(t, os.WriteFile(jsonFile, []byte(`{"OverrideAWSVPCLocalIPv4Address": "169.254.172.10/22"}`), 0o600))
+	addr := freeAddr(t)
+	environ := append(os.Environ(), "ECS_ENV_FILE="+envFile, "ECS_AGENT_CONFIG_FILE_PATH="+jsonFile,
+		"ECS_INTROSPECTION_ADDR="+addr, "ECS_DATADIR="+filepath.Join(dir, "data"))
+
+	agent := exec.Command(bin, "agent")
+	agent.Env = environ
+	var stdout, stderr lockedBuffer
+	agent.Stdout, agent.Stderr = &stdout, &stderr
+	require.NoError(t, agent.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	t.Cleanup(func() { _ = agent.Process.Kill() })
+
+	healthy := func() bool {
+		hc := exec.Command(bin, "healthcheck")
+		hc.Env = environ
+		return hc.Run() == nil
+	}
+	require.Eventually(t, healthy, 10*time.Second, 50*time.Millisecond, "agent never became healthy")
+
+	resp, err := http.Get("http://" + addr + "/v1/metadata")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	require.NoError(t, agent.Process.Signal(syscall.SIGTERM))
+	start := time.Now()
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "exit status after SIGTERM; stderr: %s", stderr.String())
+		assert.Less(t, time.Since(start), 5*time.Second)
+	case <-time.After(5 * time.Second):
+		t.Fatal("agent did not exit within 5 s of SIGTERM")
+	}
+	assert.False(t, healthy(), "healthcheck must fail once the agent is gone")
+
+	logged, err := os.ReadFile(logFile)
+	require.NoError(t, err, "the log file keeps its configured name")
+	assert.Contains(t, string(logged), "mode=local")
+	assert.Contains(t, string(logged), "OverrideAWSVPCLocalIPv4Address=169.254.172.10/22")
+	assert.Contains(t, string(logged), "berth stopped")
+}
+
+// TestIntegrationBadConfigExits checks that the real binary exits 1 with the key named on stderr, before
+// any logging is configured, and never echoes a secret.
+func TestIntegrationBadConfigExits(t *testing.T) {
+	bin := buildBerth(t)
+	const secret = "hunter2-s3cret"
+	dir := t.TempDir()
+	envFile := filepath.Join(dir, "ecs.config")
+	require.NoError(t, os.WriteFile(envFile, []byte("ECS_ENGINE_AUTH_TYPE=docker\nECS_ENGINE_AUTH_DATA='{\"r\": {\"password\": \""+secret+"\"\n"), 0o600))
+	tests := []struct {
+		name    string
+		args    []string
+		env     []string
+		wantErr []string
+	}{
+		{name: "unterminated secret in env file", args: []string{"agent"}, env: []string{"ECS_ENV_FILE=" + envFile},
+			wantErr: []string{"ECS_ENGINE_AUTH_DATA", "ecs.config:2"}},
+		{name: "bad route in env", args: []string{"agent"}, env: []string{"ECS_AWSVPC_ADDITIONAL_LOCAL_ROUTES=[\"10.1.0.0/16\",\"nope\"]"},
+			wantErr: []string{"ECS_AWSVPC_ADDITIONAL_LOCAL_ROUTES (env)", "nope"}},
+		{name: "instance attributes not strings", args: []string{"config"}, env: []string{`ECS_INSTANCE_ATTRIBUTES={"a": 1}`},
+			wantErr: []string{"ECS_INSTANCE_ATTRIBUTES (env)", "cannot unmarshal number"}},
+		{name: "unknown registry vendor", args: []string{"agent", "--registry-require=gcr"}, wantErr: []string{"ECS_REGISTRY_REQUIRE (flag)", "gcr"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(bin, tt.args...)
+			cmd.Env = append(os.Environ(), append([]string{"ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
+				"ECS_INTROSPECTION_ADDR=" + freeAddr(t)}, tt.env...)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var exitErr *exec.ExitError
+			require.ErrorAs(t, err, &exitErr)
+			assert.Equal(t, 1, exitErr.ExitCode())
+			for _, s := range tt.wantErr {
+				assert.Contains(t, stderr.String(), s)
+			}
+			assert.NotContains(t, stderr.String(), secret)
+		})
+	}
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// testEnviron returns an environment that reads only the given files, never the host's /etc/ecs.
+func testEnviron(t *testing.T, envFile, jsonFile string, extra ...string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	if envFile == "" {
+		envFile = filepath.Join(dir, "absent.config")
+		require.NoError(t, os.WriteFile(envFile, nil, 0o600))
+	}
+	if jsonFile == "" {
+		jsonFile = filepath.Join(dir, "absent.json")
+		require.NoError(t, os.WriteFile(jsonFile, []byte("{}"), 0o600))
+	}
+	return append([]string{"ECS_ENV_FILE=" + envFile, "ECS_AGENT_CONFIG_FILE_PATH=" + jsonFile}, extra...)
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+func TestCommands(t *testing.T) {
+	const secret = "pa55-w0rd-xyz"
+	tests := []struct {
+		name       string
+		args       []string
+		environ    func(t *testing.T) []string
+		wantCode   int
+		wantOut    []string
+		wantErr    []string
+		notInOut   []string
+		notInError []string
+	}{
+		{name: "version", args: []string{"version"}, environ: func(t *testing.T) []string { return nil },
+			wantOut: []string{"berth ", "go1."}},
+		{name: "unknown command", args: []string{"frobnicate"}, environ: func(t *testing.T) []string { return nil },
+			wantCode: 2, wantErr: []string{`unknown command "frobnicate"`}},
+		{name: "config shows sources", args: []string{"config", "--cluster", "fromflag"},
+			environ: func(t *testing.T) []string {
+				env := writeFile(t, "ecs.config", "ECS_LOGLEVEL=debug\nECS_AWSVPC_ADDITIONAL_LOCAL_ROUTES=10.0.0.0/8, 172.31.0.0/16\n")
+				js := writeFile(t, "c.json", `{"OverrideAWSVPCLocalIPv4Address": "169.254.172.10/22", "Cluster": "fromjson"}`)
+				return testEnviron(t, env, js, "ECS_DATADIR=/tmp/d")
+			},
+			wantOut: []string{`"ECS_CLUSTER": {`, `"fromflag"`, `"source": "flag"`, `"env-file:2"`, `"10.0.0.0/8"`, `"172.31.0.0/16"`,
+				`"169.254.172.10/22"`, `"json-file:1"`, `"ECS_DATADIR": {`}},
+		{name: "config bad cidr exits 1 naming key and source", args: []string{"config"},
+			environ: func(t *testing.T) []string {
+				env := writeFile(t, "ecs.config", "# routes\nECS_AWSVPC_ADDITIONAL_LOCAL_ROUTES=10.0.0.0/33\n")
+				return testEnviron(t, env, "")
+			},
+			wantCode: 1, wantErr: []string{"ECS_AWSVPC_ADDITIONAL_LOCAL_ROUTES", "ecs.config:2", "10.0.0.0/33"}},
+		{name: "config secret never echoed", args: []string{"config"},
+			environ: func(t *testing.T) []string {
+				return testEnviron(t, "", "", "ECS_ENGINE_AUTH_TYPE=docker", `ECS_ENGINE_AUTH_DATA={"r":{"password":"`+secret+`"}}`)
+			},
+			wantOut: []string{`"ECS_ENGINE_AUTH_DATA": {`, `"<redacted>"`}, notInOut: []string{secret}},
+		{name: "config bad secret not echoed", args: []string{"config"},
+			environ: func(t *testing.T) []string {
+				return testEnviron(t, "", "", "ECS_ENGINE_AUTH_TYPE=docker", `ECS_ENGINE_AUTH_DATA={"r":{"password":"`+secret+`"`)
+			},
+			wantCode: 1, wantErr: []string{"ECS_ENGINE_AUTH_DATA"}, notInError: []string{secret}},
+		{name: "agent bad registry vendor exits 1", args: []string{"agent", "--registry-require=ecr,quay"},
+			environ:  func(t *testing.T) []string { return testEnviron(t, "", "") },
+			wantCode: 1, wantErr: []string{"level=crit", "ECS_REGISTRY_REQUIRE (flag)", "quay"}},
+		{name: "agent bad flag exits 2", args: []string{"agent", "--no-such-flag"},
+			environ:  func(t *testing.T) []string { return testEnviron(t, "", "") },
+			wantCode: 2, wantErr: []string{"no-such-flag"}},
+		{name: "healthcheck with no agent fails", args: []string{"healthcheck"},
+			environ:  func(t *testing.T) []string { return testEnviron(t, "", "", "ECS_INTROSPECTION_ADDR="+freeAddr(t)) },
+			wantCode: 1, wantErr: []string{"unhealthy"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), tt.args, tt.environ(t), &stdout, &stderr)
+			assert.Equal(t, tt.wantCode, code, "stderr: %s", stderr.String())
+			for _, s := range tt.wantOut {
+				assert.Contains(t, stdout.String(), s)
+			}
+			for _, s := range tt.wantErr {
+				assert.Contains(t, stderr.String(), s)
+			}
+			for _, s := range tt.notInOut {
+				assert.NotContains(t, stdout.String(), s)
+			}
+			for _, s := range tt.notInError {
+				assert.NotContains(t, stderr.String(), s)
+			}
+		})
+	}
+}
+
+func TestConfigOutputIsJSON(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"config"}, testEnviron(t, "", ""), &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	var out struct {
+		Mode string `json:"mode"`
+		Keys map[string]struct {
+			Value  any    `json:"value"`
+			Source string `json:"source"`
+		} `json:"keys"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &out))
+	assert.Equal(t, "local", out.Mode)
+	assert.Equal(t, "default", out.Keys["ECS_CLUSTER"].Value)
+	assert.Equal(t, "default", out.Keys["ECS_CLUSTER"].Source)
+}
+
+// TestAgentServesAndStops runs the agent in-process: healthcheck passes while it runs, and it returns 0
+// promptly once its context is cancelled.
+func TestAgentServesAndStops(t *testing.T) {
+	addr := freeAddr(t)
+	environ := testEnviron(t, "", "", "ECS_INTROSPECTION_ADDR="+addr, "ECS_LOGFILE="+filepath.Join(t.TempDir(), "log", "berth.log"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var agentOut, agentErr bytes.Buffer
+	go func() { done <- run(ctx, []string{"agent"}, environ, &agentOut, &agentErr) }()
+
+	require.Eventually(t, func() bool {
+		return run(context.Background(), []string{"healthcheck"}, environ, &bytes.Buffer{}, &bytes.Buffer{}) == 0
+	}, 5*time.Second, 20*time.Millisecond)
+
+	cancel()
+	select {
+	case code := <-done:
+		assert.Equal(t, 0, code, agentErr.String())
+	case <-time.After(5 * time.Second):
+		t.Fatal("agent did not stop within 5 s of cancellation")
+	}
+	assert.True(t, strings.Contains(agentOut.String(), "mode=local"), agentOut.String())
+}

@@ -1,0 +1,163 @@
+package config
+
+import (
+	"time"
+)
+
+// Keys whose values select the configuration files themselves.
+const (
+	keyEnvFile  = "ECS_ENV_FILE"
+	keyJSONFile = "ECS_AGENT_CONFIG_FILE_PATH"
+	keyCluster  = "ECS_CLUSTER"
+	keyRegion   = "AWS_DEFAULT_REGION"
+)
+
+// Minimums, as in the ECS agent. A value below one is raised to it with a warning.
+const (
+	minTaskCleanupWait       = time.Minute
+	minStopTimeout           = time.Second
+	minStartTimeout          = 45 * time.Second
+	minCreateTimeout         = time.Minute
+	minPullInactivityTimeout = time.Minute
+	minImageCleanupInterval  = 10 * time.Minute
+	minImagesPerCycle        = 1
+	minPullTimeout           = time.Minute
+	minLogFileSizeMB         = 0.001
+	minLogRollCount          = 1
+)
+
+// from is a set of sources a key may be read from.
+type from uint8
+
+const (
+	fromFlag from = 1 << iota
+	fromEnv
+	fromEnvFile
+	fromJSON
+)
+
+// key declares one configuration key.
+type key struct {
+	name     string // the ECS_* (or AWS_*, DOCKER_*) name: env, env file, and accepted in the JSON file
+	jsonName string // the ECS agent's JSON field name, accepted in the JSON file
+	flag     string // command-line flag, if any
+	def      string // default, parsed like any other value
+	noDef    bool   // no default: the field keeps its zero value unless a source sets it
+	secret   bool   // never shown, never quoted in errors
+	only     from   // the sources the key is read from; zero means all of them
+	berth    bool   // a Berth extension, not an ECS agent key
+	doc      string // one line for the README and --help
+	field    func(c *Config) field
+}
+
+// keyTable returns every key the agent reads. It is built on each call so that nothing is shared.
+func keyTable() []key {
+	return []key{
+		{name: keyCluster, jsonName: "Cluster", flag: "cluster", def: "default", doc: "cluster to join; setting it (with a region) selects ecs mode",
+			field: func(c *Config) field { return stringField{p: &c.Cluster} }},
+		{name: keyRegion, jsonName: "AWSRegion", def: "", doc: "AWS region",
+			field: func(c *Config) field { return stringField{p: &c.AWSRegion} }},
+		{name: "ECS_BACKEND_HOST", jsonName: "APIEndpoint", def: "", doc: "ECS API endpoint override",
+			field: func(c *Config) field { return stringField{p: &c.BackendHost} }},
+		{name: "DOCKER_HOST", jsonName: "DockerEndpoint", def: "unix:///var/run/docker.sock", doc: "Docker Engine endpoint",
+			field: func(c *Config) field { return stringField{p: &c.DockerHost} }},
+		{name: "ECS_DATADIR", jsonName: "DataDir", flag: "datadir", def: "/var/lib/ecs/data", doc: "directory of the state file berth.db",
+			field: func(c *Config) field { return stringField{p: &c.DataDir} }},
+		{name: "ECS_CHECKPOINT", jsonName: "Checkpoint", def: "true", doc: "persist state to ECS_DATADIR; false keeps it in memory only",
+			field: func(c *Config) field { return boolField{p: &c.Checkpoint} }},
+
+		{name: "ECS_LOGLEVEL", jsonName: "LogLevel", flag: "loglevel", def: "info", doc: "debug, info, warn, error or crit",
+			field: func(c *Config) field {
+				return stringField{p: &c.Log.Level, oneOf: []string{"debug", "info", "warn", "error", "crit"}}
+			}},
+		{name: "ECS_LOGFILE", jsonName: "LogFile", def: "", doc: "log file; empty logs to stdout only",
+			field: func(c *Config) field { return stringField{p: &c.Log.File} }},
+		{name: "ECS_LOG_ROLLOVER_TYPE", jsonName: "LogRolloverType", def: "date", doc: "size, date (hourly) or none",
+			field: func(c *Config) field {
+				return stringField{p: &c.Log.RolloverType, oneOf: []string{"size", "date", "none"}}
+			}},
+		{name: "ECS_LOG_MAX_FILE_SIZE_MB", jsonName: "LogMaxFileSizeMB", def: "10", doc: "log size that triggers a roll (size rollover)",
+			field: func(c *Config) field { return floatField{p: &c.Log.MaxFileSizeMB, min: minLogFileSizeMB} }},
+		{name: "ECS_LOG_MAX_ROLL_COUNT", jsonName: "LogMaxRollCount", def: "24", doc: "rolled log files kept",
+			field: func(c *Config) field { return intField{p: &c.Log.MaxRollCount, min: minLogRollCount} }},
+		{name: "ECS_LOG_OUTPUT_FORMAT", jsonName: "LogOutputFormat", def: "logfmt", doc: "logfmt or json",
+			field: func(c *Config) field {
+				return stringField{p: &c.Log.OutputFormat, oneOf: []string{"logfmt", "json"}}
+			}},
+
+		{name: "ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION", jsonName: "TaskCleanupWaitDuration", def: "3h", doc: "how long a stopped task's containers are kept",
+			field: func(c *Config) field { return durationField{p: &c.TaskCleanupWaitDuration, min: minTaskCleanupWait} }},
+		{name: "ECS_CONTAINER_STOP_TIMEOUT", jsonName: "DockerStopTimeout", def: "30s", doc: "time between the stop signal and SIGKILL",
+			field: func(c *Config) field { return durationField{p: &c.DockerStopTimeout, min: minStopTimeout} }},
+		{name: "ECS_CONTAINER_START_TIMEOUT", jsonName: "ContainerStartTimeout", def: "3m", doc: "timeout of a container start",
+			field: func(c *Config) field { return durationField{p: &c.ContainerStartTimeout, min: minStartTimeout} }},
+		{name: "ECS_CONTAINER_CREATE_TIMEOUT", jsonName: "ContainerCreateTimeout", def: "4m", doc: "timeout of a container create",
+			field: func(c *Config) field { return durationField{p: &c.ContainerCreateTimeout, min: minCreateTimeout} }},
+		{name: "ECS_IMAGE_PULL_TIMEOUT", jsonName: "ImagePullTimeout", def: "2h", doc: "overall deadline of one image pull, retries included",
+			field: func(c *Config) field { return durationField{p: &c.ImagePullTimeout, min: minPullTimeout} }},
+		{name: "ECS_IMAGE_PULL_INACTIVITY_TIMEOUT", jsonName: "ImagePullInactivityTimeout", def: "1m", doc: "a pull attempt with no progress for this long is cancelled and retried",
+			field: func(c *Config) field {
+				return durationField{p: &c.ImagePullInactivityTimeout, min: minPullInactivityTimeout}
+			}},
+		{name: "ECS_IMAGE_PULL_BEHAVIOR", jsonName: "ImagePullBehavior", def: "default", doc: "default, always, once or prefer-cached",
+			field: func(c *Config) field {
+				return stringField{p: (*string)(&c.ImagePullBehavior), oneOf: []string{"default", "always", "once", "prefer-cached"}}
+			}},
+		{name: "ECS_IMAGE_CLEANUP_INTERVAL", jsonName: "ImageCleanupInterval", def: "30m", doc: "how often unused images are removed",
+			field: func(c *Config) field { return durationField{p: &c.ImageCleanupInterval, min: minImageCleanupInterval} }},
+		{name: "ECS_IMAGE_MINIMUM_CLEANUP_AGE", jsonName: "MinimumImageDeletionAge", def: "1h", doc: "an image younger than this is kept",
+			field: func(c *Config) field { return durationField{p: &c.ImageMinimumCleanupAge} }},
+		{name: "ECS_NUM_IMAGES_DELETE_PER_CYCLE", jsonName: "NumImagesToDeletePerCycle", def: "5", doc: "images removed per cleanup cycle",
+			field: func(c *Config) field { return intField{p: &c.NumImagesToDeletePerCycle, min: minImagesPerCycle} }},
+		{name: "ECS_DISABLE_IMAGE_CLEANUP", jsonName: "ImageCleanupDisabled", def: "false", doc: "turn image cleanup off",
+			field: func(c *Config) field { return boolField{p: &c.ImageCleanupDisabled} }},
+
+		{name: "ECS_ENGINE_AUTH_TYPE", jsonName: "EngineAuthType", def: "", doc: "docker or dockercfg",
+			field: func(c *Config) field {
+				return stringField{p: &c.EngineAuthType, oneOf: []string{"", "docker", "dockercfg"}}
+			}},
+		{name: "ECS_ENGINE_AUTH_DATA", jsonName: "EngineAuthData", def: "", secret: true, doc: "registry credentials, a JSON object per registry (never logged)",
+			field: func(c *Config) field { return secretField{p: &c.EngineAuthData} }},
+
+		{name: "ECS_RESERVED_MEMORY", jsonName: "ReservedMemory", def: "0", doc: "MiB of memory kept back from tasks",
+			field: func(c *Config) field { return intField{p: &c.ReservedMemoryMiB} }},
+		{name: "ECS_RESERVED_PORTS", jsonName: "ReservedPorts", def: "[22, 2375, 2376, 51678, 51679]", doc: "TCP host ports tasks may not use",
+			field: func(c *Config) field { return portsField{p: &c.ReservedPorts} }},
+		{name: "ECS_RESERVED_PORTS_UDP", jsonName: "ReservedPortsUDP", def: "[]", doc: "UDP host ports tasks may not use",
+			field: func(c *Config) field { return portsField{p: &c.ReservedPortsUDP} }},
+		{name: "ECS_INSTANCE_ATTRIBUTES", jsonName: "InstanceAttributes", def: "{}", doc: "JSON object of string attributes registered with the instance",
+			field: func(c *Config) field { return attributesField{p: &c.InstanceAttributes} }},
+		{name: "ECS_DISABLE_PRIVILEGED", jsonName: "PrivilegedDisabled", def: "false", doc: "refuse privileged containers",
+			field: func(c *Config) field { return boolField{p: &c.PrivilegedDisabled} }},
+
+		{name: "ECS_ENABLE_TASK_ENI", jsonName: "TaskENIEnabled", def: "false", doc: "enable awsvpc tasks and check the CNI plugins at start-up",
+			field: func(c *Config) field { return boolField{p: &c.TaskENIEnabled} }},
+		{name: "ECS_CNI_PLUGINS_PATH", jsonName: "CNIPluginsPath", def: "/usr/lib/berth/cni", doc: "directory of the CNI plugin binaries",
+			field: func(c *Config) field { return stringField{p: &c.CNIPluginsPath} }},
+		{name: "ECS_AWSVPC_BLOCK_IMDS", jsonName: "AWSVPCBlockInstanceMetdata", def: "false", doc: "make 169.254.169.254 unreachable from awsvpc tasks",
+			field: func(c *Config) field { return boolField{p: &c.AWSVPCBlockIMDS} }},
+		{name: "ECS_AWSVPC_ADDITIONAL_LOCAL_ROUTES", jsonName: "AWSVPCAdditionalLocalRoutes", def: "[]", doc: "CIDRs routed via the task bridge instead of the task ENI",
+			field: func(c *Config) field { return cidrListField{p: &c.AWSVPCAdditionalLocalRoutes} }},
+		{name: "OverrideAWSVPCLocalIPv4Address", jsonName: "OverrideAWSVPCLocalIPv4Address", only: fromJSON, def: "", doc: "static IPv4 address/prefix of the task bridge interface (JSON file only)",
+			field: func(c *Config) field { return staticAddrField{p: &c.OverrideAWSVPCLocalIPv4Address} }},
+
+		{name: "ECS_REGISTRY_REQUIRE", flag: "registry-require", def: "", berth: true, doc: "registry vendors that must be reachable at start-up (only ecr is known)",
+			field: func(c *Config) field { return setField{p: &c.Registry.Require, check: checkVendor} }},
+		{name: "ECS_REGISTRY_ECR_REGIONS", noDef: true, berth: true, doc: "regions whose ECR images get credentials; unset = the detected region, empty = off",
+			field: func(c *Config) field { return ecrRegionsField{p: &c.Registry.ECRRegions} }},
+		{name: "ECS_REGISTRY_ECR_INCLUDE_ACCOUNTS", def: "", berth: true, doc: "accounts whose ECR images get credentials (default all)",
+			field: func(c *Config) field { return setField{p: &c.Registry.IncludeAccounts, check: checkAccount} }},
+		{name: "ECS_REGISTRY_ECR_EXCLUDE_ACCOUNTS", def: "602401143452,918309763551", berth: true, doc: "accounts whose ECR images never get credentials",
+			field: func(c *Config) field { return setField{p: &c.Registry.ExcludeAccounts, check: checkAccount} }},
+
+		{name: "ECS_STATIC_TASKS_DIR", def: "", berth: true, doc: "directory of task definitions kept running on this host",
+			field: func(c *Config) field { return stringField{p: &c.StaticTasksDir} }},
+		{name: "ECS_INTROSPECTION_ADDR", def: "127.0.0.1:51678", berth: true, doc: "listen address of the introspection API",
+			field: func(c *Config) field { return stringField{p: &c.IntrospectionAddr} }},
+
+		{name: keyEnvFile, flag: "ecs-config", def: DefaultEnvFile, only: fromFlag | fromEnv, berth: true, doc: "the env file to read",
+			field: func(c *Config) field { return stringField{p: &c.EnvFile} }},
+		{name: keyJSONFile, flag: "config-file", def: DefaultJSONFile, only: fromFlag | fromEnv | fromEnvFile, doc: "the JSON config file to read",
+			field: func(c *Config) field { return stringField{p: &c.JSONFile} }},
+	}
+}

@@ -1,0 +1,280 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+)
+
+// Sources are the inputs of Load besides the two files, which Load finds itself.
+type Sources struct {
+	// Environ is the process environment as KEY=VALUE strings, as os.Environ returns it.
+	Environ []string
+	// Flags holds the flags given on the command line, keyed by configuration key name.
+	Flags map[string]string
+}
+
+// RegisterFlags defines a string flag on fs for every key that has one. The returned function, called
+// after fs.Parse, reports the flags that were given, keyed by their configuration key name, for
+// Sources.Flags.
+func RegisterFlags(fs *flag.FlagSet) func() map[string]string {
+	byFlag := map[string]string{}
+	for _, k := range keyTable() {
+		if k.flag == "" {
+			continue
+		}
+		byFlag[k.flag] = k.name
+		fs.String(k.flag, "", fmt.Sprintf("%s (overrides %s)", k.doc, k.name))
+	}
+	return func() map[string]string {
+		out := map[string]string{}
+		fs.Visit(func(f *flag.Flag) {
+			if name, ok := byFlag[f.Name]; ok {
+				out[name] = f.Value.String()
+			}
+		})
+		return out
+	}
+}
+
+// candidate is a value for a key from one source.
+type candidate struct {
+	v      value
+	origin Origin
+}
+
+// Load builds the configuration from src, the env file and the JSON file, and validates every key.
+// The returned error joins one *Error per bad key or file, each wrapping ErrInvalid; with a non-nil
+// error the Result is still returned so a caller can show what did parse.
+func Load(src Sources) (*Result, error) {
+	keys := keyTable()
+	env := environMap(src.Environ)
+	res := &Result{Config: &Config{}, Origins: map[string]Origin{}}
+	var errs []error
+
+	pick := func(k key, envFile map[string]entry, jsonFile map[string]entry) (candidate, bool) {
+		allowed := func(f from) bool { return k.only == 0 || k.only&f != 0 }
+		if v, ok := src.Flags[k.name]; ok && k.flag != "" && allowed(fromFlag) {
+			return candidate{v: value{text: v}, origin: Origin{Kind: SourceFlag}}, true
+		}
+		if v, ok := env[k.name]; ok && allowed(fromEnv) {
+			return candidate{v: value{text: v}, origin: Origin{Kind: SourceEnv}}, true
+		}
+		if e, ok := envFile[k.name]; ok && allowed(fromEnvFile) {
+			return candidate{v: value{text: e.text}, origin: Origin{Kind: SourceEnvFile, File: res.Config.EnvFile, Line: e.line}}, true
+		}
+		if e, ok := jsonFile[k.name]; ok && allowed(fromJSON) {
+			return candidate{v: value{text: e.text, json: !e.isStr}, origin: Origin{Kind: SourceJSONFile, File: res.Config.JSONFile, Line: e.line}}, true
+		}
+		if k.noDef {
+			return candidate{}, false
+		}
+		return candidate{v: value{text: k.def}, origin: Origin{Kind: SourceDefault}}, true
+	}
+	apply := func(k key, c candidate) {
+		res.Origins[k.name] = c.origin
+		warn, err := k.field(res.Config).parse(c.v)
+		if err != nil {
+			switch {
+			case k.secret && !errors.Is(err, errAuthData):
+				err = errors.New("value does not parse (not shown: it holds credentials)")
+			case c.origin.Kind == SourceEnvFile && strings.Contains(c.v.text, "\n"):
+				// A quoted value that spans lines may have swallowed the lines after it (a closing
+				// quote is missing), secrets included: name the lines, never the contents.
+				end := c.origin.Line + strings.Count(c.v.text, "\n")
+				err = &hiddenError{err: err, msg: fmt.Sprintf("the quoted value on lines %d-%d does not parse "+
+					"(contents not shown: is a closing quote missing?)", c.origin.Line, end)}
+			}
+			errs = append(errs, &Error{Key: k.name, Origin: c.origin, Err: err})
+		}
+		if warn != "" {
+			res.Warnings = append(res.Warnings, Warning{Key: k.name, Origin: c.origin, Msg: warn})
+		}
+	}
+	byName := map[string]key{}
+	for _, k := range keys {
+		byName[k.name] = k
+	}
+
+	// The files are located first: the env file by flag or environment, the JSON file by those or the env file.
+	envFileKey := byName[keyEnvFile]
+	c, _ := pick(envFileKey, nil, nil)
+	apply(envFileKey, c)
+	envEntries, err := readEnvFile(res.Config.EnvFile, c.origin.Kind != SourceDefault)
+	errs = append(errs, err)
+	envFile := indexEntries(envEntries, func(e entry) string { return e.key })
+
+	jsonFileKey := byName[keyJSONFile]
+	c, _ = pick(jsonFileKey, envFile, nil)
+	apply(jsonFileKey, c)
+	jsonEntries, err := readJSONFile(res.Config.JSONFile, c.origin.Kind != SourceDefault)
+	errs = append(errs, err)
+	jsonNames := map[string]string{}
+	for _, k := range keys {
+		jsonNames[k.name] = k.name
+		if k.jsonName != "" {
+			jsonNames[k.jsonName] = k.name
+		}
+	}
+	jsonFile := indexEntries(jsonEntries, func(e entry) string { return jsonNames[e.key] })
+
+	for _, k := range keys {
+		if k.name == keyEnvFile || k.name == keyJSONFile {
+			continue
+		}
+		if c, ok := pick(k, envFile, jsonFile); ok {
+			apply(k, c)
+		}
+	}
+
+	res.Warnings = append(res.Warnings, unknownKeys(envEntries, jsonEntries, byName, jsonNames, res.Config)...)
+	errs = append(errs, crossChecks(res)...)
+	res.Config.Mode, res.Config.ModeReason = chooseMode(res)
+	return res, errors.Join(errs...)
+}
+
+// hiddenError replaces a parse error's text, which may quote the value, and keeps it for errors.As.
+type hiddenError struct {
+	msg string
+	err error
+}
+
+func (e *hiddenError) Error() string { return e.msg }
+func (e *hiddenError) Unwrap() error { return e.err }
+
+func environMap(environ []string) map[string]string {
+	out := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// indexEntries keys entries by name; a later entry for the same key wins, as in a shell.
+func indexEntries(entries []entry, name func(entry) string) map[string]entry {
+	out := map[string]entry{}
+	for _, e := range entries {
+		if n := name(e); n != "" {
+			out[n] = e
+		}
+	}
+	return out
+}
+
+// readEnvFile parses the env file at path. A missing file is fine unless it was named explicitly.
+func readEnvFile(path string, explicit bool) ([]entry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && !explicit {
+			return nil, nil
+		}
+		return nil, &Error{Origin: Origin{Kind: SourceEnvFile, File: path}, Err: err}
+	}
+	defer f.Close()
+	return parseEnvFile(f, path)
+}
+
+// readJSONFile parses the JSON file at path. A missing file is fine unless it was named explicitly.
+func readJSONFile(path string, explicit bool) ([]entry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && !explicit {
+			return nil, nil
+		}
+		return nil, &Error{Origin: Origin{Kind: SourceJSONFile, File: path}, Err: err}
+	}
+	return parseJSONFile(data, path)
+}
+
+// unknownKeys warns about keys in the files that Berth does not read from there: any unknown ECS_* key
+// in the env file, any unknown key in the JSON file, and known keys in a file they may not come from.
+func unknownKeys(envEntries, jsonEntries []entry, byName map[string]key, jsonNames map[string]string, c *Config) []Warning {
+	var out []Warning
+	for _, e := range envEntries {
+		o := Origin{Kind: SourceEnvFile, File: c.EnvFile, Line: e.line}
+		k, known := byName[e.key]
+		switch {
+		case !known && (strings.HasPrefix(e.key, "ECS_") || e.key == "OverrideAWSVPCLocalIPv4Address"):
+			out = append(out, Warning{Key: e.key, Origin: o, Msg: "unknown key, ignored"})
+		case known && k.only != 0 && k.only&fromEnvFile == 0:
+			out = append(out, Warning{Key: e.key, Origin: o, Msg: "not read from the env file, ignored"})
+		}
+	}
+	for _, e := range jsonEntries {
+		o := Origin{Kind: SourceJSONFile, File: c.JSONFile, Line: e.line}
+		name, known := jsonNames[e.key]
+		switch {
+		case !known:
+			out = append(out, Warning{Key: e.key, Origin: o, Msg: "unknown key, ignored"})
+		case byName[name].only != 0 && byName[name].only&fromJSON == 0:
+			out = append(out, Warning{Key: e.key, Origin: o, Msg: "not read from the JSON file, ignored"})
+		}
+	}
+	return out
+}
+
+// crossChecks validates rules that span keys.
+func crossChecks(res *Result) []error {
+	c := res.Config
+	var errs []error
+	if c.EngineAuthData != "" && c.EngineAuthType == "" {
+		errs = append(errs, &Error{Key: "ECS_ENGINE_AUTH_TYPE", Origin: res.Origins["ECS_ENGINE_AUTH_TYPE"],
+			Err: errors.New("must be docker or dockercfg when ECS_ENGINE_AUTH_DATA is set")})
+	}
+	return errs
+}
+
+// chooseMode picks ecs mode when the operator named a cluster and AWS is configured with a region;
+// otherwise local. Credentials are left to the AWS SDK's chain in ecs mode. Nothing here touches the
+// network.
+func chooseMode(res *Result) (Mode, string) {
+	c := res.Config
+	clusterSet := res.Origins[keyCluster].Kind != SourceDefault && c.Cluster != ""
+	if c.Cluster == "" {
+		c.Cluster = "default"
+	}
+	switch {
+	case !clusterSet:
+		return ModeLocal, "ECS_CLUSTER is not set"
+	case c.AWSRegion == "":
+		return ModeLocal, fmt.Sprintf("ECS_CLUSTER is set (%s) but no AWS region is configured (%s)", res.Origins[keyCluster], keyRegion)
+	default:
+		return ModeECS, fmt.Sprintf("ECS_CLUSTER is set (%s) and region %s is configured (%s)", res.Origins[keyCluster], c.AWSRegion, res.Origins[keyRegion])
+	}
+}
+
+// Shown is one key in Show's output.
+type Shown struct {
+	Value  any    `json:"value"`
+	Source string `json:"source"`
+	Berth  bool   `json:"berthExtension,omitempty"`
+}
+
+// Effective is the configuration as `berth config` prints it and the agent logs it: secrets redacted.
+type Effective struct {
+	Mode       Mode             `json:"mode"`
+	ModeReason string           `json:"modeReason"`
+	EnvFile    string           `json:"envFile"`
+	JSONFile   string           `json:"jsonFile"`
+	Keys       map[string]Shown `json:"keys"`
+}
+
+// Show returns every key's effective value and source. Secret values are redacted.
+func (r *Result) Show() Effective {
+	out := Effective{Mode: r.Config.Mode, ModeReason: r.Config.ModeReason, EnvFile: r.Config.EnvFile,
+		JSONFile: r.Config.JSONFile, Keys: map[string]Shown{}}
+	for _, k := range keyTable() {
+		o, ok := r.Origins[k.name]
+		source := "unset"
+		if ok {
+			source = o.String()
+		}
+		out.Keys[k.name] = Shown{Value: k.field(r.Config).show(), Source: source, Berth: k.berth}
+	}
+	return out
+}

@@ -1,0 +1,45 @@
+// Package handlers serves the agent's HTTP APIs: introspection (/v1/metadata, later /v1/tasks and
+// /metrics), task metadata and task credentials. Response shapes follow the ECS agent's.
+package handlers
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// Metadata is the body of GET /v1/metadata, in the ECS agent's shape. ContainerInstanceArn is null
+// until the agent has registered.
+type Metadata struct {
+	Cluster              string  `json:"Cluster"`
+	ContainerInstanceArn *string `json:"ContainerInstanceArn"`
+	Version              string  `json:"Version"`
+}
+
+// MetadataSource supplies the agent's current metadata. It must be safe for concurrent use.
+type MetadataSource interface {
+	Metadata() Metadata
+}
+
+// errorBody is the JSON body of every error response.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// NewIntrospection returns the introspection API's handler.
+func NewIntrospection(meta MetadataSource) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/metadata", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, meta.Metadata())
+	})
+	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such endpoint: " + r.URL.Path})
+	})
+	return mux
+}
+
+// writeJSON writes v as the JSON response body with the given status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,435 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// instantClock fires every timer immediately and records requested delays.
+type instantClock struct {
+	mu     sync.Mutex
+	delays []time.Duration
+}
+
+func (c *instantClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	c.delays = append(c.delays, d)
+	c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	ch <- time.Now()
+	return ch
+}
+
+func (c *instantClock) Delays() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.delays...)
+}
+
+// neverClock never fires and signals on waiting each time After is called.
+type neverClock struct {
+	waiting chan time.Duration
+}
+
+func newNeverClock() *neverClock { return &neverClock{waiting: make(chan time.Duration, 16)} }
+
+func (c *neverClock) After(d time.Duration) <-chan time.Time {
+	c.waiting <- d
+	return make(chan time.Time)
+}
+
+// retryAfterError asks for a minimum delay.
+type retryAfterError struct{ d time.Duration }
+
+func (e retryAfterError) Error() string             { return fmt.Sprintf("slow down for %v", e.d) }
+func (e retryAfterError) RetryAfter() time.Duration { return e.d }
+
+// permanentError implements Retriable directly.
+type permanentError struct{ retry bool }
+
+func (e permanentError) Error() string { return "permanent" }
+func (e permanentError) Retry() bool   { return e.retry }
+
+func constantBackoff(d time.Duration) *ExponentialBackoff {
+	return NewExponentialBackoff(d, d, 0, 1)
+}
+
+func TestRetry(t *testing.T) {
+	errA := errors.New("a")
+	errB := errors.New("b")
+	errC := errors.New("c")
+	nonRetriable := NewRetriableError(false, errA)
+
+	tests := []struct {
+		name string
+		// limit 0 uses Retry, otherwise RetryN(limit).
+		limit   int
+		results []error // returned by successive attempts; nil once exhausted
+		wantN   int
+		wantErr error // compared by identity; nil means success
+	}{
+		{"success first try", 0, nil, 1, nil},
+		{"success first try limited", 3, nil, 1, nil},
+		{"success after three failures", 0, []error{errA, errB, errC}, 4, nil},
+		{"success after two failures limited", 5, []error{errA, errB}, 3, nil},
+		{"success on the last allowed attempt", 3, []error{errA, errB}, 3, nil},
+		{"retriable true is retried", 0, []error{NewRetriableError(true, errA)}, 2, nil},
+		{"non-retriable stops after one attempt", 0, []error{nonRetriable, errB}, 1, nonRetriable},
+		{"non-retriable stops after one attempt limited", 5, []error{nonRetriable, errB}, 1, nonRetriable},
+		{"custom Retriable false stops", 0, []error{permanentError{retry: false}, nil}, 1, permanentError{retry: false}},
+		{"custom Retriable true is retried", 0, []error{permanentError{retry: true}}, 2, nil},
+		{"non-retriable after retriable failures", 0, []error{errA, errB, nonRetriable}, 3, nonRetriable},
+		{"attempts exhausted returns last error", 3, []error{errA, errB, errC, nil}, 3, errC},
+		{"single attempt allowed", 1, []error{errA, nil}, 1, errA},
+		{"retriable true exhausted", 2, []error{NewRetriableError(true, errA), errB, nil}, 2, errB},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := &instantClock{}
+			var hooked []int
+			r := Retrier{Clock: clock, OnRetry: func(attempt int, err error, delay time.Duration) {
+				hooked = append(hooked, attempt)
+				assert.Error(t, err)
+				assert.Equal(t, time.Millisecond, delay)
+			}}
+			n := 0
+			fn := func() error {
+				n++
+				if n <= len(tt.results) {
+					return tt.results[n-1]
+				}
+				return nil
+			}
+			var err error
+			if tt.limit == 0 {
+				err = r.Retry(context.Background(), constantBackoff(time.Millisecond), fn)
+			} else {
+				err = r.RetryN(context.Background(), constantBackoff(time.Millisecond), tt.limit, fn)
+			}
+			assert.Equal(t, tt.wantN, n, "attempts")
+			if tt.wantErr == nil {
+				require.NoError(t, err)
+			} else {
+				require.Equal(t, tt.wantErr, err)
+			}
+			retries := len(clock.Delays())
+			assert.Len(t, hooked, retries)
+			for i, a := range hooked {
+				assert.Equal(t, i+1, a)
+			}
+			if tt.wantErr == nil {
+				assert.Equal(t, tt.wantN-1, retries, "waits")
+			}
+		})
+	}
+}
+
+func TestNonRetriableWrappedTwice(t *testing.T) {
+	base := errors.New("bad request")
+	wrapped := fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", NewRetriableError(false, base)))
+	tests := []struct {
+		name string
+		run  func(r Retrier, fn func() error) error
+	}{
+		{"Retry", func(r Retrier, fn func() error) error {
+			return r.Retry(context.Background(), constantBackoff(time.Millisecond), fn)
+		}},
+		{"RetryN", func(r Retrier, fn func() error) error {
+			return r.RetryN(context.Background(), constantBackoff(time.Millisecond), 10, fn)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := &instantClock{}
+			n := 0
+			err := tt.run(Retrier{Clock: clock}, func() error { n++; return wrapped })
+			assert.Equal(t, 1, n)
+			assert.Same(t, wrapped, err)
+			assert.ErrorIs(t, err, base)
+			assert.Empty(t, clock.Delays())
+		})
+	}
+}
+
+func TestRetryNNonPositiveLimit(t *testing.T) {
+	for _, n := range []int{0, -1} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			calls := 0
+			err := RetryNWithBackoffCtx(context.Background(), nil, n, func() error { calls++; return nil })
+			require.Error(t, err)
+			assert.Zero(t, calls)
+		})
+	}
+}
+
+func TestRetryContextDoneBeforeStart(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+
+	tests := []struct {
+		name  string
+		ctx   context.Context
+		limit int
+		want  error
+	}{
+		{"cancelled Retry", cancelled, 0, context.Canceled},
+		{"cancelled RetryN", cancelled, 3, context.Canceled},
+		{"deadline passed Retry", expired, 0, context.DeadlineExceeded},
+		{"deadline passed RetryN", expired, 3, context.DeadlineExceeded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := &instantClock{}
+			r := Retrier{Clock: clock}
+			calls := 0
+			fn := func() error { calls++; return nil }
+			var err error
+			if tt.limit == 0 {
+				err = r.Retry(tt.ctx, constantBackoff(time.Millisecond), fn)
+			} else {
+				err = r.RetryN(tt.ctx, constantBackoff(time.Millisecond), tt.limit, fn)
+			}
+			require.Error(t, err)
+			assert.ErrorIs(t, err, tt.want)
+			assert.Zero(t, calls)
+			assert.Empty(t, clock.Delays())
+		})
+	}
+}
+
+func TestRetryContextDoneDuringWait(t *testing.T) {
+	attemptErr := errors.New("connection refused")
+	tests := []struct {
+		name string
+		// ctx derives the context; stop is invoked once the loop is waiting.
+		ctx   func() (context.Context, context.CancelFunc)
+		stop  bool
+		limit int
+		want  error
+	}{
+		{"cancel Retry", func() (context.Context, context.CancelFunc) {
+			return context.WithCancel(context.Background())
+		}, true, 0, context.Canceled},
+		{"cancel RetryN", func() (context.Context, context.CancelFunc) {
+			return context.WithCancel(context.Background())
+		}, true, 5, context.Canceled},
+		{"deadline exceeded Retry", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 2*time.Millisecond)
+		}, false, 0, context.DeadlineExceeded},
+		{"deadline exceeded RetryN", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 2*time.Millisecond)
+		}, false, 5, context.DeadlineExceeded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			clock := newNeverClock()
+			r := Retrier{Clock: clock}
+			calls := 0
+			fn := func() error { calls++; return attemptErr }
+
+			done := make(chan error, 1)
+			go func() {
+				if tt.limit == 0 {
+					done <- r.Retry(ctx, constantBackoff(time.Hour), fn)
+				} else {
+					done <- r.RetryN(ctx, constantBackoff(time.Hour), tt.limit, fn)
+				}
+			}()
+			select {
+			case d := <-clock.waiting:
+				assert.Equal(t, time.Hour, d)
+			case <-time.After(time.Second):
+				t.Fatal("retry loop never started waiting")
+			}
+			if tt.stop {
+				cancel()
+			}
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Second):
+				t.Fatal("retry loop did not return promptly after the context ended")
+			}
+			require.Error(t, err)
+			assert.ErrorIs(t, err, tt.want)
+			assert.ErrorIs(t, err, attemptErr)
+			assert.Equal(t, 1, calls)
+		})
+	}
+}
+
+func TestRetryContextCancelledByAttempt(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	attemptErr := errors.New("boom")
+	calls := 0
+	err := Retrier{Clock: &instantClock{}}.Retry(ctx, constantBackoff(time.Millisecond), func() error {
+		calls++
+		cancel()
+		return attemptErr
+	})
+	assert.Equal(t, 1, calls)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, err, attemptErr)
+}
+
+func TestRetryNeverNilWhenContextDoneFirst(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	clock := newNeverClock()
+	calls := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- Retrier{Clock: clock}.Retry(ctx, constantBackoff(time.Second), func() error {
+			calls++
+			if calls == 1 {
+				return errors.New("first attempt fails")
+			}
+			return nil
+		})
+	}()
+	<-clock.waiting
+	cancel()
+	err := <-done
+	require.Error(t, err)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 1, calls)
+}
+
+func TestRetryAfterHonoured(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name    string
+		backoff time.Duration
+		err     error
+		want    time.Duration
+	}{
+		{"retry-after above backoff", 1 * ms, retryAfterError{50 * ms}, 50 * ms},
+		{"retry-after below backoff", 30 * ms, retryAfterError{5 * ms}, 30 * ms},
+		{"retry-after wrapped", 1 * ms, fmt.Errorf("http: %w", fmt.Errorf("429: %w", retryAfterError{2 * time.Second})), 2 * time.Second},
+		{"retry-after negative ignored", 3 * ms, retryAfterError{-time.Second}, 3 * ms},
+		{"retry-after inside retriable error", 1 * ms, NewRetriableError(true, retryAfterError{40 * ms}), 40 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := &instantClock{}
+			var hooked []time.Duration
+			r := Retrier{Clock: clock, OnRetry: func(_ int, _ error, d time.Duration) { hooked = append(hooked, d) }}
+			calls := 0
+			err := r.RetryN(context.Background(), constantBackoff(tt.backoff), 2, func() error {
+				calls++
+				if calls == 1 {
+					return tt.err
+				}
+				return nil
+			})
+			require.NoError(t, err)
+			require.Equal(t, []time.Duration{tt.want}, clock.Delays())
+			assert.Equal(t, []time.Duration{tt.want}, hooked)
+		})
+	}
+}
+
+func TestRetryReportsBackoffDelays(t *testing.T) {
+	clock := &instantClock{}
+	type call struct {
+		attempt int
+		err     error
+		delay   time.Duration
+	}
+	var got []call
+	r := Retrier{Clock: clock, OnRetry: func(attempt int, err error, delay time.Duration) {
+		got = append(got, call{attempt, err, delay})
+	}}
+	fail := errors.New("fail")
+	b := NewExponentialBackoff(10*time.Millisecond, 35*time.Millisecond, 0, 2)
+	err := r.RetryN(context.Background(), b, 4, func() error { return fail })
+	require.Same(t, fail, err)
+	want := []call{
+		{1, fail, 10 * time.Millisecond},
+		{2, fail, 20 * time.Millisecond},
+		{3, fail, 35 * time.Millisecond},
+	}
+	assert.Equal(t, want, got)
+	assert.Equal(t, []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 35 * time.Millisecond}, clock.Delays())
+}
+
+func TestRetryNilBackoffDoesNotWait(t *testing.T) {
+	clock := &instantClock{}
+	calls := 0
+	err := Retrier{Clock: clock}.Retry(context.Background(), nil, func() error {
+		calls++
+		if calls < 3 {
+			return errors.New("again")
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 3, calls)
+	assert.Empty(t, clock.Delays())
+}
+
+func TestPackageFunctionsUseRealClock(t *testing.T) {
+	fail := errors.New("fail")
+	tests := []struct {
+		name string
+		run  func(fn func() error) error
+	}{
+		{"RetryWithBackoffCtx", func(fn func() error) error {
+			return RetryWithBackoffCtx(context.Background(), constantBackoff(time.Microsecond), fn)
+		}},
+		{"RetryNWithBackoffCtx", func(fn func() error) error {
+			return RetryNWithBackoffCtx(context.Background(), constantBackoff(time.Microsecond), 5, fn)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			start := time.Now()
+			err := tt.run(func() error {
+				calls++
+				if calls < 3 {
+					return fail
+				}
+				return nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, 3, calls)
+			assert.Less(t, time.Since(start), 500*time.Millisecond)
+		})
+	}
+}
+
+func TestRetriableError(t *testing.T) {
+	base := errors.New("base")
+	tests := []struct {
+		name      string
+		retriable bool
+	}{
+		{"retriable", true},
+		{"not retriable", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := NewRetriableError(tt.retriable, base)
+			require.Error(t, err)
+			assert.Equal(t, "base", err.Error())
+			assert.ErrorIs(t, err, base)
+			var r Retriable
+			require.ErrorAs(t, fmt.Errorf("wrap: %w", err), &r)
+			assert.Equal(t, tt.retriable, r.Retry())
+		})
+	}
+	assert.NoError(t, NewRetriableError(false, nil))
+	assert.Equal(t, "non-retriable error", (&RetriableError{}).Error())
+}

@@ -1,0 +1,28 @@
+// Package version reports the build's version. The Makefile sets Version and GitHash with -ldflags -X;
+// they are never written at run time.
+package version
+
+import "runtime"
+
+// Version is the release version of this build.
+var Version = "0.1.0-dev"
+
+// GitHash is the commit this build was made from.
+var GitHash = "unknown"
+
+// Info is the version information `berth version` prints and the agent reports.
+type Info struct {
+	Version   string `json:"version"`
+	GitHash   string `json:"gitHash"`
+	GoVersion string `json:"goVersion"`
+}
+
+// Get returns this build's version information.
+func Get() Info {
+	return Info{Version: Version, GitHash: GitHash, GoVersion: runtime.Version()}
+}
+
+// String formats the information as one line.
+func (i Info) String() string {
+	return "berth " + i.Version + " (" + i.GitHash + ", " + i.GoVersion + ")"
+}
