@@ -1,0 +1,324 @@
+package task
+
+import (
+	"fmt"
+	"time"
+)
+
+// NetworkMode is a task definition's networkMode.
+type NetworkMode string
+
+// The network modes Berth runs.
+const (
+	NetworkBridge NetworkMode = "bridge"
+	NetworkHost   NetworkMode = "host"
+	NetworkNone   NetworkMode = "none"
+	NetworkAWSVPC NetworkMode = "awsvpc"
+)
+
+// Condition is a dependsOn condition.
+type Condition string
+
+// The dependsOn conditions of ECS.
+const (
+	ConditionStart    Condition = "START"
+	ConditionComplete Condition = "COMPLETE"
+	ConditionSuccess  Condition = "SUCCESS"
+	ConditionHealthy  Condition = "HEALTHY"
+)
+
+// HealthStatus is a container's health as its health check reports it.
+type HealthStatus string
+
+// Health statuses, as ECS names them.
+const (
+	HealthUnknown   HealthStatus = "UNKNOWN"
+	HealthHealthy   HealthStatus = "HEALTHY"
+	HealthUnhealthy HealthStatus = "UNHEALTHY"
+)
+
+// StopReasonEssentialExited is the stop reason of a task whose essential container stopped.
+const StopReasonEssentialExited = "Essential container in task exited"
+
+// KeyValue is one environment variable.
+type KeyValue struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// PortMapping maps a container port to a host port; HostPort 0 asks for a dynamic port in bridge mode.
+type PortMapping struct {
+	ContainerPort uint16 `json:"containerPort"`
+	HostPort      uint16 `json:"hostPort"`
+	Protocol      string `json:"protocol"` // tcp or udp
+}
+
+// NetworkBinding is a port binding as Docker made it.
+type NetworkBinding struct {
+	BindIP        string `json:"bindIP"`
+	ContainerPort uint16 `json:"containerPort"`
+	HostPort      uint16 `json:"hostPort"`
+	Protocol      string `json:"protocol"`
+}
+
+// MountPoint mounts a task volume into a container.
+type MountPoint struct {
+	SourceVolume  string `json:"sourceVolume"`
+	ContainerPath string `json:"containerPath"`
+	ReadOnly      bool   `json:"readOnly"`
+}
+
+// VolumeFrom mounts every volume of another container of the task.
+type VolumeFrom struct {
+	SourceContainer string `json:"sourceContainer"`
+	ReadOnly        bool   `json:"readOnly"`
+}
+
+// Dependency is one dependsOn entry.
+type Dependency struct {
+	ContainerName string    `json:"containerName"`
+	Condition     Condition `json:"condition"`
+}
+
+// HealthCheck is a container health check; durations are already defaulted.
+type HealthCheck struct {
+	Command     []string      `json:"command"`
+	Interval    time.Duration `json:"interval"`
+	Timeout     time.Duration `json:"timeout"`
+	Retries     int           `json:"retries"`
+	StartPeriod time.Duration `json:"startPeriod"`
+}
+
+// Ulimit is one resource limit.
+type Ulimit struct {
+	Name      string `json:"name"`
+	SoftLimit int64  `json:"softLimit"`
+	HardLimit int64  `json:"hardLimit"`
+}
+
+// LogConfiguration selects a Docker logging driver.
+type LogConfiguration struct {
+	LogDriver string            `json:"logDriver"`
+	Options   map[string]string `json:"options,omitempty"`
+}
+
+// Volume is a task volume. Exactly one of Host and Docker is set. A Host volume without a SourcePath
+// is a task-scoped empty volume that lives as long as the task.
+type Volume struct {
+	Name   string        `json:"name"`
+	Host   *HostVolume   `json:"host,omitempty"`
+	Docker *DockerVolume `json:"docker,omitempty"`
+}
+
+// HostVolume is a bind mount of a host path, or a task-scoped empty volume when SourcePath is empty.
+type HostVolume struct {
+	SourcePath string `json:"sourcePath,omitempty"`
+}
+
+// DockerVolume is a Docker named volume (dockerVolumeConfiguration).
+type DockerVolume struct {
+	Scope         string            `json:"scope"` // task or shared
+	Autoprovision bool              `json:"autoprovision"`
+	Driver        string            `json:"driver,omitempty"`
+	DriverOpts    map[string]string `json:"driverOpts,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+}
+
+// Container is one container of a task: its definition and its runtime state.
+type Container struct {
+	// Definition.
+	Name                   string            `json:"name"`
+	Image                  string            `json:"image"`
+	CPU                    int               `json:"cpu,omitempty"`
+	Memory                 int               `json:"memory,omitempty"`            // MiB, hard limit
+	MemoryReservation      int               `json:"memoryReservation,omitempty"` // MiB, soft limit
+	Essential              bool              `json:"essential"`
+	EntryPoint             []string          `json:"entryPoint,omitempty"`
+	Command                []string          `json:"command,omitempty"`
+	Environment            []KeyValue        `json:"environment,omitempty"`
+	PortMappings           []PortMapping     `json:"portMappings,omitempty"`
+	MountPoints            []MountPoint      `json:"mountPoints,omitempty"`
+	VolumesFrom            []VolumeFrom      `json:"volumesFrom,omitempty"`
+	DependsOn              []Dependency      `json:"dependsOn,omitempty"`
+	HealthCheck            *HealthCheck      `json:"healthCheck,omitempty"`
+	StopTimeout            time.Duration     `json:"stopTimeout,omitempty"`  // 0: the agent's default
+	StartTimeout           time.Duration     `json:"startTimeout,omitempty"` // 0: the agent's default
+	User                   string            `json:"user,omitempty"`
+	WorkingDirectory       string            `json:"workingDirectory,omitempty"`
+	Ulimits                []Ulimit          `json:"ulimits,omitempty"`
+	DockerLabels           map[string]string `json:"dockerLabels,omitempty"`
+	LogConfiguration       *LogConfiguration `json:"logConfiguration,omitempty"`
+	Privileged             bool              `json:"privileged,omitempty"`
+	ReadonlyRootFilesystem bool              `json:"readonlyRootFilesystem,omitempty"`
+	InitProcessEnabled     bool              `json:"initProcessEnabled,omitempty"`
+	// Pause marks the pause container Berth adds to an awsvpc task; it is not in the definition.
+	Pause bool `json:"pause,omitempty"`
+
+	// Runtime state.
+	DesiredStatus   ContainerStatus  `json:"desiredStatus"`
+	KnownStatus     ContainerStatus  `json:"knownStatus"`
+	SentStatus      ContainerStatus  `json:"sentStatus"`
+	DockerID        string           `json:"dockerId,omitempty"`
+	DockerName      string           `json:"dockerName,omitempty"`
+	ImageID         string           `json:"imageId,omitempty"`
+	ExitCode        *int             `json:"exitCode,omitempty"`
+	Reason          string           `json:"reason,omitempty"`
+	Health          HealthStatus     `json:"health,omitempty"`
+	NetworkBindings []NetworkBinding `json:"networkBindings,omitempty"`
+	StartedAt       time.Time        `json:"startedAt,omitzero"`
+	FinishedAt      time.Time        `json:"finishedAt,omitzero"`
+}
+
+// SteadyState is the status the container settles in while its task runs.
+func (c *Container) SteadyState() ContainerStatus {
+	if c.Pause {
+		return ContainerResourcesProvisioned
+	}
+	return ContainerRunning
+}
+
+// Started reports whether the container has reached its steady state at some point (it may have
+// stopped since).
+func (c *Container) Started() bool {
+	return !c.StartedAt.IsZero() || c.KnownStatus == ContainerRunning || c.KnownStatus == ContainerResourcesProvisioned
+}
+
+// Task is one task: its definition, its containers and its state.
+type Task struct {
+	Arn         string       `json:"arn"`
+	Family      string       `json:"family"`
+	Revision    int          `json:"revision"`
+	NetworkMode NetworkMode  `json:"networkMode"`
+	CPU         int          `json:"cpu,omitempty"`    // CPU units for the whole task, 0 when unset
+	Memory      int          `json:"memory,omitempty"` // MiB for the whole task, 0 when unset
+	Volumes     []Volume     `json:"volumes,omitempty"`
+	Containers  []*Container `json:"containers"`
+
+	DesiredStatus TaskStatus `json:"desiredStatus"`
+	KnownStatus   TaskStatus `json:"knownStatus"`
+	SentStatus    TaskStatus `json:"sentStatus"`
+	StoppedReason string     `json:"stoppedReason,omitempty"`
+	CreatedAt     time.Time  `json:"createdAt,omitzero"`
+	StartedAt     time.Time  `json:"startedAt,omitzero"`
+	StoppedAt     time.Time  `json:"stoppedAt,omitzero"`
+}
+
+// Container returns the container with the given name, or nil.
+func (t *Task) Container(name string) *Container {
+	for _, c := range t.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// DeriveKnownStatus computes the task's known status from its containers: the lowest status every
+// container has reached, counting a stopped container as having passed every earlier status; STOPPED
+// once every container is stopped. It never moves the task's status backwards.
+func (t *Task) DeriveKnownStatus() TaskStatus {
+	if len(t.Containers) == 0 {
+		return t.KnownStatus
+	}
+	allStopped := true
+	lowest := TaskRunning
+	for _, c := range t.Containers {
+		if c.KnownStatus != ContainerStopped {
+			allStopped = false
+			if s := taskStatusOf(c.KnownStatus); s < lowest {
+				lowest = s
+			}
+		}
+	}
+	derived := lowest
+	if allStopped {
+		derived = TaskStopped
+	}
+	if derived < t.KnownStatus {
+		return t.KnownStatus
+	}
+	return derived
+}
+
+// StartBlock says why a container cannot start yet. A zero StartBlock means it may start.
+type StartBlock struct {
+	// Wait names what the container waits for; the caller bounds the wait by the container's start timeout.
+	Wait string
+	// Fail is set when the container can never start: a dependency ended in a way its condition rules out.
+	Fail error
+}
+
+// CanStart evaluates c's dependsOn against the current state of the task's other containers.
+func (t *Task) CanStart(c *Container) StartBlock {
+	for _, d := range c.DependsOn {
+		dep := t.Container(d.ContainerName)
+		if dep == nil {
+			return StartBlock{Fail: fmt.Errorf("dependency %q is not a container of the task", d.ContainerName)}
+		}
+		stopped := dep.KnownStatus == ContainerStopped
+		switch d.Condition {
+		case ConditionStart:
+			if dep.Started() {
+				continue
+			}
+			if stopped {
+				return StartBlock{Fail: fmt.Errorf("dependency %q stopped before it started (condition START)", dep.Name)}
+			}
+			return StartBlock{Wait: fmt.Sprintf("waiting for %q to start (condition START)", dep.Name)}
+		case ConditionComplete:
+			if stopped {
+				continue
+			}
+			return StartBlock{Wait: fmt.Sprintf("waiting for %q to complete (condition COMPLETE)", dep.Name)}
+		case ConditionSuccess:
+			if stopped && dep.ExitCode != nil && *dep.ExitCode == 0 {
+				continue
+			}
+			if stopped {
+				return StartBlock{Fail: fmt.Errorf("dependency %q exited with %s (condition SUCCESS needs exit code 0)", dep.Name, exitText(dep.ExitCode))}
+			}
+			return StartBlock{Wait: fmt.Sprintf("waiting for %q to exit successfully (condition SUCCESS)", dep.Name)}
+		case ConditionHealthy:
+			if dep.Health == HealthHealthy && !stopped {
+				continue
+			}
+			if stopped {
+				return StartBlock{Fail: fmt.Errorf("dependency %q stopped before it became healthy (condition HEALTHY)", dep.Name)}
+			}
+			return StartBlock{Wait: fmt.Sprintf("waiting for %q to become healthy (condition HEALTHY)", dep.Name)}
+		default:
+			return StartBlock{Fail: fmt.Errorf("dependency %q has unknown condition %q", dep.Name, d.Condition)}
+		}
+	}
+	return StartBlock{}
+}
+
+func exitText(code *int) string {
+	if code == nil {
+		return "no exit code"
+	}
+	return fmt.Sprintf("exit code %d", *code)
+}
+
+// StopBlockers returns the containers that must stop before c may: those that depend on c and have not
+// stopped yet, so shutdown runs in reverse dependency order. Every container of an awsvpc task also
+// stops before its pause container.
+func (t *Task) StopBlockers(c *Container) []string {
+	var out []string
+	for _, other := range t.Containers {
+		if other == c || other.KnownStatus == ContainerStopped {
+			continue
+		}
+		if c.Pause && other.KnownStatus != ContainerNone {
+			out = append(out, other.Name)
+			continue
+		}
+		for _, d := range other.DependsOn {
+			if d.ContainerName == c.Name && other.KnownStatus != ContainerNone {
+				out = append(out, other.Name)
+				break
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,146 @@
+package task
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func intp(i int) *int { return &i }
+
+func TestStatusNamesRoundTrip(t *testing.T) {
+	for s := ContainerNone; s <= ContainerStopped; s++ {
+		b, err := json.Marshal(s)
+		require.NoError(t, err)
+		var back ContainerStatus
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Equal(t, s, back)
+	}
+	for s := TaskNone; s <= TaskStopped; s++ {
+		b, err := json.Marshal(s)
+		require.NoError(t, err)
+		var back TaskStatus
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Equal(t, s, back)
+	}
+	assert.Equal(t, `"RESOURCES_PROVISIONED"`, mustJSON(t, ContainerResourcesProvisioned))
+	assert.Equal(t, `"RUNNING"`, mustJSON(t, TaskRunning))
+	var bad ContainerStatus
+	assert.Error(t, json.Unmarshal([]byte(`"BOGUS"`), &bad))
+	assert.Equal(t, "ContainerStatus(42)", ContainerStatus(42).String())
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestDeriveKnownStatus(t *testing.T) {
+	tests := []struct {
+		name     string
+		current  TaskStatus
+		statuses []ContainerStatus
+		pause    int // index of the pause container, -1 for none
+		want     TaskStatus
+	}{
+		{name: "all none", statuses: []ContainerStatus{ContainerNone, ContainerNone}, pause: -1, want: TaskNone},
+		{name: "lowest wins", statuses: []ContainerStatus{ContainerRunning, ContainerCreated}, pause: -1, want: TaskCreated},
+		{name: "all running", statuses: []ContainerStatus{ContainerRunning, ContainerRunning}, pause: -1, want: TaskRunning},
+		{name: "pause provisioned counts as running", statuses: []ContainerStatus{ContainerResourcesProvisioned, ContainerRunning}, pause: 0, want: TaskRunning},
+		{name: "a stopped container does not hold the task back", statuses: []ContainerStatus{ContainerStopped, ContainerRunning}, pause: -1, want: TaskRunning},
+		{name: "all stopped", statuses: []ContainerStatus{ContainerStopped, ContainerStopped}, pause: -1, want: TaskStopped},
+		{name: "never backwards", current: TaskRunning, statuses: []ContainerStatus{ContainerCreated, ContainerRunning}, pause: -1, want: TaskRunning},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tk := &Task{KnownStatus: tt.current}
+			for i, s := range tt.statuses {
+				tk.Containers = append(tk.Containers, &Container{Name: string(rune('a' + i)), KnownStatus: s, Pause: i == tt.pause})
+			}
+			assert.Equal(t, tt.want, tk.DeriveKnownStatus())
+		})
+	}
+}
+
+func TestCanStart(t *testing.T) {
+	started := time.Unix(100, 0)
+	tests := []struct {
+		name     string
+		dep      Container
+		cond     Condition
+		wantWait bool
+		wantFail bool
+	}{
+		{name: "start: not yet", dep: Container{KnownStatus: ContainerCreated}, cond: ConditionStart, wantWait: true},
+		{name: "start: running", dep: Container{KnownStatus: ContainerRunning}, cond: ConditionStart},
+		{name: "start: ran and exited", dep: Container{KnownStatus: ContainerStopped, StartedAt: started, ExitCode: intp(0)}, cond: ConditionStart},
+		{name: "start: stopped without starting", dep: Container{KnownStatus: ContainerStopped}, cond: ConditionStart, wantFail: true},
+		{name: "complete: running", dep: Container{KnownStatus: ContainerRunning}, cond: ConditionComplete, wantWait: true},
+		{name: "complete: exited 3", dep: Container{KnownStatus: ContainerStopped, ExitCode: intp(3)}, cond: ConditionComplete},
+		{name: "success: running", dep: Container{KnownStatus: ContainerRunning}, cond: ConditionSuccess, wantWait: true},
+		{name: "success: exited 0", dep: Container{KnownStatus: ContainerStopped, ExitCode: intp(0)}, cond: ConditionSuccess},
+		{name: "success: exited 1", dep: Container{KnownStatus: ContainerStopped, ExitCode: intp(1)}, cond: ConditionSuccess, wantFail: true},
+		{name: "success: no exit code", dep: Container{KnownStatus: ContainerStopped}, cond: ConditionSuccess, wantFail: true},
+		{name: "healthy: unknown", dep: Container{KnownStatus: ContainerRunning, Health: HealthUnknown}, cond: ConditionHealthy, wantWait: true},
+		{name: "healthy: unhealthy keeps waiting", dep: Container{KnownStatus: ContainerRunning, Health: HealthUnhealthy}, cond: ConditionHealthy, wantWait: true},
+		{name: "healthy: healthy", dep: Container{KnownStatus: ContainerRunning, Health: HealthHealthy}, cond: ConditionHealthy},
+		{name: "healthy: stopped", dep: Container{KnownStatus: ContainerStopped, Health: HealthHealthy}, cond: ConditionHealthy, wantFail: true},
+		{name: "unknown condition", dep: Container{KnownStatus: ContainerRunning}, cond: "EVENTUALLY", wantFail: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dep := tt.dep
+			dep.Name = "db"
+			app := &Container{Name: "app", DependsOn: []Dependency{{ContainerName: "db", Condition: tt.cond}}}
+			tk := &Task{Containers: []*Container{&dep, app}}
+			got := tk.CanStart(app)
+			assert.Equal(t, tt.wantWait, got.Wait != "", "wait: %q", got.Wait)
+			assert.Equal(t, tt.wantFail, got.Fail != nil, "fail: %v", got.Fail)
+			if tt.wantWait || tt.wantFail {
+				text := got.Wait
+				if got.Fail != nil {
+					text = got.Fail.Error()
+				}
+				assert.Contains(t, text, `"db"`)
+				assert.Contains(t, text, string(tt.cond))
+			}
+		})
+	}
+	t.Run("missing dependency", func(t *testing.T) {
+		app := &Container{Name: "app", DependsOn: []Dependency{{ContainerName: "ghost", Condition: ConditionStart}}}
+		got := (&Task{Containers: []*Container{app}}).CanStart(app)
+		require.Error(t, got.Fail)
+		assert.Contains(t, got.Fail.Error(), "ghost")
+	})
+	t.Run("no dependencies", func(t *testing.T) {
+		app := &Container{Name: "app"}
+		assert.Equal(t, StartBlock{}, (&Task{Containers: []*Container{app}}).CanStart(app))
+	})
+}
+
+func TestStopBlockers(t *testing.T) {
+	pause := &Container{Name: "~pause", Pause: true, KnownStatus: ContainerResourcesProvisioned}
+	db := &Container{Name: "db", KnownStatus: ContainerRunning}
+	web := &Container{Name: "web", KnownStatus: ContainerRunning, DependsOn: []Dependency{{ContainerName: "db", Condition: ConditionHealthy}}}
+	side := &Container{Name: "side", KnownStatus: ContainerNone, DependsOn: []Dependency{{ContainerName: "db", Condition: ConditionStart}}}
+	tk := &Task{Containers: []*Container{pause, db, web, side}}
+
+	assert.Equal(t, []string{"web"}, tk.StopBlockers(db), "a running dependent blocks; one never started does not")
+	assert.Empty(t, tk.StopBlockers(web))
+	assert.ElementsMatch(t, []string{"db", "web"}, tk.StopBlockers(pause), "the pause container stops last")
+
+	web.KnownStatus = ContainerStopped
+	assert.Empty(t, tk.StopBlockers(db))
+}
+
+func TestSteadyStateAndLookup(t *testing.T) {
+	tk := &Task{Containers: []*Container{{Name: "a"}, {Name: "p", Pause: true}}}
+	assert.Equal(t, ContainerRunning, tk.Container("a").SteadyState())
+	assert.Equal(t, ContainerResourcesProvisioned, tk.Container("p").SteadyState())
+	assert.Nil(t, tk.Container("zzz"))
+}
