@@ -9,7 +9,7 @@ LDFLAGS := -X $(PKG)/agent/version.GitHash=$(GIT_HASH)
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision lint fmt vet clean
+.PHONY: all build run test unit integration provision lint fmt vet clean bench
 
 all: build
 
@@ -29,6 +29,10 @@ run: provision build
 # Every test: provisioning, then unit and integration tests (with the fuzz seed corpora) under -race.
 test: provision lint
 	$(GO) test -race -count=1 -tags integration -timeout 15m ./...
+
+# Berth against the bare Docker Engine, side by side in one run; prints ratios.
+bench: provision
+	$(GO) run ./scripts/bench
 
 # Unit tests only: no Docker, no root.
 unit:

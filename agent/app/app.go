@@ -16,6 +16,7 @@ import (
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/registryauth"
 	"github.com/berth-agent/berth/agent/version"
 )
 
@@ -25,13 +26,18 @@ const shutdownGrace = 3 * time.Second
 
 // Run starts the agent with the loaded configuration and blocks until ctx is done, then shuts down and
 // returns nil. It returns an error when a component cannot start (for example a port in use).
-func Run(ctx context.Context, res *config.Result, console io.Writer) error {
+func Run(ctx context.Context, res *config.Result, console io.Writer) (err error) {
 	cfg := res.Config
 	log, err := logger.New(cfg.Log, console)
 	if err != nil {
 		return fmt.Errorf("set up logging: %w", err)
 	}
-	defer log.Close()
+	defer func() {
+		if err != nil {
+			log.Critical("berth cannot run", "error", err)
+		}
+		log.Close()
+	}()
 
 	log.Info("berth starting", "version", version.Get().String())
 	for _, w := range res.Warnings {
@@ -41,6 +47,14 @@ func Run(ctx context.Context, res *config.Result, console io.Writer) error {
 	log.Info("effective configuration", values...)
 	log.Info("configuration sources (the rest are defaults)", sources...)
 	log.Info("control plane mode selected", "mode", string(cfg.Mode), "reason", cfg.ModeReason)
+
+	auth, err := registryauth.New(registryAuthConfig(cfg), log)
+	if err != nil {
+		return fmt.Errorf("registry credentials: %w", err)
+	}
+	if err := checkRequired(ctx, auth); err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", cfg.IntrospectionAddr)
 	if err != nil {
@@ -70,6 +84,30 @@ func Run(ctx context.Context, res *config.Result, console io.Writer) error {
 	}
 	log.Info("berth stopped")
 	return nil
+}
+
+// requireTimeout bounds the start-up check of ECS_REGISTRY_REQUIRE, so the agent exits within 15 s
+// when a required registry's cloud is unreachable.
+const requireTimeout = 15 * time.Second
+
+// checkRequired makes the start-up check ECS_REGISTRY_REQUIRE asks for; it does nothing without one.
+func checkRequired(ctx context.Context, auth *registryauth.Provider) error {
+	ctx, cancel := context.WithTimeout(ctx, requireTimeout)
+	defer cancel()
+	return auth.CheckRequired(ctx)
+}
+
+// registryAuthConfig takes the registry-credential keys from the agent's configuration.
+func registryAuthConfig(cfg *config.Config) registryauth.Config {
+	return registryauth.Config{
+		AuthType:        cfg.EngineAuthType,
+		AuthData:        cfg.EngineAuthData,
+		AWSRegion:       cfg.AWSRegion,
+		ECRRegions:      cfg.Registry.ECRRegions,
+		IncludeAccounts: cfg.Registry.IncludeAccounts,
+		ExcludeAccounts: cfg.Registry.ExcludeAccounts,
+		Require:         cfg.Registry.Require,
+	}
 }
 
 // effectiveFields renders the redacted effective configuration as logger fields: every key with its

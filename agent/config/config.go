@@ -105,6 +105,7 @@ type Config struct {
 	ImagePullTimeout           time.Duration
 	ImagePullInactivityTimeout time.Duration
 	ImagePullBehavior          ImagePullBehavior
+	ImagePullMaxConcurrent     int
 	ImageCleanupInterval       time.Duration
 	ImageMinimumCleanupAge     time.Duration
 	NumImagesToDeletePerCycle  int

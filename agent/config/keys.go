@@ -103,6 +103,8 @@ func keyTable() []key {
 			field: func(c *Config) field {
 				return stringField{p: (*string)(&c.ImagePullBehavior), oneOf: []string{"default", "always", "once", "prefer-cached"}}
 			}},
+		{name: "ECS_IMAGE_PULL_MAX_CONCURRENT", def: "4", berth: true, doc: "host-wide limit on image pulls running at once (each pull fetches 3 layers at a time)",
+			field: func(c *Config) field { return intField{p: &c.ImagePullMaxConcurrent, min: 1} }},
 		{name: "ECS_IMAGE_CLEANUP_INTERVAL", jsonName: "ImageCleanupInterval", def: "30m", doc: "how often unused images are removed",
 			field: func(c *Config) field { return durationField{p: &c.ImageCleanupInterval, min: minImageCleanupInterval} }},
 		{name: "ECS_IMAGE_MINIMUM_CLEANUP_AGE", jsonName: "MinimumImageDeletionAge", def: "1h", doc: "an image younger than this is kept",

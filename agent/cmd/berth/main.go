@@ -28,6 +28,7 @@ commands:
   agent        run the agent (the default)
   config       print the effective configuration as JSON with each value's source; exit 1 if invalid
   healthcheck  ask the running agent's introspection API; exit 0 healthy, 1 not
+  pull IMAGE   pull an image through the agent's pull path and print each attempt; exit 1 on failure
   version      print version, git hash and Go version
 
 Run "berth agent -h" for the configuration flags.
@@ -53,6 +54,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return runConfig(args, environ, stdout, stderr)
 	case "healthcheck":
 		return runHealthcheck(ctx, args, environ, stdout, stderr)
+	case "pull":
+		return runPull(ctx, args, environ, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version.Get().String())
 		return 0
@@ -74,20 +77,28 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) 
 // loadConfig parses the configuration flags in args and loads the configuration. With a configuration
 // error it returns the Result too; with an exitCode error it returns no Result.
 func loadConfig(name string, args, environ []string, stderr io.Writer) (*config.Result, error) {
+	res, _, err := loadConfigArgs(name, 0, args, environ, stderr)
+	return res, err
+}
+
+// loadConfigArgs is loadConfig for a command that takes exactly nargs positional arguments after its
+// flags, which it returns.
+func loadConfigArgs(name string, nargs int, args, environ []string, stderr io.Writer) (*config.Result, []string, error) {
 	fs := flag.NewFlagSet("berth "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	given := config.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil, exitCode(0)
+			return nil, nil, exitCode(0)
 		}
-		return nil, exitCode(2)
+		return nil, nil, exitCode(2)
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "berth %s: unexpected argument %q\n", name, fs.Arg(0))
-		return nil, exitCode(2)
+	if fs.NArg() != nargs {
+		fmt.Fprintf(stderr, "berth %s: want %d argument(s), got %d\n", name, nargs, fs.NArg())
+		return nil, nil, exitCode(2)
 	}
-	return config.Load(config.Sources{Environ: environ, Flags: given()})
+	res, err := config.Load(config.Sources{Environ: environ, Flags: given()})
+	return res, fs.Args(), err
 }
 
 // flagExit returns the exit code when err ended the command at the command line.
@@ -158,6 +169,24 @@ func runConfig(args, environ []string, stdout, stderr io.Writer) int {
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(res.Show()); err != nil {
 		fmt.Fprintf(stderr, "berth: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runPull(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	res, rest, err := loadConfigArgs("pull", 1, args, environ, stderr)
+	if code, ok := flagExit(err); ok {
+		return code
+	}
+	if err != nil {
+		for _, e := range splitErrors(err) {
+			fmt.Fprintf(stderr, "berth: invalid configuration: %v\n", e)
+		}
+		return 1
+	}
+	if err := app.Pull(ctx, res, rest[0], stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "berth pull: %v\n", err)
 		return 1
 	}
 	return 0

@@ -163,3 +163,29 @@ func TestIntegrationBadConfigExits(t *testing.T) {
 		})
 	}
 }
+
+// TestIntegrationRegistryRequireExits: with ECS_REGISTRY_REQUIRE=ecr and AWS unreachable the agent
+// exits 1 within 15 s, naming the requirement.
+func TestIntegrationRegistryRequireExits(t *testing.T) {
+	bin := buildBerth(t)
+	dir := t.TempDir()
+	for _, how := range [][]string{{"agent", "--registry-require=ecr"}, {"agent"}} {
+		t.Run(how[len(how)-1], func(t *testing.T) {
+			cmd := exec.Command(bin, how...)
+			cmd.Env = append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
+				"ECS_INTROSPECTION_ADDR="+freeAddr(t), "ECS_REGISTRY_REQUIRE=ecr",
+				"AWS_EC2_METADATA_SERVICE_ENDPOINT=http://"+freeAddr(t), "AWS_EC2_METADATA_DISABLED=false",
+				"AWS_CONFIG_FILE="+filepath.Join(dir, "config"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "credentials"),
+				"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_REGION=", "AWS_DEFAULT_REGION=")
+			var stderr lockedBuffer
+			cmd.Stderr = &stderr
+			start := time.Now()
+			err := cmd.Run()
+			var exitErr *exec.ExitError
+			require.ErrorAs(t, err, &exitErr, stderr.String())
+			assert.Equal(t, 1, exitErr.ExitCode())
+			assert.Less(t, time.Since(start), 15*time.Second)
+			assert.Contains(t, stderr.String(), `registry requirement "ecr"`)
+		})
+	}
+}

@@ -1,0 +1,121 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/registryauth"
+)
+
+// newDockerClient builds the Docker Engine client and its pull path from the configuration. The agent
+// and `berth pull` both use it, so a pull from the command line behaves exactly as one for a task.
+func newDockerClient(cfg *config.Config, log *logger.Logger) (*dockerclient.Client, error) {
+	behavior, err := dockerclient.ParseBehavior(string(cfg.ImagePullBehavior))
+	if err != nil {
+		return nil, err
+	}
+	timeouts := dockerclient.DefaultTimeouts()
+	timeouts.Create = cfg.ContainerCreateTimeout
+	timeouts.Start = cfg.ContainerStartTimeout
+	return dockerclient.NewClient(dockerclient.Config{
+		Endpoint: cfg.DockerHost,
+		Timeouts: timeouts,
+		Pull: dockerclient.PullConfig{
+			InactivityTimeout: cfg.ImagePullInactivityTimeout,
+			PullTimeout:       cfg.ImagePullTimeout,
+			MaxConcurrent:     cfg.ImagePullMaxConcurrent,
+			Behavior:          behavior,
+			Logger:            log,
+		},
+		Logger: log,
+	})
+}
+
+// Pull pulls one image through the agent's pull path (credentials, retries, progress, limits) and
+// prints each attempt's outcome and the result to out. Logs go to console. It returns an error that
+// says why the pull failed.
+func Pull(ctx context.Context, res *config.Result, image string, out, console io.Writer) error {
+	cfg := res.Config
+	log, err := logger.New(cfg.Log, console)
+	if err != nil {
+		return fmt.Errorf("set up logging: %w", err)
+	}
+	defer log.Close()
+	auth, err := registryauth.New(registryAuthConfig(cfg), log)
+	if err != nil {
+		return fmt.Errorf("registry credentials: %w", err)
+	}
+	if err := checkRequired(ctx, auth); err != nil {
+		return err
+	}
+	client, err := newDockerClient(cfg, log)
+	if err != nil {
+		return fmt.Errorf("docker client: %w", err)
+	}
+	defer client.Close()
+
+	result, err := client.PullImage(ctx, image, auth)
+	for _, a := range result.Attempts {
+		if a.Err != nil {
+			fmt.Fprintf(out, "attempt %d: failed after %s: %v (%s)\n", a.Number, a.Duration.Round(time.Millisecond), a.Err, PullFailureClass(a.Err))
+			continue
+		}
+		fmt.Fprintf(out, "attempt %d: succeeded after %s, %s downloaded\n", a.Number, a.Duration.Round(time.Millisecond), bytesText(a.Bytes))
+	}
+	if err != nil {
+		return fmt.Errorf("pull %s failed after %d attempt(s): %s: %w", image, len(result.Attempts), PullFailureClass(err), err)
+	}
+	switch {
+	case result.Cached && !result.Pulled:
+		fmt.Fprintf(out, "%s: using the local copy (image pull behavior %s)\n", image, cfg.ImagePullBehavior)
+	default:
+		fmt.Fprintf(out, "pulled %s in %s after %d attempt(s), %s downloaded\n", image, result.Duration.Round(time.Millisecond), len(result.Attempts), bytesText(result.Bytes))
+	}
+	return nil
+}
+
+// PullFailureClass names what kind of pull failure err is and whether it is worth retrying.
+func PullFailureClass(err error) string {
+	var ecr *registryauth.CannotPullECRContainerError
+	classes := []struct {
+		is   bool
+		text string
+	}{
+		{errors.As(err, &ecr), "ECR refused credentials, not retried"},
+		{errors.Is(err, dockerclient.ErrAuthRefused), "registry authentication refused, not retried"},
+		{errors.Is(err, dockerclient.ErrInvalidReference), "invalid image reference, not retried"},
+		{errors.Is(err, dockerclient.ErrNotFound), "repository or manifest not found, not retried"},
+		{errors.Is(err, dockerclient.ErrInactivity), "no progress within the inactivity timeout, retried"},
+		{errors.Is(err, dockerclient.ErrTooManyRequests), "registry throttled the pull, retried"},
+		{errors.Is(err, dockerclient.ErrRegistryUnavailable), "registry unavailable, retried"},
+		{errors.Is(err, dockerclient.ErrConnection), "connection failed, retried"},
+		{errors.Is(err, context.DeadlineExceeded), "timed out"},
+		{errors.Is(err, context.Canceled), "cancelled"},
+	}
+	for _, c := range classes {
+		if c.is {
+			return c.text
+		}
+	}
+	return "unclassified, retried"
+}
+
+func bytesText(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %siB", float64(n)/float64(div), strings.Split("K M G T P", " ")[exp])
+}

@@ -1,0 +1,205 @@
+package registryauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/ecr"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+	docker "github.com/fsouza/go-dockerclient"
+	"golang.org/x/sync/singleflight"
+)
+
+// defaultIdentity is the credentials identity of the SDK's default credential chain.
+const defaultIdentity = "default"
+
+// tokenKey names one cached ECR token: the registry, the endpoint asked and whose credentials asked.
+type tokenKey struct {
+	account  string
+	region   string
+	fips     bool
+	endpoint string // endpoint override; "" is the SDK's endpoint (AWS_ENDPOINT_URL_ECR or AWS's)
+	identity string // defaultIdentity, or a hash of the access key id of explicit credentials
+}
+
+// String is the key's singleflight name.
+func (k tokenKey) String() string {
+	return fmt.Sprintf("%s|%s|%t|%s|%s", k.account, k.region, k.fips, k.endpoint, k.identity)
+}
+
+// credentialsIdentity names explicit credentials in cache keys without keeping the key id itself.
+func credentialsIdentity(accessKeyID string) string {
+	sum := sha256.Sum256([]byte(accessKeyID))
+	return "key:" + hex.EncodeToString(sum[:8])
+}
+
+// token is a decoded ECR authorization token.
+type token struct {
+	auth      docker.AuthConfiguration
+	expiresAt time.Time
+}
+
+// tokenRequest is everything one GetAuthorizationToken call needs.
+type tokenRequest struct {
+	key    tokenKey
+	awsCfg aws.Config
+	creds  aws.CredentialsProvider
+}
+
+// tokenCache holds ECR tokens per tokenKey and shares concurrent fetches of one key.
+type tokenCache struct {
+	mu     sync.Mutex
+	tokens map[tokenKey]token
+	flight singleflight.Group
+}
+
+func (c *tokenCache) get(k tokenKey) (token, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.tokens[k]
+	return t, ok
+}
+
+// put stores t and drops tokens that have expired.
+func (c *tokenCache) put(k tokenKey, t token, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tokens == nil {
+		c.tokens = make(map[tokenKey]token)
+	}
+	for old, ot := range c.tokens {
+		if !now.Before(ot.expiresAt) {
+			delete(c.tokens, old)
+		}
+	}
+	c.tokens[k] = t
+}
+
+func (c *tokenCache) drop(k tokenKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.tokens, k)
+}
+
+// fresh reports whether t can be handed out without a refresh.
+func (p *Provider) fresh(t token) bool {
+	return p.now().Add(p.cfg.RefreshMargin).Before(t.expiresAt)
+}
+
+// ecrToken returns credentials for image from the cache, or fetches them once for all concurrent
+// callers asking for the same key. A refresh that fails while the cached token is still valid
+// hands out the cached token.
+func (p *Provider) ecrToken(ctx context.Context, image, host string, req tokenRequest) (docker.AuthConfiguration, error) {
+	if t, ok := p.tokens.get(req.key); ok && p.fresh(t) {
+		return t.auth, nil
+	}
+	ch := p.tokens.flight.DoChan(req.key.String(), func() (any, error) {
+		if t, ok := p.tokens.get(req.key); ok && p.fresh(t) {
+			return t, nil // another flight refreshed it while this one was being set up
+		}
+		// The fetch is shared, so one caller giving up must not cancel it for the others.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.CallTimeout)
+		defer cancel()
+		t, err := p.fetchToken(fctx, req)
+		if err != nil {
+			return nil, err
+		}
+		p.tokens.put(req.key, t, p.now())
+		return t, nil
+	})
+	var res singleflight.Result
+	select {
+	case <-ctx.Done():
+		return docker.AuthConfiguration{}, fmt.Errorf("ECR credentials for image %q: %w", image, ctx.Err())
+	case res = <-ch:
+	}
+	if res.Err == nil {
+		return res.Val.(token).auth, nil
+	}
+	if t, ok := p.tokens.get(req.key); ok && p.now().Before(t.expiresAt) {
+		p.log.Warn("cannot refresh ECR credentials; using the cached ones until they expire",
+			"image", image, "registry", host, "expires_at", t.expiresAt.UTC().Format(time.RFC3339), "error", res.Err)
+		return t.auth, nil
+	}
+	var refused *refusedError
+	if errors.As(res.Err, &refused) {
+		return docker.AuthConfiguration{}, &CannotPullECRContainerError{Image: image, Registry: host, Err: refused.err}
+	}
+	return docker.AuthConfiguration{}, &ECRUnreachableError{Image: image, Registry: host, Err: res.Err}
+}
+
+// fetchToken calls ecr:GetAuthorizationToken and decodes the answer. A refusal is returned as a
+// *refusedError; anything else is worth retrying.
+func (p *Provider) fetchToken(ctx context.Context, req tokenRequest) (token, error) {
+	if req.creds == nil {
+		return token{}, &refusedError{errors.New("no AWS credentials are configured")}
+	}
+	if _, err := req.creds.Retrieve(ctx); err != nil {
+		return token{}, &refusedError{fmt.Errorf("retrieve AWS credentials: %w", err)}
+	}
+	if req.key.region == "" {
+		return token{}, &refusedError{errors.New("no AWS region to ask ECR in")}
+	}
+	client := ecr.NewFromConfig(req.awsCfg, func(o *ecr.Options) {
+		o.Region = req.key.region
+		o.Credentials = req.creds
+		if req.key.endpoint != "" {
+			o.BaseEndpoint = aws.String(req.key.endpoint)
+		}
+		if req.key.fips {
+			o.EndpointOptions.UseFIPSEndpoint = aws.FIPSEndpointStateEnabled
+		}
+	})
+	in := &ecr.GetAuthorizationTokenInput{}
+	if req.key.account != "" {
+		in.RegistryIds = []string{req.key.account}
+	}
+	out, err := client.GetAuthorizationToken(ctx, in)
+	if err != nil {
+		if refusal(err) {
+			return token{}, &refusedError{err}
+		}
+		return token{}, err
+	}
+	if len(out.AuthorizationData) == 0 || out.AuthorizationData[0].AuthorizationToken == nil {
+		return token{}, &refusedError{errors.New("ECR answered without authorization data")}
+	}
+	data := out.AuthorizationData[0]
+	user, pass, err := decodeUserPass(aws.ToString(data.AuthorizationToken))
+	if err != nil {
+		return token{}, &refusedError{fmt.Errorf("ECR authorization token %w", err)}
+	}
+	expiresAt := p.now().Add(time.Hour) // ECR always says; be conservative if it does not
+	if data.ExpiresAt != nil {
+		expiresAt = *data.ExpiresAt
+	}
+	server := aws.ToString(data.ProxyEndpoint)
+	return token{
+		auth:      docker.AuthConfiguration{Username: user, Password: pass, ServerAddress: server},
+		expiresAt: expiresAt,
+	}, nil
+}
+
+// refusal reports whether a GetAuthorizationToken error is ECR saying no: a 4xx answer other than
+// throttling, or an API error without an HTTP status. Network errors, timeouts, throttling and 5xx
+// answers are not refusals.
+func refusal(err error) bool {
+	if awsretry.IsErrorThrottles(awsretry.DefaultThrottles).IsErrorThrottle(err) == aws.TrueTernary {
+		return false
+	}
+	var respErr *smithyhttp.ResponseError
+	if errors.As(err, &respErr) {
+		status := respErr.HTTPStatusCode()
+		return status >= 400 && status < 500 && status != 429
+	}
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr)
+}

@@ -1,0 +1,200 @@
+// Command bench measures Berth against the bare Docker Engine in one run and prints ratios: absolute
+// timings on a shared machine mean little, ratios taken side by side do. `make bench` runs it after
+// provisioning. Each section can be run alone with -only.
+//
+//	pull    Berth's pull path vs a bare Docker Engine pull of the same multi-layer image, cache cleared
+//	        before every pull, alternating which goes first; then 100 pulls through a proxy that fails
+//	        30 % of registry requests (503 or connection reset): success rate and mean attempts.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	docker "github.com/fsouza/go-dockerclient"
+
+	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/dockerclient/faultproxy"
+	"github.com/berth-agent/berth/agent/dockerclient/testregistry"
+)
+
+func main() {
+	only := flag.String("only", "", "run one section: pull")
+	rounds := flag.Int("pull-rounds", 7, "measured pulls per side")
+	faultPulls := flag.Int("fault-pulls", 100, "pulls through the faulty proxy")
+	flag.Parse()
+	ctx := context.Background()
+
+	dc, err := docker.NewClientFromEnv()
+	if err != nil {
+		fail("docker client: %v", err)
+	}
+	if err := dc.Ping(); err != nil {
+		fail("the Docker Engine must answer (run make provision): %v", err)
+	}
+	b := &bench{dc: dc}
+	if *only == "" || *only == "pull" {
+		b.pullRatio(ctx, *rounds)
+		b.faultyPulls(ctx, *faultPulls)
+	}
+}
+
+type bench struct {
+	dc *docker.Client
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func newPuller() *dockerclient.Client {
+	c, err := dockerclient.NewClient(dockerclient.Config{Endpoint: os.Getenv("DOCKER_HOST")})
+	if err != nil {
+		fail("berth docker client: %v", err)
+	}
+	return c
+}
+
+// purge removes an image under every name so that the next pull downloads every layer again.
+func (b *bench) purge(img testregistry.Image, refs ...string) {
+	for _, ref := range append(refs, img.Ref, img.ID) {
+		err := b.dc.RemoveImageExtended(ref, docker.RemoveImageOptions{Force: true})
+		if err != nil && err != docker.ErrNoSuchImage {
+			fail("remove %s: %v", ref, err)
+		}
+	}
+}
+
+func (b *bench) push(ctx context.Context, repo string, layers, size int) testregistry.Image {
+	img, err := testregistry.BuildAndPush(ctx, b.dc, testregistry.Addr, repo, fmt.Sprintf("bench%d", time.Now().UnixNano()), layers, size)
+	if err != nil {
+		fail("%v", err)
+	}
+	b.purge(img)
+	return img
+}
+
+// pullRatio times Berth's pull path and a bare Engine pull of the same image, alternating.
+func (b *bench) pullRatio(ctx context.Context, rounds int) {
+	const layers, size = 6, 8 << 20
+	img := b.push(ctx, "berth-bench-pull", layers, size)
+	defer b.purge(img)
+	berth := newPuller()
+	defer berth.Close()
+	repo, tag, _ := strings.Cut(img.Ref[len(testregistry.Addr)+1:], ":")
+	repo = testregistry.Addr + "/" + repo
+
+	bare := func() error {
+		return b.dc.PullImage(docker.PullImageOptions{Context: ctx, Repository: repo, Tag: tag, OutputStream: io.Discard}, docker.AuthConfiguration{})
+	}
+	viaBerth := func() error {
+		_, err := berth.PullImage(ctx, img.Ref, nil)
+		return err
+	}
+	var tBerth, tBare []time.Duration
+	measure := func(pull func() error, into *[]time.Duration) {
+		b.purge(img)
+		start := time.Now()
+		if err := pull(); err != nil {
+			fail("pull %s: %v", img.Ref, err)
+		}
+		*into = append(*into, time.Since(start))
+	}
+	measure(bare, new([]time.Duration)) // warm-up: registry page cache, connections
+	for i := range rounds {
+		if i%2 == 0 {
+			measure(viaBerth, &tBerth)
+			measure(bare, &tBare)
+		} else {
+			measure(bare, &tBare)
+			measure(viaBerth, &tBerth)
+		}
+	}
+	mb, mk := median(tBerth), median(tBare)
+	fmt.Printf("pull: %d layers, %.1f MiB compressed, %d rounds, cache cleared before every pull\n", layers, float64(img.Bytes)/(1<<20), rounds)
+	fmt.Printf("  bare Docker Engine pull  median %8s  (min %s, max %s)\n", mk.Round(time.Millisecond), slices.Min(tBare).Round(time.Millisecond), slices.Max(tBare).Round(time.Millisecond))
+	fmt.Printf("  Berth pull path          median %8s  (min %s, max %s)\n", mb.Round(time.Millisecond), slices.Min(tBerth).Round(time.Millisecond), slices.Max(tBerth).Round(time.Millisecond))
+	fmt.Printf("  ratio Berth/bare (median) %.3f   goal <= 1.05\n", float64(mb)/float64(mk))
+}
+
+// faultyPulls runs n pulls through a proxy failing 30 % of registry requests, in 4 lanes of distinct
+// images (the Puller shares concurrent pulls of one image, so lanes use different ones).
+func (b *bench) faultyPulls(ctx context.Context, n int) {
+	const lanes = 4
+	p, err := faultproxy.Start(faultproxy.Config{Target: "http://" + testregistry.Addr, Seed: 30,
+		Rules: []faultproxy.Rule{{Probability: 0.3, Faults: []faultproxy.Fault{
+			faultproxy.Status(503), faultproxy.Reset(0), faultproxy.Reset(32 << 10)}}}})
+	if err != nil {
+		fail("fault proxy: %v", err)
+	}
+	defer p.Close()
+	berth := newPuller()
+	defer berth.Close()
+
+	var (
+		mu        sync.Mutex
+		ok        int
+		attempts  int
+		failures  []string
+		wg        sync.WaitGroup
+		startedAt = time.Now()
+	)
+	for lane := range lanes {
+		img := b.push(ctx, fmt.Sprintf("berth-bench-faulty-%d", lane), 2, 512<<10)
+		ref := p.Addr() + img.Ref[len(testregistry.Addr):]
+		count := n / lanes
+		if lane < n%lanes {
+			count++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer b.purge(img, ref)
+			for range count {
+				b.purge(img, ref)
+				res, err := berth.PullImage(ctx, ref, nil)
+				mu.Lock()
+				attempts += len(res.Attempts)
+				if err == nil {
+					ok++
+				} else {
+					failures = append(failures, err.Error())
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	total := ok + len(failures)
+	fmt.Printf("faulty registry: %d pulls, 30 %% of %d registry requests failed (503 or reset; %d faults injected), %s\n",
+		total, len(p.Requests()), p.Faulted(), time.Since(startedAt).Round(time.Second))
+	fmt.Printf("  success rate %.1f %% (%d/%d)   goal 100 %%\n", 100*float64(ok)/float64(total), ok, total)
+	fmt.Printf("  mean attempts per pull %.2f\n", float64(attempts)/float64(total))
+	for i, f := range failures {
+		if i == 5 {
+			fmt.Printf("  … %d more failures\n", len(failures)-5)
+			break
+		}
+		fmt.Printf("  failure: %s\n", f)
+	}
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
