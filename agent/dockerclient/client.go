@@ -234,7 +234,13 @@ func (c *Client) getJSON(ctx context.Context, path string, out any) error {
 
 // rawGet sends GET path to the Engine; the caller closes the body of a 2xx answer.
 func (c *Client) rawGet(ctx context.Context, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+c.apiPath+path, nil)
+	return c.raw(ctx, http.MethodGet, path)
+}
+
+// raw sends a request without a body to the Engine; the caller closes the body of a 2xx or 304
+// answer. Other statuses come back as a *docker.Error with the Engine's message.
+func (c *Client) raw(ctx context.Context, method, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+c.apiPath+path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +248,7 @@ func (c *Client) rawGet(ctx context.Context, path string) (*http.Response, error
 	if err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
+	if (resp.StatusCode < 200 || resp.StatusCode >= 300) && resp.StatusCode != http.StatusNotModified {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		var msg struct {
@@ -276,16 +282,19 @@ func (c *Client) CreateContainer(ctx context.Context, opts docker.CreateContaine
 	return ctr, nil
 }
 
-// StartContainer starts a container; starting a running container succeeds.
+// StartContainer starts a container; starting a running container succeeds. It calls the Engine
+// directly: go-dockerclient's start path probes the server version lazily without a lock, a data race
+// when containers start concurrently.
 func (c *Client) StartContainer(ctx context.Context, id string) error {
 	ctx, cancel := withTimeout(ctx, "start container", c.timeouts.Start)
 	defer cancel()
-	err := c.docker.StartContainerWithContext(id, nil, ctx)
-	var running *docker.ContainerAlreadyRunning
-	switch {
-	case err == nil, errors.As(err, &running):
+	resp, err := c.raw(ctx, http.MethodPost, "/containers/"+url.PathEscape(id)+"/start")
+	if err == nil {
+		resp.Body.Close() // 204 started, 304 already running
 		return nil
-	case isNoSuchContainer(err):
+	}
+	var apiErr *docker.Error
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
 		return &NotFoundError{Kind: "container", Name: id, Err: err}
 	}
 	return fmt.Errorf("start container %q: %w", id, ctxErr(ctx, err))
