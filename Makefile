@@ -9,7 +9,7 @@ LDFLAGS := -X $(PKG)/agent/version.GitHash=$(GIT_HASH)
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision lint fmt vet clean bench
+.PHONY: all build run test unit integration provision images lint fmt vet clean bench
 
 all: build
 
@@ -19,19 +19,24 @@ build:
 provision:
 	BERTH_RUN_DIR=$(RUN_DIR) bash scripts/provision.sh
 
+# Test images (FROM scratch + static binaries from misc/), pushed to the local registry; the pause
+# image is also saved to .run/images/pause.tar. Skips what is unchanged.
+images: provision
+	BERTH_RUN_DIR=$(RUN_DIR) GO=$(GO) bash scripts/build-images.sh
+
 # Runs the agent in local mode with its data and logs under .run/ until SIGTERM or Ctrl-C.
-run: provision build
+run: images build
 	mkdir -p $(RUN_DIR)/data $(RUN_DIR)/log
 	ECS_DATADIR=$(RUN_DIR)/data ECS_LOGFILE=$(RUN_DIR)/log/berth.log \
-		ECS_ENV_FILE=$${ECS_ENV_FILE:-misc/examples/run.env} \
+		ECS_ENV_FILE=$${ECS_ENV_FILE:-misc/examples/run.env} ECS_STATIC_TASKS_DIR=$${ECS_STATIC_TASKS_DIR:-misc/examples/tasks.d} \
 		exec $(BIN) agent
 
 # Every test: provisioning, then unit and integration tests (with the fuzz seed corpora) under -race.
-test: provision lint
+test: images lint
 	$(GO) test -race -count=1 -tags integration -timeout 15m ./...
 
 # Berth against the bare Docker Engine, side by side in one run; prints ratios.
-bench: provision
+bench: images
 	$(GO) run ./scripts/bench
 
 # Unit tests only: no Docker, no root.
