@@ -61,6 +61,12 @@ type NetworkBinding struct {
 	Protocol      string `json:"protocol"`
 }
 
+// Network is one network a container is attached to, with its addresses.
+type Network struct {
+	Mode          string   `json:"mode"`
+	IPv4Addresses []string `json:"ipv4Addresses,omitempty"`
+}
+
 // MountPoint mounts a task volume into a container.
 type MountPoint struct {
 	SourceVolume  string `json:"sourceVolume"`
@@ -165,6 +171,7 @@ type Container struct {
 	Reason          string           `json:"reason,omitempty"`
 	Health          HealthStatus     `json:"health,omitempty"`
 	NetworkBindings []NetworkBinding `json:"networkBindings,omitempty"`
+	Networks        []Network        `json:"networks,omitempty"`
 	StartedAt       time.Time        `json:"startedAt,omitzero"`
 	FinishedAt      time.Time        `json:"finishedAt,omitzero"`
 }
@@ -198,9 +205,23 @@ type Task struct {
 	KnownStatus   TaskStatus `json:"knownStatus"`
 	SentStatus    TaskStatus `json:"sentStatus"`
 	StoppedReason string     `json:"stoppedReason,omitempty"`
+	PendingReason string     `json:"pendingReason,omitempty"` // why the task waits (host resources, networking)
 	CreatedAt     time.Time  `json:"createdAt,omitzero"`
 	StartedAt     time.Time  `json:"startedAt,omitzero"`
 	StoppedAt     time.Time  `json:"stoppedAt,omitzero"`
+}
+
+// Clone returns a copy of the task that shares nothing mutable with it: the task and each container
+// are copied. Slices and maps of the definition are shared; the model treats them as read-only and
+// replaces runtime slices (NetworkBindings) and pointers (ExitCode) wholesale instead of mutating them.
+func (t *Task) Clone() *Task {
+	c := *t
+	c.Containers = make([]*Container, len(t.Containers))
+	for i, ct := range t.Containers {
+		cc := *ct
+		c.Containers[i] = &cc
+	}
+	return &c
 }
 
 // Container returns the container with the given name, or nil.

@@ -144,3 +144,15 @@ func TestSteadyStateAndLookup(t *testing.T) {
 	assert.Equal(t, ContainerResourcesProvisioned, tk.Container("p").SteadyState())
 	assert.Nil(t, tk.Container("zzz"))
 }
+
+func TestCloneSharesNothingMutable(t *testing.T) {
+	orig := &Task{Arn: "a", KnownStatus: TaskRunning, Containers: []*Container{{Name: "web", KnownStatus: ContainerRunning}}}
+	cp := orig.Clone()
+	cp.KnownStatus = TaskStopped
+	cp.Containers[0].KnownStatus = ContainerStopped
+	cp.Containers[0].ExitCode = intp(1)
+	assert.Equal(t, TaskRunning, orig.KnownStatus)
+	assert.Equal(t, ContainerRunning, orig.Containers[0].KnownStatus)
+	assert.Nil(t, orig.Containers[0].ExitCode)
+	assert.Equal(t, "a", cp.Arn)
+}

@@ -1,0 +1,216 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/task"
+)
+
+func TestNeedOf(t *testing.T) {
+	pm := func(c, h uint16, proto string) task.PortMapping {
+		return task.PortMapping{ContainerPort: c, HostPort: h, Protocol: proto}
+	}
+	tests := []struct {
+		name string
+		tk   task.Task
+		want need
+	}{
+		{
+			name: "sum of containers, memoryReservation when no hard limit",
+			tk: task.Task{NetworkMode: task.NetworkBridge, Containers: []*task.Container{
+				{CPU: 100, Memory: 256, MemoryReservation: 128}, {CPU: 50, MemoryReservation: 64},
+			}},
+			want: need{cpu: 150, mem: 320},
+		},
+		{
+			name: "task-level cpu and memory win",
+			tk:   task.Task{CPU: 1024, Memory: 2048, Containers: []*task.Container{{CPU: 100, Memory: 256}}},
+			want: need{cpu: 1024, mem: 2048},
+		},
+		{
+			name: "bridge: static host ports only",
+			tk: task.Task{NetworkMode: task.NetworkBridge, Containers: []*task.Container{
+				{PortMappings: []task.PortMapping{pm(80, 8080, ""), pm(443, 0, "tcp"), pm(53, 53, "UDP")}},
+			}},
+			want: need{ports: []hostPort{{8080, "tcp"}, {53, "udp"}}},
+		},
+		{
+			name: "host: the container port is the host port",
+			tk: task.Task{NetworkMode: task.NetworkHost, Containers: []*task.Container{
+				{PortMappings: []task.PortMapping{pm(80, 0, ""), pm(9000, 9000, "tcp")}},
+			}},
+			want: need{ports: []hostPort{{80, "tcp"}, {9000, "tcp"}}},
+		},
+		{
+			name: "awsvpc: no host ports",
+			tk: task.Task{NetworkMode: task.NetworkAWSVPC, Containers: []*task.Container{
+				{PortMappings: []task.PortMapping{pm(80, 80, "")}},
+			}},
+			want: need{},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, needOf(&tc.tk))
+		})
+	}
+}
+
+// acquireAsync runs Acquire on its own goroutine; the result arrives on the returned channel, and
+// reasons passed to the waiting callback are recorded.
+type pending struct {
+	done    chan error
+	mu      sync.Mutex
+	reasons []string
+}
+
+func (p *pending) lastReason() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.reasons) == 0 {
+		return ""
+	}
+	return p.reasons[len(p.reasons)-1]
+}
+
+func acquireAsync(ctx context.Context, q *resourceQueue, arn string, n need) *pending {
+	p := &pending{done: make(chan error, 1)}
+	go func() {
+		p.done <- q.Acquire(ctx, arn, n, func(reason string) {
+			p.mu.Lock()
+			p.reasons = append(p.reasons, reason)
+			p.mu.Unlock()
+		})
+	}()
+	return p
+}
+
+func requireGranted(t *testing.T, p *pending) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		require.NoError(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("not granted")
+	}
+}
+
+func requireWaiting(t *testing.T, p *pending, reason string) {
+	t.Helper()
+	require.True(t, pollUntil(func() bool { return p.lastReason() != "" }), "no waiting reason reported")
+	assert.Contains(t, p.lastReason(), reason)
+	select {
+	case err := <-p.done:
+		t.Fatalf("granted (err %v) but should wait", err)
+	default:
+	}
+}
+
+func TestResourceQueue(t *testing.T) {
+	host := Resources{CPU: 1000, MemoryMiB: 1000, ReservedTCP: []uint16{22}, ReservedUDP: []uint16{161}}
+	ctx := context.Background()
+
+	t.Run("grants at once when it fits; twice is a no-op", func(t *testing.T) {
+		q := newResourceQueue(host)
+		called := false
+		require.NoError(t, q.Acquire(ctx, "a", need{cpu: 500, mem: 500}, func(string) { called = true }))
+		require.NoError(t, q.Acquire(ctx, "a", need{cpu: 500, mem: 500}, func(string) { called = true }))
+		assert.False(t, called)
+		assert.Equal(t, 500, q.usedCPU, "the second Acquire took nothing more")
+		q.Release("a")
+		q.Release("a")
+		q.Release("never")
+		assert.Zero(t, q.usedCPU)
+		assert.Zero(t, q.usedMem)
+	})
+
+	t.Run("FIFO: a big task at the head blocks smaller ones; release wakes", func(t *testing.T) {
+		q := newResourceQueue(host)
+		require.NoError(t, q.Acquire(ctx, "a", need{mem: 600}, nil))
+		big := acquireAsync(ctx, q, "big", need{mem: 800})
+		requireWaiting(t, big, "memory 400 of 1000 MiB free, 800 needed")
+		small := acquireAsync(ctx, q, "small", need{mem: 100})
+		requireWaiting(t, small, "1 task(s) ahead in the queue")
+
+		q.Release("a")
+		requireGranted(t, big)
+		requireGranted(t, small)
+		assert.Equal(t, 900, q.usedMem)
+	})
+
+	t.Run("cancellation removes the waiter and lets the queue move", func(t *testing.T) {
+		q := newResourceQueue(host)
+		require.NoError(t, q.Acquire(ctx, "a", need{cpu: 600}, nil))
+		cctx, cancel := context.WithCancel(ctx)
+		big := acquireAsync(cctx, q, "big", need{cpu: 800})
+		requireWaiting(t, big, "CPU 400 of 1000 units free, 800 needed")
+		small := acquireAsync(ctx, q, "small", need{cpu: 300})
+		requireWaiting(t, small, "1 task(s) ahead")
+		medium := acquireAsync(ctx, q, "medium", need{cpu: 200})
+		requireWaiting(t, medium, "2 task(s) ahead")
+
+		cancel()
+		select {
+		case err := <-big.done:
+			assert.ErrorIs(t, err, context.Canceled)
+		case <-time.After(waitFor):
+			t.Fatal("a cancelled Acquire did not return")
+		}
+		requireGranted(t, small)
+		require.True(t, pollUntil(func() bool { return medium.lastReason() != "" && !strings.Contains(medium.lastReason(), "ahead") }))
+		assert.Contains(t, medium.lastReason(), "CPU 100 of 1000 units free, 200 needed", "the reason follows the queue")
+
+		q.mu.Lock()
+		assert.Len(t, q.queue, 1)
+		_, held := q.held["big"]
+		q.mu.Unlock()
+		assert.False(t, held)
+		q.Release("a")
+		requireGranted(t, medium)
+	})
+
+	t.Run("host ports", func(t *testing.T) {
+		q := newResourceQueue(host)
+		require.NoError(t, q.Acquire(ctx, "a", need{ports: []hostPort{{8080, "tcp"}}}, nil))
+		require.NoError(t, q.Acquire(ctx, "udp", need{ports: []hostPort{{8080, "udp"}}}, nil), "another protocol is another port")
+		b := acquireAsync(ctx, q, "b", need{ports: []hostPort{{8080, "tcp"}}})
+		requireWaiting(t, b, "host port 8080/tcp is used by task a")
+		q.Release("a")
+		requireGranted(t, b)
+	})
+
+	impossible := []struct {
+		name string
+		n    need
+		want string
+	}{
+		{"CPU", need{cpu: 1001}, "task needs 1001 CPU units; the host has 1000"},
+		{"memory", need{mem: 2000}, "task needs 2000 MiB of memory; the host offers 1000"},
+		{"reserved TCP port", need{ports: []hostPort{{22, "tcp"}}}, "host port 22/tcp is reserved"},
+		{"reserved UDP port", need{ports: []hostPort{{161, "udp"}}}, "host port 161/udp is reserved"},
+		{"port twice", need{ports: []hostPort{{80, "tcp"}, {80, "tcp"}}}, "host port 80/tcp is bound twice"},
+	}
+	for _, tc := range impossible {
+		t.Run("impossible: "+tc.name, func(t *testing.T) {
+			q := newResourceQueue(host)
+			err := q.Acquire(ctx, "x", tc.n, func(string) { t.Error("an impossible need does not wait") })
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.False(t, errors.Is(err, context.Canceled))
+			assert.Empty(t, q.queue)
+		})
+	}
+
+	t.Run("reserved ports of the other protocol are free", func(t *testing.T) {
+		q := newResourceQueue(host)
+		require.NoError(t, q.Acquire(ctx, "x", need{ports: []hostPort{{22, "udp"}, {161, "tcp"}}}, nil))
+	})
+}

@@ -1,0 +1,624 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	docker "github.com/fsouza/go-dockerclient"
+
+	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// reasonOOM is ECS's reason for a container the kernel killed for memory.
+const reasonOOM = "OutOfMemoryError: Container killed due to memory usage"
+
+// worker drives one task. Its run goroutine owns t; other goroutines talk to it through the
+// mailbox fields under mu and the wake channel.
+type worker struct {
+	e   *Engine
+	arn string
+	log *logger.Logger
+	t   *task.Task // owned by run
+
+	mu          sync.Mutex
+	desired     task.TaskStatus
+	reason      string
+	events      []dockerclient.Event
+	inspect     bool
+	snap        *task.Task
+	cancelStart context.CancelFunc
+	wake        chan struct{}
+
+	waitingSince map[string]time.Time // container name → when its dependsOn wait began (run only)
+}
+
+func newWorker(e *Engine, t *task.Task) *worker {
+	w := &worker{e: e, arn: t.Arn, t: t, log: e.log.With("task", t.Arn), desired: t.DesiredStatus,
+		snap: t.Clone(), wake: make(chan struct{}, 1), waitingSince: map[string]time.Time{}}
+	for _, c := range t.Containers {
+		if c.DockerID != "" && c.KnownStatus != task.ContainerStopped {
+			w.inspect = true // a restored task: its containers may have changed while nobody watched
+		}
+	}
+	return w
+}
+
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// setDesired records the newest desired status. STOPPED is final: a later RUNNING is ignored. A stop
+// cancels whatever start work is in flight.
+func (w *worker) setDesired(s task.TaskStatus, reason string) {
+	w.mu.Lock()
+	if w.desired == task.TaskStopped || s != task.TaskStopped {
+		w.mu.Unlock()
+		return
+	}
+	w.desired, w.reason = s, reason
+	if w.cancelStart != nil {
+		w.cancelStart()
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) stopWanted() (bool, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.desired == task.TaskStopped, w.reason
+}
+
+func (w *worker) event(ev dockerclient.Event) {
+	w.mu.Lock()
+	w.events = append(w.events, ev)
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) requestInspect() {
+	w.mu.Lock()
+	w.inspect = true
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) snapshot() *task.Task {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.snap.Clone()
+}
+
+// commit derives the task's known status, saves the task, publishes a snapshot and notifies the
+// listeners — in that order, so nothing is reported before it is saved. A stopped essential container
+// stops the task here, wherever it was noticed, so STOPPED is never reported while RUNNING is desired.
+func (w *worker) commit(ctx context.Context) {
+	t := w.t
+	w.checkEssential()
+	if stop, reason := w.stopWanted(); stop {
+		// The last container may stop before stopAll runs; STOPPED is never reported without its reason.
+		t.DesiredStatus = task.TaskStopped
+		if t.StoppedReason == "" {
+			t.StoppedReason = reason
+		}
+	}
+	known := t.DeriveKnownStatus()
+	if known != t.KnownStatus {
+		w.log.Info("task status changed", "from", t.KnownStatus.String(), "to", known.String())
+		switch known {
+		case task.TaskRunning:
+			t.StartedAt = time.Now()
+		case task.TaskStopped:
+			t.StoppedAt = time.Now()
+		}
+		t.KnownStatus = known
+	}
+	if err := w.e.store.SaveTask(context.WithoutCancel(ctx), t); err != nil {
+		w.log.Error("saving task state failed; the change is not reported", "error", err)
+		return
+	}
+	w.mu.Lock()
+	w.snap = t.Clone()
+	w.mu.Unlock()
+	w.e.notify(t)
+}
+
+// run drives the task to its desired status and, once it has stopped, cleans it up after the wait. It
+// returns early, leaving containers as they are, when ctx ends (the agent is shutting down).
+func (w *worker) run(ctx context.Context) {
+	startCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.mu.Lock()
+	w.cancelStart = cancel
+	if w.desired == task.TaskStopped {
+		cancel()
+	}
+	w.mu.Unlock()
+
+	w.t.DesiredStatus = task.TaskRunning
+	if stop, _ := w.stopWanted(); stop {
+		w.t.DesiredStatus = task.TaskStopped
+	}
+	w.commit(ctx)
+
+	if w.prepare(startCtx) {
+		w.supervise(ctx, startCtx)
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	w.stopAll(ctx)
+	w.e.resources.Release(w.arn)
+	if ctx.Err() != nil {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(w.e.cfg.CleanupWait):
+	}
+	w.cleanup(ctx)
+}
+
+// stopTask records why the task stops and sets its desired status.
+func (w *worker) stopTask(reason string) {
+	w.setDesired(task.TaskStopped, reason)
+	w.log.Info("task stopping", "reason", reason)
+}
+
+// prepare acquires host resources and pulls every image. It returns false when the task must not
+// start: a stop arrived, resources can never fit, or a pull failed.
+func (w *worker) prepare(ctx context.Context) bool {
+	if stop, _ := w.stopWanted(); stop {
+		return false
+	}
+	n := needOf(w.t)
+	err := w.e.resources.Acquire(ctx, w.arn, n, func(reason string) {
+		w.t.PendingReason = reason
+		w.log.Info("task waits", "reason", reason)
+		w.commit(ctx)
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.stopTask(fmt.Sprintf("ResourceError: %v", err))
+		}
+		return false
+	}
+	if w.t.PendingReason != "" {
+		w.t.PendingReason = ""
+		w.commit(ctx)
+	}
+	return w.pullAll(ctx)
+}
+
+// pullAll pulls the images of every container not yet pulled, in parallel. A failed pull stops the
+// container with the classified error and the task with a reason naming the image.
+func (w *worker) pullAll(ctx context.Context) bool {
+	type result struct {
+		c   *task.Container
+		err error
+		res dockerclient.PullResult
+	}
+	var pending []*task.Container
+	for _, c := range w.t.Containers {
+		if c.KnownStatus == task.ContainerNone && !c.Pause {
+			pending = append(pending, c)
+		}
+	}
+	results := make(chan result, len(pending))
+	for _, c := range pending {
+		go func(c *task.Container) {
+			res, err := w.e.puller.Pull(ctx, c.Image, w.e.auth)
+			results <- result{c: c, err: err, res: res}
+		}(c)
+	}
+	ok := true
+	for range pending {
+		r := <-results
+		if r.err != nil {
+			ok = false
+			if ctx.Err() != nil {
+				continue
+			}
+			reason := fmt.Sprintf("CannotPullContainerError: %v", r.err)
+			w.markStopped(r.c, reason)
+			w.stopTask(fmt.Sprintf("container %s: %s", r.c.Name, reason))
+			continue
+		}
+		r.c.KnownStatus = task.ContainerPulled
+		w.log.Info("image ready", "container", r.c.Name, "image", r.c.Image, "cached", r.res.Cached, "attempts", len(r.res.Attempts))
+	}
+	w.commit(ctx)
+	return ok
+}
+
+// supervise starts containers as their dependencies allow and watches them until the task should
+// stop or ctx ends.
+func (w *worker) supervise(ctx, startCtx context.Context) {
+	for {
+		w.drain(ctx)
+		if stop, _ := w.stopWanted(); stop || ctx.Err() != nil {
+			return
+		}
+		next := w.startReady(startCtx)
+		if stop, _ := w.stopWanted(); stop {
+			return
+		}
+		var timer <-chan time.Time
+		if !next.IsZero() {
+			timer = time.After(time.Until(next))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-timer:
+		}
+	}
+}
+
+// startReady creates and starts every container whose dependencies allow it, fails those whose
+// dependencies never will or whose wait ran out, and returns the earliest wait deadline (zero if none).
+func (w *worker) startReady(ctx context.Context) time.Time {
+	var next time.Time
+	for progressed := true; progressed; {
+		progressed = false
+		for _, c := range w.t.Containers {
+			if c.KnownStatus >= c.SteadyState() || c.KnownStatus == task.ContainerStopped {
+				continue
+			}
+			if p := w.pause(); p != nil && p != c && w.t.NetworkMode == task.NetworkAWSVPC && p.KnownStatus != p.SteadyState() {
+				// The container joins the pause container's network namespace, so the pause goes first.
+				if p.KnownStatus == task.ContainerStopped {
+					w.failContainer(ctx, c, fmt.Sprintf("pause container %s stopped", p.Name))
+					progressed = true
+				}
+				continue
+			}
+			block := w.t.CanStart(c)
+			switch {
+			case block.Fail != nil:
+				w.failContainer(ctx, c, block.Fail.Error())
+				progressed = true
+			case block.Wait != "":
+				since, ok := w.waitingSince[c.Name]
+				if !ok {
+					since = time.Now()
+					w.waitingSince[c.Name] = since
+					w.log.Info("container waits", "container", c.Name, "reason", block.Wait)
+				}
+				deadline := since.Add(effectiveStartTimeout(c, w.e.cfg))
+				if !time.Now().Before(deadline) {
+					w.failContainer(ctx, c, fmt.Sprintf("dependency wait timed out after %s: %s", effectiveStartTimeout(c, w.e.cfg), block.Wait))
+					progressed = true
+					continue
+				}
+				if next.IsZero() || deadline.Before(next) {
+					next = deadline
+				}
+			default:
+				if err := w.startContainer(ctx, c); err != nil {
+					if ctx.Err() != nil {
+						return time.Time{}
+					}
+					w.failContainer(ctx, c, err.Error())
+				}
+				progressed = true
+			}
+			if stop, _ := w.stopWanted(); stop {
+				return time.Time{}
+			}
+		}
+	}
+	return next
+}
+
+// failContainer stops a container that cannot start; an essential one takes the task down with it.
+func (w *worker) failContainer(ctx context.Context, c *task.Container, reason string) {
+	w.markStopped(c, reason)
+	w.log.Warn("container cannot start", "container", c.Name, "reason", reason)
+	if c.Essential {
+		w.stopTask(fmt.Sprintf("container %s: %s", c.Name, reason))
+	}
+	w.commit(ctx)
+}
+
+// markStopped records a container as stopped without a Docker call (it never ran, or already exited).
+func (w *worker) markStopped(c *task.Container, reason string) {
+	c.KnownStatus = task.ContainerStopped
+	c.DesiredStatus = task.ContainerStopped
+	if c.Reason == "" {
+		c.Reason = reason
+	}
+	if c.FinishedAt.IsZero() {
+		c.FinishedAt = time.Now()
+	}
+}
+
+// startContainer creates (unless it exists) and starts c, then reads back what Docker made.
+func (w *worker) startContainer(ctx context.Context, c *task.Container) error {
+	if c.DockerID == "" {
+		c.DockerName = containerName(w.t, c)
+		opts := createOptions(w.t, c, w.e.cfg.Cluster, w.pauseID(), w.e.cfg)
+		created, err := w.e.docker.CreateContainer(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("CannotCreateContainerError: %w", err)
+		}
+		c.DockerID = created.ID
+		c.KnownStatus = task.ContainerCreated
+		w.e.trackContainer(c.DockerID, w)
+		w.commit(ctx)
+	}
+	if err := w.e.docker.StartContainer(ctx, c.DockerID); err != nil {
+		return fmt.Errorf("CannotStartContainerError: %w", err)
+	}
+	if c.KnownStatus < c.SteadyState() {
+		// Docker started it; a failed or stale inspect below must not make startReady start it again.
+		c.KnownStatus = c.SteadyState()
+	}
+	w.log.Info("container started", "container", c.Name, "docker_id", shortID(c.DockerID))
+	delete(w.waitingSince, c.Name)
+	w.refresh(ctx, c)
+	w.commit(ctx)
+	return nil
+}
+
+func (w *worker) pauseID() string {
+	if p := w.pause(); p != nil {
+		return p.DockerID
+	}
+	return ""
+}
+
+func (w *worker) pause() *task.Container {
+	for _, c := range w.t.Containers {
+		if c.Pause {
+			return c
+		}
+	}
+	return nil
+}
+
+// drain applies queued Docker events and, if asked, re-inspects every container.
+func (w *worker) drain(ctx context.Context) {
+	w.mu.Lock()
+	events, inspect := w.events, w.inspect
+	w.events, w.inspect = nil, false
+	w.mu.Unlock()
+	changed := false
+	for _, ev := range events {
+		c := w.byDockerID(ev.ID)
+		if c == nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(ev.Action, "health_status"):
+			if h := healthOf(strings.TrimSpace(strings.TrimPrefix(ev.Action, "health_status:"))); h != c.Health {
+				c.Health = h
+				w.log.Info("container health changed", "container", c.Name, "health", string(h))
+				changed = true
+			}
+		case ev.Action == "die" || ev.Action == "oom" || ev.Action == "start" || ev.Action == "destroy":
+			w.refresh(ctx, c)
+			changed = true
+		}
+	}
+	if inspect {
+		for _, c := range w.t.Containers {
+			if c.DockerID != "" && c.KnownStatus != task.ContainerStopped {
+				w.refresh(ctx, c)
+			}
+		}
+		changed = true
+	}
+	if changed {
+		w.commit(ctx)
+	}
+}
+
+func (w *worker) byDockerID(id string) *task.Container {
+	for _, c := range w.t.Containers {
+		if c.DockerID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+// checkEssential stops the task when an essential container has stopped while the task should run.
+func (w *worker) checkEssential() {
+	if stop, _ := w.stopWanted(); stop {
+		return
+	}
+	for _, c := range w.t.Containers {
+		if c.Essential && c.KnownStatus == task.ContainerStopped {
+			w.log.Info("essential container stopped", "container", c.Name, "exit_code", exitCode(c))
+			w.stopTask(task.StopReasonEssentialExited)
+			return
+		}
+	}
+}
+
+func exitCode(c *task.Container) string {
+	if c.ExitCode == nil {
+		return "none"
+	}
+	return fmt.Sprint(*c.ExitCode)
+}
+
+func healthOf(s string) task.HealthStatus {
+	switch s {
+	case "healthy":
+		return task.HealthHealthy
+	case "unhealthy":
+		return task.HealthUnhealthy
+	default:
+		return task.HealthUnknown
+	}
+}
+
+// refresh reads a container's state from Docker into the model.
+func (w *worker) refresh(ctx context.Context, c *task.Container) {
+	ci, err := w.e.docker.InspectContainer(ctx, c.DockerID)
+	if err != nil {
+		if errors.Is(err, dockerclient.ErrNotFound) {
+			w.markStopped(c, "container was removed outside Berth")
+		} else if ctx.Err() == nil {
+			w.log.Warn("inspect failed", "container", c.Name, "error", err)
+		}
+		return
+	}
+	applyInspect(c, ci)
+}
+
+// applyInspect copies what Docker reports about a container into the model.
+func applyInspect(c *task.Container, ci *docker.Container) {
+	if ci.Image != "" {
+		c.ImageID = ci.Image
+	}
+	st := ci.State
+	if st.Health.Status != "" && c.HealthCheck != nil {
+		c.Health = healthOf(st.Health.Status)
+	}
+	switch {
+	case st.Running || st.Paused || st.Restarting:
+		if c.KnownStatus < c.SteadyState() {
+			c.KnownStatus = c.SteadyState()
+		}
+		if !st.StartedAt.IsZero() {
+			c.StartedAt = st.StartedAt
+		}
+		c.NetworkBindings = bindings(ci)
+		c.Networks = networks(ci)
+	case !st.FinishedAt.IsZero() && !st.StartedAt.IsZero() && st.StartedAt.Year() > 1:
+		code := st.ExitCode
+		c.ExitCode = &code
+		c.StartedAt = st.StartedAt
+		c.FinishedAt = st.FinishedAt
+		c.KnownStatus = task.ContainerStopped
+		switch {
+		case st.OOMKilled:
+			c.Reason = reasonOOM
+		case st.Error != "" && c.Reason == "":
+			c.Reason = st.Error
+		}
+	}
+}
+
+// stopAll stops the task's containers in reverse dependency order (dependents first, the pause
+// container last), each with SIGTERM (or the image's STOPSIGNAL) then SIGKILL after its stop timeout.
+func (w *worker) stopAll(ctx context.Context) {
+	_, reason := w.stopWanted()
+	if w.t.StoppedReason == "" {
+		w.t.StoppedReason = reason
+	}
+	w.t.DesiredStatus = task.TaskStopped
+	w.t.PendingReason = ""
+	for _, c := range w.t.Containers {
+		c.DesiredStatus = task.ContainerStopped
+	}
+	w.commit(ctx)
+	for {
+		w.drain(ctx)
+		for _, c := range w.t.Containers {
+			if c.KnownStatus != task.ContainerStopped && c.DockerID == "" {
+				w.markStopped(c, w.t.StoppedReason) // never created: nothing to stop
+			}
+		}
+		var running, ready []*task.Container
+		for _, c := range w.t.Containers {
+			if c.KnownStatus == task.ContainerStopped {
+				continue
+			}
+			running = append(running, c)
+			if len(w.t.StopBlockers(c)) == 0 {
+				ready = append(ready, c)
+			}
+		}
+		if len(running) == 0 || ctx.Err() != nil {
+			break
+		}
+		if len(ready) == 0 {
+			// Only a dependsOn cycle blocks every running container; stop them all rather than spin.
+			ready = running
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, len(ready))
+		for i, c := range ready {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = w.e.docker.StopContainer(ctx, c.DockerID, effectiveStopTimeout(c, w.e.cfg))
+			}()
+		}
+		wg.Wait()
+		failed := false
+		for i, c := range ready {
+			if errs[i] != nil && !errors.Is(errs[i], dockerclient.ErrNotFound) {
+				if ctx.Err() == nil {
+					w.log.Warn("stop failed; will retry", "container", c.Name, "error", errs[i])
+				}
+				failed = true
+				continue
+			}
+			w.refresh(ctx, c)
+			if c.KnownStatus != task.ContainerStopped {
+				w.markStopped(c, "")
+			}
+			if c.Reason == "" {
+				c.Reason = w.t.StoppedReason
+			}
+			w.log.Info("container stopped", "container", c.Name, "exit_code", exitCode(c))
+		}
+		w.commit(ctx)
+		if failed {
+			select {
+			case <-ctx.Done():
+			case <-time.After(w.e.retryDelay):
+			}
+		}
+	}
+	w.commit(ctx)
+}
+
+// cleanup removes the task's containers and task-scoped volumes and forgets the task.
+func (w *worker) cleanup(ctx context.Context) {
+	for _, c := range w.t.Containers {
+		if c.DockerID == "" {
+			continue
+		}
+		err := w.e.docker.RemoveContainer(ctx, docker.RemoveContainerOptions{ID: c.DockerID, RemoveVolumes: true, Force: true})
+		if err != nil && !errors.Is(err, dockerclient.ErrNotFound) {
+			w.log.Warn("removing container failed", "container", c.Name, "error", err)
+		}
+	}
+	for _, v := range w.t.Volumes {
+		if v.Host != nil && v.Host.SourcePath != "" || v.Docker != nil && v.Docker.Scope == "shared" {
+			continue
+		}
+		if err := w.e.docker.RemoveVolume(ctx, volumeName(w.t, v)); err != nil && !errors.Is(err, dockerclient.ErrNotFound) {
+			w.log.Warn("removing task volume failed", "volume", v.Name, "error", err)
+		}
+	}
+	if err := w.e.store.DeleteTask(ctx, w.arn); err != nil {
+		w.log.Warn("deleting task state failed", "error", err)
+	}
+	w.e.forget(w)
+	w.log.Info("task cleaned up")
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
