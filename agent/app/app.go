@@ -14,9 +14,16 @@ import (
 	"time"
 
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/metrics"
 	"github.com/berth-agent/berth/agent/registryauth"
+	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/state"
+	"github.com/berth-agent/berth/agent/statictasks"
+	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/version"
 )
 
@@ -55,13 +62,58 @@ func Run(ctx context.Context, res *config.Result, console io.Writer) (err error)
 	if err := checkRequired(ctx, auth); err != nil {
 		return err
 	}
+	var eng *engine.Engine
+	m := metrics.New(func() []*task.Task { return eng.Tasks() })
+	client, err := newDockerClient(cfg, log, m.OnPullRetry)
+	if err != nil {
+		return fmt.Errorf("docker client: %w", err)
+	}
+	defer client.Close()
+	if err := waitForDocker(ctx, client, log); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting: nothing was started
+		}
+		return fmt.Errorf("docker engine: %w", err)
+	}
 
+	resources, err := hostResources(cfg)
+	if err != nil {
+		return err
+	}
+	eng = engine.New(engine.Config{
+		Cluster:      cfg.Cluster,
+		StopTimeout:  cfg.DockerStopTimeout,
+		StartTimeout: cfg.ContainerStartTimeout,
+		CleanupWait:  cfg.TaskCleanupWaitDuration,
+		Resources:    resources,
+	}, m.Docker(client), m.Puller(client.Puller()), auth, state.NewMemory(), log)
+	if err := eng.Start(ctx); err != nil {
+		return err
+	}
+	defer eng.Wait()
+	log.Info("task engine started", "cpu_units", resources.CPU, "memory_mib", resources.MemoryMiB)
+
+	if cfg.StaticTasksDir != "" {
+		watcher := statictasks.New(statictasks.Config{Dir: cfg.StaticTasksDir, Cluster: cfg.Cluster, Region: cfg.AWSRegion}, eng, log)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			watcher.Run(ctx)
+		}()
+		defer func() { <-done }()
+	}
+
+	return serveIntrospection(ctx, cfg, eng, m, log)
+}
+
+// serveIntrospection serves the introspection API until ctx ends, then shuts it down.
+func serveIntrospection(ctx context.Context, cfg *config.Config, eng *engine.Engine, m *metrics.Metrics, log *logger.Logger) error {
 	ln, err := net.Listen("tcp", cfg.IntrospectionAddr)
 	if err != nil {
 		return fmt.Errorf("introspection API on %s: %w", cfg.IntrospectionAddr, err)
 	}
 	srv := &http.Server{
-		Handler:           handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster}),
+		Handler:           handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster}, eng, m.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	served := make(chan error, 1)
@@ -70,7 +122,7 @@ func Run(ctx context.Context, res *config.Result, console io.Writer) (err error)
 
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down", "cause", context.Cause(ctx).Error())
+		log.Info("shutting down; tasks keep running", "cause", context.Cause(ctx).Error())
 	case err := <-served:
 		return fmt.Errorf("introspection API: %w", err)
 	}
@@ -84,6 +136,21 @@ func Run(ctx context.Context, res *config.Result, console io.Writer) (err error)
 	}
 	log.Info("berth stopped")
 	return nil
+}
+
+// waitForDocker returns once the Docker Engine answers, logging while it does not (the agent may
+// start before the Engine does). It returns ctx's error if ctx ends first.
+func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger.Logger) error {
+	backoff := retry.NewExponentialBackoff(time.Second, 10*time.Second, 0.2, 2)
+	return retry.Retrier{OnRetry: func(attempt int, err error, delay time.Duration) {
+		log.Warn("the Docker Engine does not answer; retrying", "attempt", attempt, "retry_in", delay.Round(time.Millisecond), "error", err)
+	}}.Retry(ctx, backoff, func() error {
+		v, err := client.Version(ctx)
+		if err == nil {
+			log.Info("Docker Engine answers", "version", v.Version, "api_version", v.APIVersion)
+		}
+		return err
+	})
 }
 
 // requireTimeout bounds the start-up check of ECS_REGISTRY_REQUIRE, so the agent exits within 15 s

@@ -262,7 +262,7 @@ func TestIntegrationAWSUnreachableWarnsOnce(t *testing.T) {
 	require.NoError(t, err)
 	auth, err := registryauth.New(registryAuthConfig(cfg), log)
 	require.NoError(t, err)
-	client, err := newDockerClient(cfg, log)
+	client, err := newDockerClient(cfg, log, nil)
 	require.NoError(t, err)
 	defer client.Close()
 	t.Cleanup(func() { _ = dc.RemoveImageExtended(image, docker.RemoveImageOptions{Force: true}) })

@@ -12,11 +12,13 @@ import (
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/registryauth"
+	"github.com/berth-agent/berth/agent/retry"
 )
 
 // newDockerClient builds the Docker Engine client and its pull path from the configuration. The agent
 // and `berth pull` both use it, so a pull from the command line behaves exactly as one for a task.
-func newDockerClient(cfg *config.Config, log *logger.Logger) (*dockerclient.Client, error) {
+// onRetry, if not nil, hears of every pull attempt that failed and will be retried.
+func newDockerClient(cfg *config.Config, log *logger.Logger, onRetry func(int, error, time.Duration)) (*dockerclient.Client, error) {
 	behavior, err := dockerclient.ParseBehavior(string(cfg.ImagePullBehavior))
 	if err != nil {
 		return nil, err
@@ -32,6 +34,7 @@ func newDockerClient(cfg *config.Config, log *logger.Logger) (*dockerclient.Clie
 			PullTimeout:       cfg.ImagePullTimeout,
 			MaxConcurrent:     cfg.ImagePullMaxConcurrent,
 			Behavior:          behavior,
+			Retrier:           retry.Retrier{OnRetry: onRetry},
 			Logger:            log,
 		},
 		Logger: log,
@@ -55,7 +58,7 @@ func Pull(ctx context.Context, res *config.Result, image string, out, console io
 	if err := checkRequired(ctx, auth); err != nil {
 		return err
 	}
-	client, err := newDockerClient(cfg, log)
+	client, err := newDockerClient(cfg, log, nil)
 	if err != nil {
 		return fmt.Errorf("docker client: %w", err)
 	}

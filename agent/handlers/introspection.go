@@ -25,12 +25,17 @@ type errorBody struct {
 	Error string `json:"error"`
 }
 
-// NewIntrospection returns the introspection API's handler.
-func NewIntrospection(meta MetadataSource) http.Handler {
+// NewIntrospection returns the introspection API's handler: /v1/metadata, /v1/tasks and, when metrics
+// is not nil, /metrics.
+func NewIntrospection(meta MetadataSource, tasks TaskSource, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/metadata", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, meta.Metadata())
 	})
+	mux.HandleFunc("GET /v1/tasks", serveTasks(tasks))
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
 	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such endpoint: " + r.URL.Path})
 	})

@@ -34,7 +34,7 @@ func TestIntrospection(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			NewIntrospection(fixedMetadata(tt.meta)).ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, nil))
+			NewIntrospection(fixedMetadata(tt.meta), fixedTasks(nil), nil).ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, nil))
 			require.Equal(t, tt.wantStatus, rec.Code)
 			if tt.wantBody != "" {
 				assert.JSONEq(t, tt.wantBody, rec.Body.String())

@@ -28,6 +28,7 @@ commands:
   agent        run the agent (the default)
   config       print the effective configuration as JSON with each value's source; exit 1 if invalid
   healthcheck  ask the running agent's introspection API; exit 0 healthy, 1 not
+  ps           list the running agent's tasks and containers
   pull IMAGE   pull an image through the agent's pull path and print each attempt; exit 1 on failure
   version      print version, git hash and Go version
 
@@ -56,6 +57,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return runHealthcheck(ctx, args, environ, stdout, stderr)
 	case "pull":
 		return runPull(ctx, args, environ, stdout, stderr)
+	case "ps":
+		return runPs(ctx, args, environ, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version.Get().String())
 		return 0

@@ -5,11 +5,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -187,5 +191,67 @@ func TestIntegrationRegistryRequireExits(t *testing.T) {
 			assert.Less(t, time.Since(start), 15*time.Second)
 			assert.Contains(t, stderr.String(), `registry requirement "ecr"`)
 		})
+	}
+}
+
+// TestIntegrationExampleWebTask is what `make run` promises: the agent with the example static task
+// directory serves `curl localhost:8080`, `berth ps` shows both containers RUNNING (the sidecar after
+// web became HEALTHY), and /metrics counts them.
+func TestIntegrationExampleWebTask(t *testing.T) {
+	bin := buildBerth(t)
+	cluster := fmt.Sprintf("it-example-%d", time.Now().UnixNano())
+	addr := freeAddr(t)
+	environ := append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
+		"ECS_INTROSPECTION_ADDR="+addr, "ECS_CLUSTER="+cluster, "ECS_STATIC_TASKS_DIR=../../../misc/examples/tasks.d",
+		"ECS_DATADIR="+t.TempDir())
+	agent := exec.Command(bin, "agent")
+	agent.Env = environ
+	var stdout, stderr lockedBuffer
+	agent.Stdout, agent.Stderr = &stdout, &stderr
+	require.NoError(t, agent.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	t.Cleanup(func() {
+		_ = agent.Process.Signal(syscall.SIGTERM)
+		<-exited
+		removeCluster(t, cluster)
+	})
+
+	ps := func() string {
+		cmd := exec.Command(bin, "ps")
+		cmd.Env = environ
+		out, _ := cmd.Output()
+		return string(out)
+	}
+	require.Eventually(t, func() bool {
+		out := ps()
+		return regexp.MustCompile(`(?m)^\S+\s+web:1\s+RUNNING\s+RUNNING\s+web\s+RUNNING`).MatchString(out) &&
+			regexp.MustCompile(`(?m)^\s+sidecar\s+RUNNING`).MatchString(out)
+	}, 90*time.Second, 200*time.Millisecond, "berth ps never showed both containers RUNNING; last:\n%s\nagent log:\n%s", ps(), stdout.String())
+
+	resp, err := http.Get("http://127.0.0.1:8080/")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(body), "name=berth-example")
+
+	resp, err = http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(metrics), `berth_containers{status="RUNNING"} 2`)
+	assert.Contains(t, string(metrics), `berth_tasks{status="RUNNING"} 1`)
+	assert.Regexp(t, `berth_docker_call_duration_seconds_count\{op="start_container",outcome="ok"\} 2`, string(metrics))
+}
+
+// removeCluster removes every container Berth made for the given cluster.
+func removeCluster(t *testing.T, cluster string) {
+	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=com.amazonaws.ecs.cluster="+cluster).Output()
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	if ids := strings.Fields(string(out)); len(ids) > 0 {
+		_ = exec.Command("docker", append([]string{"rm", "-f"}, ids...)...).Run()
 	}
 }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/berth-agent/berth/agent/handlers"
+)
+
+// runPs prints the tasks of the running agent, one line per container, from its introspection API.
+func runPs(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	res, err := loadConfig("ps", args, environ, stderr)
+	if code, ok := flagExit(err); ok {
+		return code
+	}
+	addr := res.Config.IntrospectionAddr
+	ctx, cancel := context.WithTimeout(ctx, healthcheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/tasks", nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "berth ps: %v\n", err)
+		return 1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "berth ps: is the agent running? %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	var body handlers.TasksResponse
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "berth ps: %s answered %s\n", addr, resp.Status)
+		return 1
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		fmt.Fprintf(stderr, "berth ps: bad answer from %s: %v\n", addr, err)
+		return 1
+	}
+	printTasks(stdout, body.Tasks)
+	return 0
+}
+
+// printTasks renders tasks as a table: one row per container, the task's columns on its first row.
+func printTasks(w io.Writer, tasks []handlers.TaskResponse) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tFAMILY:REV\tDESIRED\tKNOWN\tCONTAINER\tSTATUS\tDOCKER ID\tPORTS\tREASON")
+	for _, t := range tasks {
+		id := t.Arn[strings.LastIndexByte(t.Arn, '/')+1:]
+		taskReason := t.StoppedReason
+		if taskReason == "" {
+			taskReason = t.PendingReason
+		}
+		if len(t.Containers) == 0 {
+			fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t-\t-\t-\t-\t%s\n", id, t.Family, t.Version, t.DesiredStatus, t.KnownStatus, taskReason)
+		}
+		for i, c := range t.Containers {
+			reason := c.Reason
+			if i == 0 && taskReason != "" {
+				reason = taskReason
+			}
+			status := c.KnownStatus
+			if c.ExitCode != nil {
+				status = fmt.Sprintf("%s (exit %d)", status, *c.ExitCode)
+			}
+			dockerID := "-"
+			if c.DockerID != "" {
+				dockerID = c.DockerID[:min(12, len(c.DockerID))]
+			}
+			var ports []string
+			for _, p := range c.Ports {
+				if port := fmt.Sprintf("%d->%d/%s", p.HostPort, p.ContainerPort, p.Protocol); !slices.Contains(ports, port) {
+					ports = append(ports, port) // Docker binds IPv4 and IPv6 alike: show the port once
+				}
+			}
+			if i == 0 {
+				fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t", id, t.Family, t.Version, t.DesiredStatus, t.KnownStatus)
+			} else {
+				fmt.Fprint(tw, "\t\t\t\t")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, status, dockerID, strings.Join(ports, ","), reason)
+		}
+	}
+	_ = tw.Flush()
+}

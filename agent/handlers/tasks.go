@@ -1,0 +1,124 @@
+package handlers
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// TaskSource lists the tasks the agent holds. It must be safe for concurrent use and return copies.
+type TaskSource interface {
+	Tasks() []*task.Task
+}
+
+// TasksResponse is the body of GET /v1/tasks.
+type TasksResponse struct {
+	Tasks []TaskResponse `json:"Tasks"`
+}
+
+// TaskResponse is one task in the ECS agent's introspection shape. StoppedReason and PendingReason
+// are Berth extensions.
+type TaskResponse struct {
+	Arn           string              `json:"Arn"`
+	DesiredStatus string              `json:"DesiredStatus"`
+	KnownStatus   string              `json:"KnownStatus"`
+	Family        string              `json:"Family"`
+	Version       string              `json:"Version"`
+	Containers    []ContainerResponse `json:"Containers"`
+	StoppedReason string              `json:"StoppedReason,omitempty"`
+	PendingReason string              `json:"PendingReason,omitempty"`
+}
+
+// ContainerResponse is one container in the ECS agent's introspection shape. KnownStatus, ExitCode
+// and Reason are Berth extensions.
+type ContainerResponse struct {
+	DockerID    string            `json:"DockerId"`
+	DockerName  string            `json:"DockerName"`
+	Name        string            `json:"Name"`
+	Image       string            `json:"Image"`
+	ImageID     string            `json:"ImageID"`
+	Ports       []PortResponse    `json:"Ports,omitempty"`
+	Networks    []NetworkResponse `json:"Networks,omitempty"`
+	KnownStatus string            `json:"KnownStatus"`
+	ExitCode    *int              `json:"ExitCode,omitempty"`
+	Reason      string            `json:"Reason,omitempty"`
+}
+
+// PortResponse is one port binding.
+type PortResponse struct {
+	ContainerPort uint16 `json:"ContainerPort"`
+	Protocol      string `json:"Protocol"`
+	HostPort      uint16 `json:"HostPort,omitempty"`
+	HostIP        string `json:"HostIp,omitempty"`
+}
+
+// NetworkResponse is one network of a container.
+type NetworkResponse struct {
+	NetworkMode   string   `json:"NetworkMode"`
+	IPv4Addresses []string `json:"IPv4Addresses,omitempty"`
+}
+
+// taskResponse renders a task for introspection.
+func taskResponse(t *task.Task) TaskResponse {
+	r := TaskResponse{Arn: t.Arn, DesiredStatus: t.DesiredStatus.String(), KnownStatus: t.KnownStatus.String(),
+		Family: t.Family, Version: strconv.Itoa(t.Revision), StoppedReason: t.StoppedReason, PendingReason: t.PendingReason,
+		Containers: []ContainerResponse{}}
+	for _, c := range t.Containers {
+		cr := ContainerResponse{DockerID: c.DockerID, DockerName: c.DockerName, Name: c.Name, Image: c.Image,
+			ImageID: c.ImageID, KnownStatus: c.KnownStatus.String(), ExitCode: c.ExitCode, Reason: c.Reason}
+		for _, b := range c.NetworkBindings {
+			cr.Ports = append(cr.Ports, PortResponse{ContainerPort: b.ContainerPort, Protocol: b.Protocol, HostPort: b.HostPort, HostIP: b.BindIP})
+		}
+		for _, n := range c.Networks {
+			cr.Networks = append(cr.Networks, NetworkResponse{NetworkMode: n.Mode, IPv4Addresses: n.IPv4Addresses})
+		}
+		r.Containers = append(r.Containers, cr)
+	}
+	return r
+}
+
+// serveTasks answers GET /v1/tasks, and with ?taskarn= or ?dockerid= the one matching task (404 when
+// none). A dockerid matches a full ID or a prefix of at least 12 characters, like the Docker CLI.
+func serveTasks(src TaskSource) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tasks := src.Tasks()
+		slices.SortFunc(tasks, func(a, b *task.Task) int { return strings.Compare(a.Arn, b.Arn) })
+		q := r.URL.Query()
+		arn, dockerID := q.Get("taskarn"), q.Get("dockerid")
+		switch {
+		case q.Has("taskarn") && q.Has("dockerid"):
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: "give taskarn or dockerid, not both"})
+			return
+		case q.Has("taskarn"):
+			for _, t := range tasks {
+				if t.Arn == arn {
+					writeJSON(w, http.StatusOK, taskResponse(t))
+					return
+				}
+			}
+			writeJSON(w, http.StatusNotFound, errorBody{Error: "no task with ARN " + strconv.Quote(arn)})
+			return
+		case q.Has("dockerid"):
+			if len(dockerID) >= 12 {
+				for _, t := range tasks {
+					for _, c := range t.Containers {
+						if c.DockerID != "" && strings.HasPrefix(c.DockerID, dockerID) {
+							writeJSON(w, http.StatusOK, taskResponse(t))
+							return
+						}
+					}
+				}
+			}
+			writeJSON(w, http.StatusNotFound, errorBody{Error: "no task with a container whose Docker ID is " + strconv.Quote(dockerID)})
+			return
+		}
+		out := TasksResponse{Tasks: make([]TaskResponse, 0, len(tasks))}
+		for _, t := range tasks {
+			out.Tasks = append(out.Tasks, taskResponse(t))
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
+}

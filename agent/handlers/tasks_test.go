@@ -1,0 +1,73 @@
+package handlers
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/task"
+)
+
+type fixedTasks []*task.Task
+
+func (f fixedTasks) Tasks() []*task.Task {
+	out := make([]*task.Task, len(f))
+	for i, t := range f {
+		out[i] = t.Clone()
+	}
+	return out
+}
+
+func TestTasks(t *testing.T) {
+	code := 137
+	web := &task.Task{Arn: "arn:aws:ecs:local:000000000000:task/default/web1", Family: "web", Revision: 3,
+		DesiredStatus: task.TaskRunning, KnownStatus: task.TaskRunning,
+		Containers: []*task.Container{{Name: "web", Image: "testapp:latest", ImageID: "sha256:abc", DockerID: "0123456789abcdef0123",
+			DockerName: "ecs-web-3-web-aa", KnownStatus: task.ContainerRunning,
+			NetworkBindings: []task.NetworkBinding{{BindIP: "0.0.0.0", ContainerPort: 8080, HostPort: 8080, Protocol: "tcp"}},
+			Networks:        []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.2"}}}}}}
+	stopped := &task.Task{Arn: "arn:aws:ecs:local:000000000000:task/default/job1", Family: "job", Revision: 1,
+		DesiredStatus: task.TaskStopped, KnownStatus: task.TaskStopped, StoppedReason: task.StopReasonEssentialExited,
+		Containers: []*task.Container{{Name: "job", Image: "testapp:latest", KnownStatus: task.ContainerStopped, ExitCode: &code, Reason: "killed"}}}
+	src := fixedTasks{web, stopped}
+
+	webJSON := `{"Arn":"arn:aws:ecs:local:000000000000:task/default/web1","DesiredStatus":"RUNNING","KnownStatus":"RUNNING","Family":"web","Version":"3",
+		"Containers":[{"DockerId":"0123456789abcdef0123","DockerName":"ecs-web-3-web-aa","Name":"web","Image":"testapp:latest","ImageID":"sha256:abc",
+		"Ports":[{"ContainerPort":8080,"Protocol":"tcp","HostPort":8080,"HostIp":"0.0.0.0"}],
+		"Networks":[{"NetworkMode":"bridge","IPv4Addresses":["172.17.0.2"]}],"KnownStatus":"RUNNING"}]}`
+	jobJSON := `{"Arn":"arn:aws:ecs:local:000000000000:task/default/job1","DesiredStatus":"STOPPED","KnownStatus":"STOPPED","Family":"job","Version":"1",
+		"StoppedReason":"Essential container in task exited",
+		"Containers":[{"DockerId":"","DockerName":"","Name":"job","Image":"testapp:latest","ImageID":"","KnownStatus":"STOPPED","ExitCode":137,"Reason":"killed"}]}`
+	tests := []struct {
+		name       string
+		query      string
+		wantStatus int
+		wantBody   string
+	}{
+		{name: "all, sorted by ARN", query: "", wantStatus: http.StatusOK, wantBody: `{"Tasks":[` + jobJSON + `,` + webJSON + `]}`},
+		{name: "by task ARN", query: "?taskarn=arn:aws:ecs:local:000000000000:task/default/job1", wantStatus: http.StatusOK, wantBody: jobJSON},
+		{name: "by full docker ID", query: "?dockerid=0123456789abcdef0123", wantStatus: http.StatusOK, wantBody: webJSON},
+		{name: "by short docker ID", query: "?dockerid=0123456789ab", wantStatus: http.StatusOK, wantBody: webJSON},
+		{name: "docker ID too short to be unambiguous", query: "?dockerid=0123", wantStatus: http.StatusNotFound},
+		{name: "unknown ARN", query: "?taskarn=nope", wantStatus: http.StatusNotFound, wantBody: `{"error":"no task with ARN \"nope\""}`},
+		{name: "both selectors", query: "?taskarn=a&dockerid=b", wantStatus: http.StatusBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			NewIntrospection(fixedMetadata{}, src, nil).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/tasks"+tt.query, nil))
+			require.Equal(t, tt.wantStatus, rec.Code, rec.Body.String())
+			if tt.wantBody != "" {
+				assert.JSONEq(t, tt.wantBody, rec.Body.String())
+			}
+		})
+	}
+	t.Run("no tasks is an empty list", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		NewIntrospection(fixedMetadata{}, fixedTasks(nil), nil).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/tasks", nil))
+		assert.JSONEq(t, `{"Tasks":[]}`, rec.Body.String())
+	})
+}

@@ -1,0 +1,115 @@
+package statictasks
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/task"
+)
+
+type call struct {
+	op, arn, reason string
+}
+
+type fakeRunner struct {
+	calls []call
+	tasks map[string]*task.Task
+}
+
+func (f *fakeRunner) AddTask(t *task.Task) error {
+	f.calls = append(f.calls, call{op: "add", arn: t.Arn})
+	if f.tasks == nil {
+		f.tasks = map[string]*task.Task{}
+	}
+	f.tasks[t.Arn] = t
+	return nil
+}
+
+func (f *fakeRunner) StopTask(arn, reason string) bool {
+	f.calls = append(f.calls, call{op: "stop", arn: arn, reason: reason})
+	return true
+}
+
+const webDef = `{"family": "web", "containerDefinitions": [{"name": "web", "image": "berth/testapp:latest", "memory": 32}]}`
+
+func TestWatcher(t *testing.T) {
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	log, err := logger.New(logger.Config{}, &logs)
+	require.NoError(t, err)
+	r := &fakeRunner{}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, log)
+	write := func(name, content string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600))
+	}
+
+	w.Scan()
+	assert.Empty(t, r.calls, "an empty directory starts nothing")
+
+	write("web.json", webDef)
+	write("notes.txt", "not a task definition")
+	w.Scan()
+	require.Len(t, r.calls, 1)
+	first := r.calls[0].arn
+	assert.Equal(t, "add", r.calls[0].op)
+	assert.Regexp(t, `^arn:aws:ecs:local:000000000000:task/default/static-web-[0-9a-f]{12}$`, first)
+	assert.Equal(t, "web", r.tasks[first].Family)
+	assert.Equal(t, task.TaskRunning, r.tasks[first].DesiredStatus)
+	assert.Equal(t, 1, r.tasks[first].Revision, "a file without a revision is revision 1")
+
+	w.Scan()
+	assert.Len(t, r.calls, 1, "an unchanged file is left alone")
+
+	write("web.json", strings.Replace(webDef, `"memory": 32`, `"memory": 64`, 1))
+	w.Scan()
+	require.Len(t, r.calls, 3)
+	assert.Equal(t, call{op: "stop", arn: first, reason: ReasonChanged}, r.calls[1])
+	assert.Equal(t, "add", r.calls[2].op)
+	second := r.calls[2].arn
+	assert.NotEqual(t, first, second)
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "web.json")))
+	w.Scan()
+	require.Len(t, r.calls, 4)
+	assert.Equal(t, call{op: "stop", arn: second, reason: ReasonRemoved}, r.calls[3])
+
+	w.Scan()
+	assert.Len(t, r.calls, 4, "a removed task is stopped once")
+}
+
+func TestWatcherInvalidFileReportedOnce(t *testing.T) {
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	log, err := logger.New(logger.Config{}, &logs)
+	require.NoError(t, err)
+	r := &fakeRunner{}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, log)
+	bad := `{"family": "bad", "containerDefinitions": [{"name": "a", "image": "x", "memory": 32, "dependsOn": [{"containerName": "db", "condition": "START"}]}]}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.json"), []byte(bad), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "good.json"), []byte(webDef), 0o600))
+
+	w.Scan()
+	w.Scan()
+	assert.Len(t, r.calls, 1, "the valid file still starts")
+	assert.Equal(t, 1, strings.Count(logs.String(), "invalid static task definition"), logs.String())
+	assert.Contains(t, logs.String(), `containerDefinitions[0].dependsOn[0].containerName`)
+	assert.Contains(t, logs.String(), "file=bad.json")
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.json"), []byte(strings.Replace(bad, `"db"`, `"dbx"`, 1)), 0o600))
+	w.Scan()
+	assert.Equal(t, 2, strings.Count(logs.String(), "invalid static task definition"), "a changed invalid file is reported again")
+}
+
+func TestWatcherMissingDirectory(t *testing.T) {
+	r := &fakeRunner{}
+	w := New(Config{Dir: filepath.Join(t.TempDir(), "absent")}, r, logger.Nop())
+	w.Scan()
+	assert.Empty(t, r.calls)
+}
