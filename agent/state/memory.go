@@ -1,51 +1,161 @@
-// Package state persists what the agent must not lose: its registration, every task with its
-// containers' desired, known and sent status, image records and the ACS sequence number.
 package state
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"maps"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/berth-agent/berth/agent/task"
 )
 
+var _ Store = (*Memory)(nil)
+
 // Memory keeps state in memory only: what ECS_CHECKPOINT=false asks for. It is safe for concurrent use.
+// It keeps records encoded as the bbolt store does, so what it returns never aliases what it was given
+// and round-trips exactly as a reopened bbolt file would.
 type Memory struct {
-	mu    sync.Mutex
-	tasks map[string]*task.Task
+	mu     sync.Mutex
+	closed bool
+	tasks  map[string][]byte
+	images map[string][]byte
+	reg    *Registration
 }
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
-	return &Memory{tasks: map[string]*task.Task{}}
+	return &Memory{tasks: map[string][]byte{}, images: map[string][]byte{}}
+}
+
+// lock checks ctx, takes the lock and fails once the store is closed. On success the caller unlocks.
+func (m *Memory) lock(ctx context.Context, what string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return fmt.Errorf("%s: %w", what, ErrClosed)
+	}
+	return nil
 }
 
 // SaveTask stores a copy of t, replacing any earlier version with the same ARN.
-func (m *Memory) SaveTask(_ context.Context, t *task.Task) error {
-	m.mu.Lock()
+func (m *Memory) SaveTask(ctx context.Context, t *task.Task) error {
+	b, err := encodeTask(t)
+	if err != nil {
+		return err
+	}
+	if err := m.lock(ctx, fmt.Sprintf("save task %q", t.Arn)); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
-	m.tasks[t.Arn] = t.Clone()
+	m.tasks[t.Arn] = b
 	return nil
 }
 
 // DeleteTask removes a task; deleting an unknown ARN is a no-op.
-func (m *Memory) DeleteTask(_ context.Context, arn string) error {
-	m.mu.Lock()
+func (m *Memory) DeleteTask(ctx context.Context, arn string) error {
+	if err := m.lock(ctx, fmt.Sprintf("delete task %q", arn)); err != nil {
+		return err
+	}
 	defer m.mu.Unlock()
 	delete(m.tasks, arn)
 	return nil
 }
 
 // Tasks returns copies of every stored task, ordered by ARN.
-func (m *Memory) Tasks(_ context.Context) ([]*task.Task, error) {
+func (m *Memory) Tasks(ctx context.Context) ([]*task.Task, error) {
+	if err := m.lock(ctx, "list tasks"); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	keys := slices.Sorted(maps.Keys(m.tasks))
+	out := make([]*task.Task, 0, len(keys))
+	var errs []error
+	for _, k := range keys {
+		t, err := decodeTask(k, m.tasks[k])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, t)
+	}
+	return out, errors.Join(errs...)
+}
+
+// SaveRegistration replaces the agent's registration.
+func (m *Memory) SaveRegistration(ctx context.Context, r Registration) error {
+	if err := m.lock(ctx, "save registration"); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	m.reg = &r
+	return nil
+}
+
+// Registration returns the saved registration, or false when none has been saved.
+func (m *Memory) Registration(ctx context.Context) (Registration, bool, error) {
+	if err := m.lock(ctx, "load registration"); err != nil {
+		return Registration{}, false, err
+	}
+	defer m.mu.Unlock()
+	if m.reg == nil {
+		return Registration{}, false, nil
+	}
+	return *m.reg, true, nil
+}
+
+// SaveImage stores img, replacing any earlier record with the same Ref.
+func (m *Memory) SaveImage(ctx context.Context, img ImageRecord) error {
+	b, err := encodeImage(img)
+	if err != nil {
+		return err
+	}
+	if err := m.lock(ctx, fmt.Sprintf("save image %q", img.Ref)); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	m.images[img.Ref] = b
+	return nil
+}
+
+// DeleteImage removes an image record; deleting an unknown ref is a no-op.
+func (m *Memory) DeleteImage(ctx context.Context, ref string) error {
+	if err := m.lock(ctx, fmt.Sprintf("delete image %q", ref)); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	delete(m.images, ref)
+	return nil
+}
+
+// Images returns every image record, ordered by Ref.
+func (m *Memory) Images(ctx context.Context) ([]ImageRecord, error) {
+	if err := m.lock(ctx, "list images"); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	keys := slices.Sorted(maps.Keys(m.images))
+	out := make([]ImageRecord, 0, len(keys))
+	var errs []error
+	for _, k := range keys {
+		img, err := decodeImage(k, m.images[k])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, img)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Close marks the store closed; later calls fail with ErrClosed. Calling it again is a no-op.
+func (m *Memory) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]*task.Task, 0, len(m.tasks))
-	for _, t := range m.tasks {
-		out = append(out, t.Clone())
-	}
-	slices.SortFunc(out, func(a, b *task.Task) int { return strings.Compare(a.Arn, b.Arn) })
-	return out, nil
+	m.closed = true
+	return nil
 }

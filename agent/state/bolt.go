@@ -1,0 +1,348 @@
+// Package state persists what the agent must not lose: its registration, every task with its
+// containers' desired, known and sent status, and image records. Bolt keeps them in one bbolt file
+// (ECS_DATADIR/berth.db); Memory keeps them in memory when ECS_CHECKPOINT=false. Both pass the same
+// contract tests.
+//
+// # bbolt schema (SchemaVersion 1)
+//
+// Every value is JSON except the schema version. Keys are UTF-8 strings.
+//
+//	meta                      bucket
+//	  schema_version          decimal string, e.g. "1"
+//	  registration            JSON of Registration (absent until the agent has registered)
+//	tasks                     bucket
+//	  <task ARN>              JSON of task.Task; its "arn" field equals the key
+//	images                    bucket
+//	  <image ref>             JSON of ImageRecord; its "ref" field equals the key
+//
+// A file without a schema version (new, or written before versions existed) is version 0. Opening a
+// file of version N < SchemaVersion runs upgrades[N], upgrades[N+1], … in one transaction and then
+// writes SchemaVersion; opening a file newer than SchemaVersion fails and leaves it untouched. To
+// change the schema: bump SchemaVersion, append one step to upgrades, and update this comment.
+//
+// A record that does not decode, or whose key does not match its ARN or ref, is reported as a
+// *RecordError and skipped; the other records still load.
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// SchemaVersion is the version of the bbolt schema this code reads and writes.
+const SchemaVersion = 1
+
+// upgrades[v] upgrades a file from schema version v to v+1; len(upgrades) == SchemaVersion.
+var upgrades = []func(tx *bbolt.Tx) error{
+	0: func(tx *bbolt.Tx) error {
+		for _, name := range []string{bucketMeta, bucketTasks, bucketImages} {
+			if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
+				return fmt.Errorf("create bucket %q: %w", name, err)
+			}
+		}
+		return nil
+	},
+}
+
+var _ Store = (*Bolt)(nil)
+
+// Bolt is the Store kept in a bbolt file. It is safe for concurrent use; each Save is one fsynced
+// transaction.
+type Bolt struct {
+	db   *bbolt.DB
+	path string
+}
+
+// lockedError is OpenBolt's error when another process holds the file lock.
+type lockedError struct{ path string }
+
+func (e *lockedError) Error() string {
+	return fmt.Sprintf("state file %s is locked by another process (is another berth agent running?)", e.path)
+}
+
+func (e *lockedError) Unwrap() error { return ErrLocked }
+
+// OpenBolt opens the state file at path, creating it (0600) and its directory if missing, and
+// upgrades its schema to SchemaVersion. It waits up to timeout for the file lock (0 waits forever);
+// when another process holds it the error wraps ErrLocked, when the file is not a bbolt database it
+// wraps ErrCorrupt, and when the file's schema is newer than SchemaVersion it says so. Every error
+// names the path.
+func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create directory of state file %s: %w", path, err)
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: timeout})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, &lockedError{path: path}
+	case err != nil && notBolt(err):
+		return nil, fmt.Errorf("open state file %s: not a valid bbolt database (%w): %w", path, err, ErrCorrupt)
+	case err != nil:
+		return nil, fmt.Errorf("open state file %s: %w", path, err)
+	}
+	if err := db.Update(upgrade); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("state file %s: %w", path, err)
+	}
+	return &Bolt{db: db, path: path}, nil
+}
+
+// notBolt reports whether an error of bbolt.Open means the file's contents are not a bbolt database
+// rather than that the operating system refused (permissions, I/O, mmap): bbolt reports format
+// problems with its own sentinels or, for some (a file too short for its meta pages), plain errors,
+// while the operating system's refusals are *fs.PathError or syscall.Errno.
+func notBolt(err error) bool {
+	if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrChecksum) || errors.Is(err, berrors.ErrVersionMismatch) {
+		return true
+	}
+	var pathErr *fs.PathError
+	var errno syscall.Errno
+	return !errors.As(err, &pathErr) && !errors.As(err, &errno)
+}
+
+// upgrade brings the schema from the file's version up to SchemaVersion.
+func upgrade(tx *bbolt.Tx) error {
+	from, err := schemaVersion(tx)
+	if err != nil {
+		return err
+	}
+	if from > SchemaVersion {
+		return fmt.Errorf("schema version %d is newer than version %d, the newest this agent knows; refusing to downgrade", from, SchemaVersion)
+	}
+	if from == SchemaVersion {
+		return nil
+	}
+	for v := from; v < SchemaVersion; v++ {
+		if err := upgrades[v](tx); err != nil {
+			return fmt.Errorf("upgrade schema from version %d to %d: %w", v, v+1, err)
+		}
+	}
+	meta := tx.Bucket([]byte(bucketMeta))
+	if meta == nil {
+		return fmt.Errorf("upgrade schema: bucket %q missing after upgrade", bucketMeta)
+	}
+	return meta.Put([]byte(keySchemaVersion), []byte(strconv.Itoa(SchemaVersion)))
+}
+
+// schemaVersion reads the file's schema version; a file without one is version 0.
+func schemaVersion(tx *bbolt.Tx) (int, error) {
+	meta := tx.Bucket([]byte(bucketMeta))
+	if meta == nil {
+		return 0, nil
+	}
+	raw := meta.Get([]byte(keySchemaVersion))
+	if raw == nil {
+		return 0, nil
+	}
+	v, err := strconv.Atoi(string(raw))
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("schema version %q is not a non-negative decimal number", raw)
+	}
+	return v, nil
+}
+
+// Path returns the path of the state file.
+func (b *Bolt) Path() string { return b.path }
+
+// update runs fn in one read-write transaction, after checking ctx.
+func (b *Bolt) update(ctx context.Context, what string, fn func(tx *bbolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return b.wrap(what, b.db.Update(fn))
+}
+
+// view runs fn in one read-only transaction, after checking ctx.
+func (b *Bolt) view(ctx context.Context, what string, fn func(tx *bbolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return b.wrap(what, b.db.View(fn))
+}
+
+func (b *Bolt) wrap(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, berrors.ErrDatabaseNotOpen):
+		return fmt.Errorf("%s: %w", what, ErrClosed)
+	default:
+		return fmt.Errorf("%s in %s: %w", what, b.path, err)
+	}
+}
+
+// bucket returns the named bucket, or an error when the file lacks it.
+func bucket(tx *bbolt.Tx, name string) (*bbolt.Bucket, error) {
+	bk := tx.Bucket([]byte(name))
+	if bk == nil {
+		return nil, fmt.Errorf("bucket %q missing", name)
+	}
+	return bk, nil
+}
+
+// SaveTask stores t, replacing any earlier version with the same ARN; durable when it returns.
+func (b *Bolt) SaveTask(ctx context.Context, t *task.Task) error {
+	data, err := encodeTask(t)
+	if err != nil {
+		return err
+	}
+	return b.update(ctx, fmt.Sprintf("save task %q", t.Arn), func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketTasks)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(t.Arn), data)
+	})
+}
+
+// DeleteTask removes a task; deleting an unknown ARN is a no-op.
+func (b *Bolt) DeleteTask(ctx context.Context, arn string) error {
+	return b.update(ctx, fmt.Sprintf("delete task %q", arn), func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketTasks)
+		if err != nil {
+			return err
+		}
+		return bk.Delete([]byte(arn))
+	})
+}
+
+// Tasks returns every stored task ordered by ARN, plus one joined *RecordError per bad record.
+func (b *Bolt) Tasks(ctx context.Context) ([]*task.Task, error) {
+	out := []*task.Task{}
+	var errs []error
+	err := b.view(ctx, "list tasks", func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketTasks)
+		if err != nil {
+			return err
+		}
+		return bk.ForEach(func(k, v []byte) error {
+			t, err := decodeTask(string(k), v)
+			if err != nil {
+				errs = append(errs, err)
+				return nil
+			}
+			out = append(out, t)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, errors.Join(errs...)
+}
+
+// SaveRegistration replaces the agent's registration; durable when it returns.
+func (b *Bolt) SaveRegistration(ctx context.Context, r Registration) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("save registration: encode: %w", err)
+	}
+	return b.update(ctx, "save registration", func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketMeta)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(keyRegistration), data)
+	})
+}
+
+// Registration returns the saved registration, or false when none has been saved. A registration
+// that does not decode is reported as a *RecordError.
+func (b *Bolt) Registration(ctx context.Context) (Registration, bool, error) {
+	var (
+		r     Registration
+		found bool
+	)
+	err := b.view(ctx, "load registration", func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketMeta)
+		if err != nil {
+			return err
+		}
+		data := bk.Get([]byte(keyRegistration))
+		if data == nil {
+			return nil
+		}
+		if err := json.Unmarshal(data, &r); err != nil {
+			return &RecordError{Bucket: bucketMeta, Key: keyRegistration, Err: err}
+		}
+		found = true
+		return nil
+	})
+	if err != nil {
+		return Registration{}, false, err
+	}
+	return r, found, nil
+}
+
+// SaveImage stores img, replacing any earlier record with the same Ref; durable when it returns.
+func (b *Bolt) SaveImage(ctx context.Context, img ImageRecord) error {
+	data, err := encodeImage(img)
+	if err != nil {
+		return err
+	}
+	return b.update(ctx, fmt.Sprintf("save image %q", img.Ref), func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketImages)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(img.Ref), data)
+	})
+}
+
+// DeleteImage removes an image record; deleting an unknown ref is a no-op.
+func (b *Bolt) DeleteImage(ctx context.Context, ref string) error {
+	return b.update(ctx, fmt.Sprintf("delete image %q", ref), func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketImages)
+		if err != nil {
+			return err
+		}
+		return bk.Delete([]byte(ref))
+	})
+}
+
+// Images returns every image record ordered by Ref, plus one joined *RecordError per bad record.
+func (b *Bolt) Images(ctx context.Context) ([]ImageRecord, error) {
+	out := []ImageRecord{}
+	var errs []error
+	err := b.view(ctx, "list images", func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketImages)
+		if err != nil {
+			return err
+		}
+		return bk.ForEach(func(k, v []byte) error {
+			img, err := decodeImage(string(k), v)
+			if err != nil {
+				errs = append(errs, err)
+				return nil
+			}
+			out = append(out, img)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, errors.Join(errs...)
+}
+
+// Close closes the file and releases its lock; later calls fail with ErrClosed. Calling it again is
+// a no-op.
+func (b *Bolt) Close() error {
+	if err := b.db.Close(); err != nil {
+		return fmt.Errorf("close state file %s: %w", b.path, err)
+	}
+	return nil
+}

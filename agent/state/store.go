@@ -1,0 +1,130 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// Store is what the agent persists. Every method is safe for concurrent use; a Save is durable
+// (fsynced, for the bbolt store) when it returns. Every method checks ctx before it writes and returns
+// an error wrapping ErrClosed once the store is closed.
+type Store interface {
+	// SaveTask inserts t or replaces the task with the same ARN. The store keeps its own copy.
+	SaveTask(ctx context.Context, t *task.Task) error
+	// DeleteTask removes the task with the given ARN; an unknown ARN is a no-op.
+	DeleteTask(ctx context.Context, arn string) error
+	// Tasks returns every task, ordered by ARN. Records that do not decode are skipped and reported
+	// in the error (one *RecordError each, joined) alongside the good tasks.
+	Tasks(ctx context.Context) ([]*task.Task, error)
+	// SaveRegistration replaces the agent's registration.
+	SaveRegistration(ctx context.Context, r Registration) error
+	// Registration returns the saved registration, or false when none has been saved.
+	Registration(ctx context.Context) (Registration, bool, error)
+	// SaveImage inserts img or replaces the record with the same Ref.
+	SaveImage(ctx context.Context, img ImageRecord) error
+	// DeleteImage removes the record with the given ref; an unknown ref is a no-op.
+	DeleteImage(ctx context.Context, ref string) error
+	// Images returns every image record, ordered by Ref, reporting bad records as Tasks does.
+	Images(ctx context.Context) ([]ImageRecord, error)
+	// Close releases the store; calling it again is a no-op.
+	Close() error
+}
+
+// Registration is the agent's registration with ECS.
+type Registration struct {
+	Cluster              string `json:"cluster"`
+	ContainerInstanceArn string `json:"containerInstanceArn"`
+}
+
+// ImageRecord is what the agent knows of one image it pulled, keyed by Ref.
+type ImageRecord struct {
+	Ref        string    `json:"ref"`
+	ImageID    string    `json:"imageId"`
+	PulledAt   time.Time `json:"pulledAt,omitzero"`
+	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
+}
+
+var (
+	// ErrLocked is wrapped by OpenBolt's error when another process holds the state file.
+	ErrLocked = errors.New("state file is locked")
+	// ErrCorrupt is wrapped by OpenBolt's error when the state file is not a bbolt database.
+	ErrCorrupt = errors.New("state file is corrupt")
+	// ErrClosed is wrapped by the error of every Store call made after Close.
+	ErrClosed = errors.New("state store is closed")
+)
+
+// RecordError reports one stored record that could not be decoded. Its text names the bucket and
+// key, never the record's contents.
+type RecordError struct {
+	Bucket string
+	Key    string
+	Err    error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("bad %s record %q: %v", e.Bucket, e.Key, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }
+
+// Bucket names, shared by the bbolt schema and the in-memory store's error reports.
+const (
+	bucketMeta   = "meta"
+	bucketTasks  = "tasks"
+	bucketImages = "images"
+
+	keySchemaVersion = "schema_version"
+	keyRegistration  = "registration"
+)
+
+func encodeTask(t *task.Task) ([]byte, error) {
+	if t == nil {
+		return nil, errors.New("save task: nil task")
+	}
+	if t.Arn == "" {
+		return nil, errors.New("save task: empty ARN")
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return nil, fmt.Errorf("save task %q: encode: %w", t.Arn, err)
+	}
+	return b, nil
+}
+
+func decodeTask(key string, data []byte) (*task.Task, error) {
+	var t task.Task
+	if err := json.Unmarshal(data, &t); err != nil {
+		return nil, &RecordError{Bucket: bucketTasks, Key: key, Err: err}
+	}
+	if t.Arn != key {
+		return nil, &RecordError{Bucket: bucketTasks, Key: key, Err: errors.New("key does not match the task's ARN")}
+	}
+	return &t, nil
+}
+
+func encodeImage(img ImageRecord) ([]byte, error) {
+	if img.Ref == "" {
+		return nil, errors.New("save image: empty ref")
+	}
+	b, err := json.Marshal(img)
+	if err != nil {
+		return nil, fmt.Errorf("save image %q: encode: %w", img.Ref, err)
+	}
+	return b, nil
+}
+
+func decodeImage(key string, data []byte) (ImageRecord, error) {
+	var img ImageRecord
+	if err := json.Unmarshal(data, &img); err != nil {
+		return ImageRecord{}, &RecordError{Bucket: bucketImages, Key: key, Err: err}
+	}
+	if img.Ref != key {
+		return ImageRecord{}, &RecordError{Bucket: bucketImages, Key: key, Err: errors.New("key does not match the image's ref")}
+	}
+	return img, nil
+}
