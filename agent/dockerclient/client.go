@@ -277,6 +277,9 @@ func (c *Client) CreateContainer(ctx context.Context, opts docker.CreateContaine
 			}
 			return nil, &NotFoundError{Kind: "image", Name: image, Err: err}
 		}
+		if errors.Is(err, docker.ErrContainerAlreadyExists) {
+			return nil, fmt.Errorf("create container %q: %w", opts.Name, ErrNameInUse)
+		}
 		return nil, fmt.Errorf("create container %q: %w", opts.Name, ctxErr(ctx, err))
 	}
 	return ctr, nil
@@ -390,6 +393,10 @@ func (c *Client) RemoveImage(ctx context.Context, name string) error {
 	if err == nil || isNoSuchImage(err) {
 		return nil
 	}
+	var de *docker.Error
+	if errors.As(err, &de) && de.Status == http.StatusConflict {
+		return fmt.Errorf("remove image %q: %w: %w", name, ErrConflict, err)
+	}
 	return fmt.Errorf("remove image %q: %w", name, ctxErr(ctx, err))
 }
 
@@ -402,6 +409,23 @@ func (c *Client) RemoveVolume(ctx context.Context, name string) error {
 		return nil
 	}
 	return fmt.Errorf("remove volume %q: %w", name, ctxErr(ctx, err))
+}
+
+// RootDir returns the Engine's data directory (DockerRootDir), whose filesystem holds images and
+// container layers.
+func (c *Client) RootDir(ctx context.Context) (string, error) {
+	ctx, cancel := withTimeout(ctx, "docker info", c.timeouts.Version)
+	defer cancel()
+	var info struct {
+		DockerRootDir string
+	}
+	if err := c.getJSON(ctx, "/info", &info); err != nil {
+		return "", fmt.Errorf("docker info: %w", err)
+	}
+	if info.DockerRootDir == "" {
+		return "", errors.New("docker info: no DockerRootDir")
+	}
+	return info.DockerRootDir, nil
 }
 
 // VersionInfo is the part of the Engine's version answer Berth uses.

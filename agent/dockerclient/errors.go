@@ -21,6 +21,11 @@ import (
 var (
 	// ErrNotFound: the container, image, repository or manifest does not exist.
 	ErrNotFound = errors.New("not found")
+	// ErrConflict: the Engine refused because something depends on the object (HTTP 409), such as an
+	// image a container uses.
+	ErrConflict = errors.New("in use")
+	// ErrNameInUse: a container with the requested name exists already.
+	ErrNameInUse = errors.New("container name in use")
 	// ErrAuthRefused: the registry refused the credentials (or their absence). Not retried.
 	ErrAuthRefused = errors.New("registry refused the credentials")
 	// ErrInvalidReference: the image reference is malformed. Not retried.

@@ -1,0 +1,220 @@
+package imagecleanup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/set"
+)
+
+// now is the fixed clock of the unit tests.
+var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+
+func clock() time.Time { return now }
+
+// ago returns now minus d.
+func ago(d time.Duration) time.Time { return now.Add(-d) }
+
+// host is a fake of everything a Cleaner talks to: the image records, the tasks' images, Docker's
+// images and the stopped tasks' containers. It fails the test if an in-use image is ever removed.
+type host struct {
+	t  *testing.T
+	mu sync.Mutex
+
+	records map[string]ImageRecord // the state store
+	engine  set.Set[string]        // refs Docker still holds
+	refs    set.Set[string]        // in use by tasks
+	ids     set.Set[string]
+
+	conflicts  set.Set[string]  // refs Docker refuses to remove (a container uses them)
+	removeErrs map[string]error // refs Docker fails to remove
+	listErr    error
+	deleteErr  error
+
+	containers int // stopped tasks' containers the reclaimer can remove, one per call
+	reclaimErr error
+
+	events   []string                  // "reclaim", "rm <ref>", "delete <ref>" in order
+	onRemove func(h *host, ref string) // called with mu held after a successful removal
+	samples  int
+	// usage computes the used fraction from the fake's state; nil means a constant 0.5.
+	usage func(h *host) float64
+}
+
+func newHost(t *testing.T, records ...ImageRecord) *host {
+	h := &host{t: t, records: map[string]ImageRecord{}, removeErrs: map[string]error{}}
+	for _, r := range records {
+		h.records[r.Ref] = r
+		h.engine.Add(r.Ref)
+	}
+	return h
+}
+
+func (h *host) Images(context.Context) ([]ImageRecord, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.listErr != nil {
+		return nil, h.listErr
+	}
+	out := make([]ImageRecord, 0, len(h.records))
+	for _, r := range h.records {
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (h *host) DeleteImage(_ context.Context, ref string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, "delete "+ref)
+	if h.deleteErr != nil {
+		return h.deleteErr
+	}
+	delete(h.records, ref)
+	return nil
+}
+
+func (h *host) inUse() (refs, ids set.Set[string]) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return set.Of(h.refs.Values()...), set.Of(h.ids.Values()...)
+}
+
+func (h *host) RemoveImage(_ context.Context, ref string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.refs.Has(ref) {
+		h.t.Errorf("removed image %q while a task uses its ref", ref)
+	}
+	if r, ok := h.records[ref]; ok && r.ImageID != "" && h.ids.Has(r.ImageID) {
+		h.t.Errorf("removed image %q while a task uses its ID %q", ref, r.ImageID)
+	}
+	if h.conflicts.Has(ref) {
+		h.events = append(h.events, "conflict "+ref)
+		return fmt.Errorf("remove image %q: %w", ref, dockerclient.ErrConflict)
+	}
+	if err := h.removeErrs[ref]; err != nil {
+		h.events = append(h.events, "fail "+ref)
+		return err
+	}
+	h.events = append(h.events, "rm "+ref)
+	h.engine.Remove(ref)
+	if h.onRemove != nil {
+		h.onRemove(h, ref)
+	}
+	return nil
+}
+
+func (h *host) reclaim(context.Context) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, "reclaim")
+	if h.reclaimErr != nil {
+		return 0, h.reclaimErr
+	}
+	if h.containers == 0 {
+		return 0, nil
+	}
+	h.containers--
+	return 1, nil
+}
+
+func (h *host) diskUsage() (float64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.samples++
+	if h.usage == nil {
+		return 0.5, nil
+	}
+	return h.usage(h), nil
+}
+
+// useRef and useID mark an image in use by tasks.
+func (h *host) useRef(ref string) { h.mu.Lock(); h.refs.Add(ref); h.mu.Unlock() }
+func (h *host) useID(id string)   { h.mu.Lock(); h.ids.Add(id); h.mu.Unlock() }
+
+// snapshot returns the events, the refs still in the engine and the records left, sorted.
+func (h *host) snapshot() (events, engine, records []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for r := range h.records {
+		records = append(records, r)
+	}
+	slices.Sort(records)
+	return slices.Clone(h.events), set.Sorted(h.engine), records
+}
+
+func (h *host) count(prefix string) int {
+	events, _, _ := h.snapshot()
+	n := 0
+	for _, e := range events {
+		if strings.HasPrefix(e, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// cleaner builds a Cleaner over h with the unit tests' clock.
+func (h *host) cleaner(cfg Config, log *logger.Logger) *Cleaner {
+	if cfg.Now == nil {
+		cfg.Now = clock
+	}
+	return New(cfg, h, h.inUse, h, h.reclaim, h.diskUsage, log)
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// lines returns the log lines that contain every one of the given substrings.
+func (s *syncBuffer) lines(subs ...string) []string {
+	var out []string
+	for _, l := range strings.Split(s.String(), "\n") {
+		ok := l != ""
+		for _, sub := range subs {
+			ok = ok && strings.Contains(l, sub)
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// debugLog returns a debug-level logger writing to a buffer.
+func debugLog(t *testing.T) (*logger.Logger, *syncBuffer) {
+	t.Helper()
+	var buf syncBuffer
+	l, err := logger.New(logger.Config{Level: "debug"}, &buf)
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	return l, &buf
+}
+
+var errEngine = errors.New("engine exploded")
