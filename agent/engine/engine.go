@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +36,7 @@ type Docker interface {
 	StopContainer(ctx context.Context, id string, timeout time.Duration) error
 	RemoveContainer(ctx context.Context, opts docker.RemoveContainerOptions) error
 	InspectContainer(ctx context.Context, id string) (*docker.Container, error)
+	ListContainersByLabel(ctx context.Context, labels map[string]string) ([]docker.APIContainers, error)
 	RemoveVolume(ctx context.Context, name string) error
 	Events(ctx context.Context, filters map[string][]string) (<-chan dockerclient.Event, error)
 }
@@ -62,7 +64,21 @@ type Config struct {
 	CleanupWait       time.Duration // stopped task kept this long (ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION)
 	ReconcileInterval time.Duration // how often every task re-inspects its containers (default 1 m)
 	Resources         Resources
+	// Hook, if set, is called at each Hook* point with the task (which it must not keep or change).
+	Hook func(point string, t *task.Task)
 }
+
+// Hook points: named steps of a task's life at which Config.Hook is called. The crash-recovery tests
+// kill the agent at each of them.
+const (
+	HookSaved        = "saved"         // a change of the task is saved; listeners are not told yet
+	HookBeforeCreate = "before-create" // a container's name is saved; Docker has not been asked to create it
+	HookAfterCreate  = "after-create"  // Docker created the container; its ID is not saved yet
+	HookBeforeStart  = "before-start"  // the created container is saved; Docker has not been asked to start it
+	HookAfterStart   = "after-start"   // Docker started the container; RUNNING is not saved yet
+	HookBeforeStop   = "before-stop"   // the stop is saved; Docker has not been asked to stop the containers
+	HookAfterStop    = "after-stop"    // Docker stopped the containers; STOPPED is not saved yet
+)
 
 // ErrStopped is returned by AddTask after the engine's context has ended.
 var ErrStopped = errors.New("engine stopped")
@@ -94,6 +110,12 @@ func New(cfg Config, d Docker, p Puller, auth dockerclient.AuthSource, store Sto
 	}
 	return &Engine{cfg: cfg, docker: d, puller: p, auth: auth, store: store, log: log, retryDelay: time.Second,
 		resources: newResourceQueue(cfg.Resources), workers: map[string]*worker{}, byID: map[string]*worker{}}
+}
+
+func (e *Engine) hook(point string, t *task.Task) {
+	if e.cfg.Hook != nil {
+		e.cfg.Hook(point, t)
+	}
 }
 
 // Subscribe registers l for every task change from now on. Call it before Start.
@@ -195,6 +217,44 @@ func (e *Engine) Task(arn string) *task.Task {
 		return nil
 	}
 	return w.snapshot()
+}
+
+// CleanupStopped removes the containers of every stopped task now instead of after the cleanup
+// wait, oldest-stopped first, and waits until they are gone or ctx ends. It returns how many tasks it
+// cleaned up. The disk-pressure cleaner calls it: a crash-looping task must not fill the disk.
+func (e *Engine) CleanupStopped(ctx context.Context) (int, error) {
+	e.mu.Lock()
+	var stopped []*worker
+	for _, w := range e.workers {
+		if w.snapshot().KnownStatus == task.TaskStopped {
+			stopped = append(stopped, w)
+		}
+	}
+	e.mu.Unlock()
+	slices.SortFunc(stopped, func(a, b *worker) int { return a.snapshot().StoppedAt.Compare(b.snapshot().StoppedAt) })
+	for _, w := range stopped {
+		w.cleanupNow()
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		left := 0
+		e.mu.Lock()
+		for _, w := range stopped {
+			if e.workers[w.arn] == w {
+				left++
+			}
+		}
+		e.mu.Unlock()
+		if left == 0 {
+			return len(stopped), nil
+		}
+		select {
+		case <-ctx.Done():
+			return len(stopped) - left, ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 // trackContainer routes the Docker events of id to w.

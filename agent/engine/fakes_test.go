@@ -119,7 +119,7 @@ func (f *fakeDocker) CreateContainer(_ context.Context, opts docker.CreateContai
 		return nil, err
 	}
 	if f.names[opts.Name] {
-		return nil, fmt.Errorf("create container %q: name already in use", opts.Name)
+		return nil, fmt.Errorf("create container %q: %w", opts.Name, dockerclient.ErrNameInUse)
 	}
 	f.nextID++
 	id := fmt.Sprintf("%064x", f.nextID)
@@ -216,6 +216,9 @@ func (f *fakeDocker) InspectContainer(_ context.Context, id string) (*docker.Con
 	}
 	c, ok := f.containers[id]
 	if !ok {
+		c, ok = f.byNameLocked(id)
+	}
+	if !ok {
 		return nil, notFound(id)
 	}
 	ports := map[docker.Port][]docker.PortBinding{}
@@ -232,6 +235,36 @@ func (f *fakeDocker) InspectContainer(_ context.Context, id string) (*docker.Con
 		NetworkSettings: &docker.NetworkSettings{Ports: ports,
 			Networks: map[string]docker.ContainerNetwork{"bridge": {IPAddress: "172.17.0.2"}}},
 	}, nil
+}
+
+// byNameLocked finds a container by name, as Docker resolves names. Caller holds f.mu.
+func (f *fakeDocker) byNameLocked(name string) (*fakeContainer, bool) {
+	for _, c := range f.containers {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return nil, false
+}
+
+func (f *fakeDocker) ListContainersByLabel(_ context.Context, labels map[string]string) ([]docker.APIContainers, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.callHook("list", ""); err != nil {
+		return nil, err
+	}
+	var out []docker.APIContainers
+	for _, c := range f.containers {
+		match := true
+		for k, v := range labels {
+			got, ok := c.opts.Config.Labels[k]
+			match = match && ok && (v == "" || got == v)
+		}
+		if match {
+			out = append(out, docker.APIContainers{ID: c.id, Names: []string{"/" + c.name}, Labels: c.opts.Config.Labels})
+		}
+	}
+	return out, nil
 }
 
 func (f *fakeDocker) RemoveVolume(_ context.Context, name string) error {
@@ -472,6 +505,40 @@ func (j *journal) notified(arn string) []*task.Task {
 		if e.kind == "notify" && e.arn == arn {
 			out = append(out, e.t)
 		}
+	}
+	return out
+}
+
+// errCrashed is what the fake store answers once a test's simulated crash has happened.
+var errCrashed = errors.New("agent crashed: nothing more is saved")
+
+// streamClosed reports whether the current event stream has ended.
+func (f *fakeDocker) streamClosed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.closed
+}
+
+// containersOf returns the IDs of the containers labelled with a task ARN and whether each runs.
+func (f *fakeDocker) containersOf(arn string) map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]bool{}
+	for id, c := range f.containers {
+		if c.opts.Config.Labels[LabelTaskARN] == arn {
+			out[id] = c.state.Running
+		}
+	}
+	return out
+}
+
+// snapshot returns copies of the saved tasks: what a restarted agent would load.
+func (s *fakeStore) snapshot() []*task.Task {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*task.Task, 0, len(s.saved))
+	for _, t := range s.saved {
+		out = append(out, t.Clone())
 	}
 	return out
 }

@@ -34,19 +34,26 @@ type worker struct {
 	snap        *task.Task
 	cancelStart context.CancelFunc
 	wake        chan struct{}
+	cleanNow    chan struct{} // closed to clean a stopped task up without waiting
+	cleanOnce   sync.Once
 
 	waitingSince map[string]time.Time // container name → when its dependsOn wait began (run only)
 }
 
 func newWorker(e *Engine, t *task.Task) *worker {
 	w := &worker{e: e, arn: t.Arn, t: t, log: e.log.With("task", t.Arn), desired: t.DesiredStatus,
-		snap: t.Clone(), wake: make(chan struct{}, 1), waitingSince: map[string]time.Time{}}
+		snap: t.Clone(), wake: make(chan struct{}, 1), cleanNow: make(chan struct{}), waitingSince: map[string]time.Time{}}
 	for _, c := range t.Containers {
 		if c.DockerID != "" && c.KnownStatus != task.ContainerStopped {
 			w.inspect = true // a restored task: its containers may have changed while nobody watched
 		}
 	}
 	return w
+}
+
+// cleanupNow makes a stopped task skip the rest of its cleanup wait.
+func (w *worker) cleanupNow() {
+	w.cleanOnce.Do(func() { close(w.cleanNow) })
 }
 
 func (w *worker) poke() {
@@ -126,6 +133,7 @@ func (w *worker) commit(ctx context.Context) {
 		w.log.Error("saving task state failed; the change is not reported", "error", err)
 		return
 	}
+	w.e.hook(HookSaved, t)
 	w.mu.Lock()
 	w.snap = t.Clone()
 	w.mu.Unlock()
@@ -161,10 +169,13 @@ func (w *worker) run(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	// The wait counts from when the task stopped, which may have been before an agent restart.
 	select {
 	case <-ctx.Done():
 		return
-	case <-time.After(w.e.cfg.CleanupWait):
+	case <-time.After(time.Until(w.t.StoppedAt.Add(w.e.cfg.CleanupWait))):
+	case <-w.cleanNow:
+		w.log.Info("cleaning up a stopped task early to free disk space")
 	}
 	w.cleanup(ctx)
 }
@@ -347,17 +358,11 @@ func (w *worker) markStopped(c *task.Container, reason string) {
 // startContainer creates (unless it exists) and starts c, then reads back what Docker made.
 func (w *worker) startContainer(ctx context.Context, c *task.Container) error {
 	if c.DockerID == "" {
-		c.DockerName = containerName(w.t, c)
-		opts := createOptions(w.t, c, w.e.cfg.Cluster, w.pauseID(), w.e.cfg)
-		created, err := w.e.docker.CreateContainer(ctx, opts)
-		if err != nil {
-			return fmt.Errorf("CannotCreateContainerError: %w", err)
+		if err := w.create(ctx, c); err != nil {
+			return err
 		}
-		c.DockerID = created.ID
-		c.KnownStatus = task.ContainerCreated
-		w.e.trackContainer(c.DockerID, w)
-		w.commit(ctx)
 	}
+	w.e.hook(HookBeforeStart, w.t)
 	if err := w.e.docker.StartContainer(ctx, c.DockerID); err != nil {
 		return fmt.Errorf("CannotStartContainerError: %w", err)
 	}
@@ -365,11 +370,55 @@ func (w *worker) startContainer(ctx context.Context, c *task.Container) error {
 		// Docker started it; a failed or stale inspect below must not make startReady start it again.
 		c.KnownStatus = c.SteadyState()
 	}
+	w.e.hook(HookAfterStart, w.t)
 	w.log.Info("container started", "container", c.Name, "docker_id", shortID(c.DockerID))
 	delete(w.waitingSince, c.Name)
 	w.refresh(ctx, c)
 	w.commit(ctx)
 	return nil
+}
+
+// create makes the container in Docker. Its name is saved before the create call, so an agent that
+// crashes between create and saving the ID finds the container by name after a restart and adopts it
+// instead of creating a second one.
+func (w *worker) create(ctx context.Context, c *task.Container) error {
+	if c.DockerName != "" && w.adopt(ctx, c) {
+		return nil
+	}
+	if c.DockerName == "" {
+		c.DockerName = containerName(w.t, c)
+		w.commit(ctx)
+		w.e.hook(HookBeforeCreate, w.t)
+	}
+	opts := createOptions(w.t, c, w.e.cfg.Cluster, w.pauseID(), w.e.cfg)
+	created, err := w.e.docker.CreateContainer(ctx, opts)
+	if errors.Is(err, dockerclient.ErrNameInUse) && w.adopt(ctx, c) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("CannotCreateContainerError: %w", err)
+	}
+	w.e.hook(HookAfterCreate, w.t)
+	c.DockerID = created.ID
+	c.KnownStatus = task.ContainerCreated
+	w.e.trackContainer(c.DockerID, w)
+	w.commit(ctx)
+	return nil
+}
+
+// adopt looks the container up by its saved name and, if Docker has it, takes it as this container.
+func (w *worker) adopt(ctx context.Context, c *task.Container) bool {
+	ci, err := w.e.docker.InspectContainer(ctx, c.DockerName)
+	if err != nil {
+		return false
+	}
+	c.DockerID = ci.ID
+	c.KnownStatus = max(c.KnownStatus, task.ContainerCreated)
+	applyInspect(c, ci)
+	w.e.trackContainer(c.DockerID, w)
+	w.log.Info("adopted a container created before a restart", "container", c.Name, "docker_id", shortID(c.DockerID))
+	w.commit(ctx)
+	return true
 }
 
 func (w *worker) pauseID() string {
@@ -527,10 +576,15 @@ func (w *worker) stopAll(ctx context.Context) {
 		c.DesiredStatus = task.ContainerStopped
 	}
 	w.commit(ctx)
+	w.e.hook(HookBeforeStop, w.t)
 	for {
 		w.drain(ctx)
 		for _, c := range w.t.Containers {
-			if c.KnownStatus != task.ContainerStopped && c.DockerID == "" {
+			if c.KnownStatus == task.ContainerStopped || c.DockerID != "" {
+				continue
+			}
+			// A saved name without an ID: the agent may have crashed right after Docker created it.
+			if c.DockerName == "" || !w.adopt(ctx, c) {
 				w.markStopped(c, w.t.StoppedReason) // never created: nothing to stop
 			}
 		}
@@ -561,6 +615,7 @@ func (w *worker) stopAll(ctx context.Context) {
 			}()
 		}
 		wg.Wait()
+		w.e.hook(HookAfterStop, w.t)
 		failed := false
 		for i, c := range ready {
 			if errs[i] != nil && !errors.Is(errs[i], dockerclient.ErrNotFound) {

@@ -168,6 +168,11 @@ func (d timedDocker) InspectContainer(ctx context.Context, id string) (c *docker
 	return d.next.InspectContainer(ctx, id)
 }
 
+func (d timedDocker) ListContainersByLabel(ctx context.Context, labels map[string]string) (list []docker.APIContainers, err error) {
+	defer func(start time.Time) { d.observe("list_containers", start, err) }(time.Now())
+	return d.next.ListContainersByLabel(ctx, labels)
+}
+
 func (d timedDocker) RemoveVolume(ctx context.Context, name string) (err error) {
 	defer func(start time.Time) { d.observe("remove_volume", start, err) }(time.Now())
 	return d.next.RemoveVolume(ctx, name)

@@ -40,6 +40,9 @@ func (f fakeDocker) InspectContainer(context.Context, string) (*docker.Container
 	return nil, f.inspectErr
 }
 func (fakeDocker) RemoveVolume(context.Context, string) error { return nil }
+func (fakeDocker) ListContainersByLabel(context.Context, map[string]string) ([]docker.APIContainers, error) {
+	return nil, nil
+}
 func (fakeDocker) Events(context.Context, map[string][]string) (<-chan dockerclient.Event, error) {
 	return nil, nil
 }

@@ -1,0 +1,35 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/task"
+)
+
+func TestCleanupStoppedSkipsTheWait(t *testing.T) {
+	cfg := testConfig()
+	cfg.CleanupWait = time.Hour
+	h := newHarness(t, cfg)
+	const stopped, running = "arn:aws:ecs:local:000000000000:task/test-cluster/done", "arn:aws:ecs:local:000000000000:task/test-cluster/live"
+	h.add(newTask(stopped, ctr("a")))
+	h.add(newTask(running, ctr("b")))
+	h.waitStatus(stopped, task.TaskRunning)
+	h.waitStatus(running, task.TaskRunning)
+	stoppedID := h.dockerID(stopped, "a")
+	h.engine.StopTask(stopped, "done")
+	h.waitStatus(stopped, task.TaskStopped)
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	n, err := h.engine.CleanupStopped(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	assert.Nil(t, h.engine.Task(stopped), "the stopped task is cleaned up without waiting an hour")
+	assert.Contains(t, h.docker.removedIDs(), stoppedID)
+	assert.NotNil(t, h.engine.Task(running), "a running task is left alone")
+}

@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	docker "github.com/fsouza/go-dockerclient"
+
+	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// RestoreReport says what Restore found.
+type RestoreReport struct {
+	Tasks           int           // tasks handed back to the engine
+	Running         int           // containers still running, adopted as they are
+	ExitedWhileDown int           // containers that stopped while the agent was down
+	Gone            int           // containers that no longer exist
+	Orphans         int           // Berth-labelled containers of no known task, removed
+	Took            time.Duration // from the call until every task was handed back
+}
+
+// restoreConcurrency bounds the Docker inspections Restore runs at once.
+const restoreConcurrency = 32
+
+// Restore hands the engine the tasks loaded from the state store after a restart, before any new
+// task arrives. It inspects every container those tasks had (by ID, or by the name saved before a
+// create whose ID was never saved), adopts the ones still running without restarting or recreating
+// them, records the exit of those that stopped while the agent was down (the workers then apply the
+// essential-container rule), and hands each task to a worker that finishes whatever was in flight.
+// Finally it removes containers labelled as Berth's for this cluster that belong to no known task.
+// Call it after Start, so that no Docker event during recovery is missed.
+func (e *Engine) Restore(ctx context.Context, tasks []*task.Task) (RestoreReport, error) {
+	start := time.Now()
+	rep := RestoreReport{Tasks: len(tasks)}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, restoreConcurrency)
+	)
+	for _, t := range tasks {
+		for _, c := range t.Containers {
+			if c.DockerID == "" && c.DockerName == "" {
+				continue
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				outcome := e.reinspect(ctx, c)
+				mu.Lock()
+				defer mu.Unlock()
+				switch outcome {
+				case outcomeRunning:
+					rep.Running++
+				case outcomeExited:
+					rep.ExitedWhileDown++
+				case outcomeGone:
+					rep.Gone++
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	// Orphans go before any worker runs: a worker may create a container at once, which the scan
+	// must not mistake for one of no task.
+	orphans, orphanErr := e.removeOrphans(ctx, tasks)
+	rep.Orphans = orphans
+	for _, t := range tasks {
+		if err := e.AddTask(t); err != nil {
+			return rep, fmt.Errorf("restore task %s: %w", t.Arn, err)
+		}
+	}
+	rep.Took = time.Since(start)
+	e.log.Info("recovery finished", "tasks", rep.Tasks, "running", rep.Running, "exited_while_down", rep.ExitedWhileDown,
+		"gone", rep.Gone, "orphans_removed", rep.Orphans, "took", rep.Took.Round(time.Millisecond))
+	return rep, orphanErr
+}
+
+type restoreOutcome int
+
+const (
+	outcomeUnchanged restoreOutcome = iota
+	outcomeRunning
+	outcomeExited
+	outcomeGone
+)
+
+// reinspect brings one saved container up to date with Docker.
+func (e *Engine) reinspect(ctx context.Context, c *task.Container) restoreOutcome {
+	ref := c.DockerID
+	if ref == "" {
+		ref = c.DockerName
+	}
+	wasStopped := c.KnownStatus == task.ContainerStopped
+	ci, err := e.docker.InspectContainer(ctx, ref)
+	switch {
+	case errors.Is(err, dockerclient.ErrNotFound):
+		if c.DockerID == "" {
+			c.DockerName = "" // the create never happened: create afresh, under a new name
+			return outcomeUnchanged
+		}
+		if !wasStopped {
+			c.KnownStatus = task.ContainerStopped
+			c.Reason = "container was removed while the agent was down"
+			c.FinishedAt = time.Now()
+		}
+		return outcomeGone
+	case err != nil:
+		e.log.Warn("cannot inspect a container during recovery; its worker will retry", "container", c.Name, "error", err)
+		return outcomeUnchanged
+	}
+	c.DockerID = ci.ID
+	if c.KnownStatus < task.ContainerCreated {
+		c.KnownStatus = task.ContainerCreated
+	}
+	applyInspect(c, ci)
+	switch {
+	case ci.State.Running:
+		return outcomeRunning
+	case c.KnownStatus == task.ContainerStopped && !wasStopped:
+		return outcomeExited
+	}
+	return outcomeUnchanged
+}
+
+// removeOrphans removes containers labelled as Berth's for this cluster that belong to no known task,
+// or that a known task does not hold (a duplicate).
+func (e *Engine) removeOrphans(ctx context.Context, tasks []*task.Task) (int, error) {
+	list, err := e.docker.ListContainersByLabel(ctx, map[string]string{LabelManaged: "true", LabelCluster: e.cfg.Cluster})
+	if err != nil {
+		return 0, fmt.Errorf("list Berth's containers: %w", err)
+	}
+	held := map[string]bool{}
+	for _, t := range tasks {
+		for _, c := range t.Containers {
+			held[c.DockerID] = true
+			held["/"+c.DockerName] = true
+		}
+	}
+	removed := 0
+	for _, ctr := range list {
+		owned := held[ctr.ID]
+		for _, name := range ctr.Names {
+			owned = owned || held[name]
+		}
+		if owned {
+			continue
+		}
+		err := e.docker.RemoveContainer(ctx, docker.RemoveContainerOptions{ID: ctr.ID, Force: true, RemoveVolumes: true})
+		if err != nil && !errors.Is(err, dockerclient.ErrNotFound) {
+			e.log.Warn("cannot remove a container of no known task", "docker_id", shortID(ctr.ID), "error", err)
+			continue
+		}
+		removed++
+		e.log.Info("removed a container of no known task", "docker_id", shortID(ctr.ID), "task", ctr.Labels[LabelTaskARN],
+			"container", ctr.Labels[LabelContainerName])
+	}
+	return removed, nil
+}
