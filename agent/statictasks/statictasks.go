@@ -4,7 +4,10 @@
 // once per content, and skipped.
 //
 // A static task's ARN is derived from its file name and its definition's digest, so the same file
-// maps to the same task across agent restarts, and any change to it is a new task.
+// maps to the same task across agent restarts, and any change to it is a new task. A static task that
+// stops by itself (its essential container exited, the Docker Engine restarted) is started again as a
+// new task, after a delay that doubles with each consecutive restart (1 s up to 5 min) so that a
+// crash-looping definition does not churn the host.
 package statictasks
 
 import (
@@ -30,6 +33,7 @@ import (
 type Runner interface {
 	AddTask(t *task.Task) error
 	StopTask(arn, reason string) bool
+	Task(arn string) *task.Task
 }
 
 // Config says where the files are and how tasks are named.
@@ -40,6 +44,12 @@ type Config struct {
 	Interval time.Duration // how often the directory is scanned (default 2 s)
 }
 
+// Restart delays of a static task that keeps stopping by itself.
+const (
+	firstRestartDelay = time.Second
+	maxRestartDelay   = 5 * time.Minute
+)
+
 // Reasons given to the engine when a static task stops.
 const (
 	ReasonRemoved = "static task file removed"
@@ -49,11 +59,20 @@ const (
 // Watcher keeps the directory's tasks running. Its methods are not safe for concurrent use; Run is
 // meant to be its only caller.
 type Watcher struct {
-	cfg     Config
-	runner  Runner
-	log     *logger.Logger
-	running map[string]string // file name → ARN of its task
-	invalid map[string]string // file name → content digest of the invalid version already reported
+	cfg      Config
+	runner   Runner
+	log      *logger.Logger
+	running  map[string]string  // file name → ARN of its task
+	restarts map[string]restart // file name → restart bookkeeping of its definition
+	invalid  map[string]string  // file name → content digest of the invalid version already reported
+	adopted  map[string]bool    // ARNs of restored static tasks no file has claimed yet
+	now      func() time.Time
+}
+
+// restart tracks how often a file's task stopped by itself, to back off.
+type restart struct {
+	count int
+	after time.Time // no new task before this time
 }
 
 // New returns a watcher for cfg.Dir.
@@ -65,7 +84,20 @@ func New(cfg Config, runner Runner, log *logger.Logger) *Watcher {
 		cfg.Region = "local"
 	}
 	return &Watcher{cfg: cfg, runner: runner, log: log.With("static_tasks_dir", cfg.Dir),
-		running: map[string]string{}, invalid: map[string]string{}}
+		running: map[string]string{}, restarts: map[string]restart{}, invalid: map[string]string{},
+		adopted: map[string]bool{}, now: time.Now}
+}
+
+// Adopt takes the static tasks restored after an agent restart: the first scan keeps each one whose
+// file is unchanged and stops those whose file changed or went away while the agent was down. Call
+// it before Run.
+func (w *Watcher) Adopt(tasks []*task.Task) {
+	prefix := w.arnPrefix()
+	for _, t := range tasks {
+		if strings.HasPrefix(t.Arn, prefix) && t.DesiredStatus != task.TaskStopped {
+			w.adopted[t.Arn] = true
+		}
+	}
 }
 
 // Run scans the directory at once and then every interval until ctx ends. A directory that does not
@@ -116,6 +148,11 @@ func (w *Watcher) Scan() {
 			delete(w.invalid, name)
 		}
 	}
+	for arn := range w.adopted {
+		w.runner.StopTask(arn, ReasonRemoved)
+		w.log.Info("static task's file changed or went away while the agent was down; its task stops", "task", arn)
+		delete(w.adopted, arn)
+	}
 }
 
 // apply starts the task of one file, or replaces it when the file changed.
@@ -137,10 +174,26 @@ func (w *Watcher) apply(name string) {
 		w.log.Warn("cannot digest static task definition", "file", name, "error", err)
 		return
 	}
-	arn := w.arn(name, digest)
+	base := w.arn(name, digest)
 	old, ok := w.running[name]
-	if ok && old == arn {
-		return
+	if !ok {
+		if arn, adopted := w.claim(base); adopted {
+			w.running[name] = arn
+			return
+		}
+	}
+	if ok && strings.HasPrefix(old, base) {
+		if !w.stoppedByItself(old) || !w.restartDue(name) {
+			return
+		}
+		w.log.Warn("static task stopped by itself; starting it again", "file", name, "task", old,
+			"restarts", w.restarts[name].count)
+	} else if ok {
+		delete(w.restarts, name) // a changed file starts over
+	}
+	arn := base
+	if n := w.restarts[name].count; n > 0 {
+		arn = fmt.Sprintf("%s-r%d", base, n)
 	}
 	for _, warning := range def.Warnings {
 		w.log.Warn("static task definition: "+warning, "file", name)
@@ -150,7 +203,7 @@ func (w *Watcher) apply(name string) {
 	if t.Revision == 0 {
 		t.Revision = 1 // a file is its family's one and only revision
 	}
-	if ok {
+	if ok && !strings.HasPrefix(old, base) {
 		w.runner.StopTask(old, ReasonChanged)
 		w.log.Info("static task file changed; replacing its task", "file", name, "old_task", old, "task", arn)
 	}
@@ -161,6 +214,40 @@ func (w *Watcher) apply(name string) {
 	}
 	w.running[name] = arn
 	w.log.Info("static task started", "file", name, "task", arn, "family", t.Family)
+}
+
+// claim takes the restored task of a file, if one survived the restart with this definition.
+func (w *Watcher) claim(base string) (string, bool) {
+	for arn := range w.adopted {
+		if arn == base || strings.HasPrefix(arn, base+"-r") {
+			delete(w.adopted, arn)
+			return arn, true
+		}
+	}
+	return "", false
+}
+
+// stoppedByItself reports whether a task this watcher started has stopped without being asked to.
+func (w *Watcher) stoppedByItself(arn string) bool {
+	t := w.runner.Task(arn)
+	return t == nil || t.KnownStatus == task.TaskStopped
+}
+
+// restartDue records one more restart of a file's task and reports whether its back-off delay has
+// passed; until it has, it reports false and the next scan asks again.
+func (w *Watcher) restartDue(name string) bool {
+	r := w.restarts[name]
+	now := w.now()
+	if r.after.IsZero() {
+		delay := firstRestartDelay << min(r.count, 20)
+		r.after = now.Add(min(delay, maxRestartDelay))
+		w.restarts[name] = r
+	}
+	if now.Before(r.after) {
+		return false
+	}
+	w.restarts[name] = restart{count: r.count + 1}
+	return true
 }
 
 // reportInvalid logs a file's validation errors once per content.
@@ -180,8 +267,14 @@ func contentKey(data []byte) string {
 
 var unsafeID = regexp.MustCompile(`[^a-zA-Z0-9-]`)
 
-// arn names the task of a file: arn:aws:ecs:<region>:000000000000:task/<cluster>/static-<file>-<digest>.
+// arn names the first task of a file: arn:aws:ecs:<region>:000000000000:task/<cluster>/static-<file>-<digest>.
+// Restarts of it add -r<N>.
 func (w *Watcher) arn(name, digest string) string {
 	base := unsafeID.ReplaceAllString(strings.TrimSuffix(name, ".json"), "-")
-	return fmt.Sprintf("arn:aws:ecs:%s:000000000000:task/%s/static-%s-%s", w.cfg.Region, w.cfg.Cluster, base, digest[:12])
+	return fmt.Sprintf("%s%s-%s", w.arnPrefix(), base, digest[:12])
+}
+
+// arnPrefix is what every static task ARN of this cluster starts with.
+func (w *Watcher) arnPrefix() string {
+	return fmt.Sprintf("arn:aws:ecs:%s:000000000000:task/%s/static-", w.cfg.Region, w.cfg.Cluster)
 }

@@ -2,10 +2,12 @@ package statictasks
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,6 +33,8 @@ func (f *fakeRunner) AddTask(t *task.Task) error {
 	f.tasks[t.Arn] = t
 	return nil
 }
+
+func (f *fakeRunner) Task(arn string) *task.Task { return f.tasks[arn] }
 
 func (f *fakeRunner) StopTask(arn, reason string) bool {
 	f.calls = append(f.calls, call{op: "stop", arn: arn, reason: reason})
@@ -112,4 +116,57 @@ func TestWatcherMissingDirectory(t *testing.T) {
 	w := New(Config{Dir: filepath.Join(t.TempDir(), "absent")}, r, logger.Nop())
 	w.Scan()
 	assert.Empty(t, r.calls)
+}
+
+func TestWatcherRestartsATaskThatStoppedByItself(t *testing.T) {
+	dir := t.TempDir()
+	r := &fakeRunner{}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, logger.Nop())
+	now := time.Unix(1000, 0)
+	w.now = func() time.Time { return now }
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
+	w.Scan()
+	require.Len(t, r.calls, 1)
+	first := r.calls[0].arn
+
+	w.Scan()
+	assert.Len(t, r.calls, 1, "a running task is left alone")
+
+	for i, delay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		current := r.calls[len(r.calls)-1].arn
+		r.tasks[current].KnownStatus = task.TaskStopped // its essential container exited
+		w.Scan()
+		calls := len(r.calls)
+		now = now.Add(delay - time.Millisecond)
+		w.Scan()
+		assert.Len(t, r.calls, calls, "restart %d waits %s", i+1, delay)
+		now = now.Add(time.Millisecond)
+		w.Scan()
+		require.Len(t, r.calls, calls+1, "restart %d happens after %s", i+1, delay)
+		assert.Equal(t, "add", r.calls[calls].op)
+		assert.Equal(t, fmt.Sprintf("%s-r%d", first, i+1), r.calls[calls].arn)
+	}
+}
+
+func TestWatcherAdoptsRestoredTasks(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
+	probe := &fakeRunner{}
+	New(Config{Dir: dir, Cluster: "default"}, probe, logger.Nop()).Scan()
+	kept := probe.calls[0].arn
+
+	r := &fakeRunner{tasks: map[string]*task.Task{kept: {Arn: kept, KnownStatus: task.TaskRunning, DesiredStatus: task.TaskRunning}}}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, logger.Nop())
+	gone := "arn:aws:ecs:local:000000000000:task/default/static-old-0123456789ab"
+	other := "arn:aws:ecs:local:000000000000:task/default/not-static"
+	w.Adopt([]*task.Task{
+		{Arn: kept, DesiredStatus: task.TaskRunning},
+		{Arn: gone, DesiredStatus: task.TaskRunning},
+		{Arn: other, DesiredStatus: task.TaskRunning},
+	})
+	w.Scan()
+	assert.Equal(t, []call{{op: "stop", arn: gone, reason: ReasonRemoved}}, r.calls,
+		"the unchanged file keeps its restored task; the task of a file that went away stops; other tasks are not the watcher's")
+	w.Scan()
+	assert.Len(t, r.calls, 1)
 }
