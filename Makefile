@@ -32,8 +32,9 @@ run: images build
 		exec $(BIN) agent
 
 # Every test: provisioning, then unit and integration tests (with the fuzz seed corpora) under -race.
+# Packages run one at a time (-p 1): one integration test restarts the Docker Engine.
 test: images lint
-	$(GO) test -race -count=1 -tags integration -timeout 15m ./...
+	$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
 
 # Berth against the bare Docker Engine, side by side in one run; prints ratios.
 bench: images

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/imagecleanup"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/metrics"
 	"github.com/berth-agent/berth/agent/registryauth"
@@ -33,7 +35,7 @@ const shutdownGrace = 3 * time.Second
 
 // Run starts the agent with the loaded configuration and blocks until ctx is done, then shuts down and
 // returns nil. It returns an error when a component cannot start (for example a port in use).
-func Run(ctx context.Context, res *config.Result, console io.Writer) (err error) {
+func Run(ctx context.Context, res *config.Result, opts Options, console io.Writer) (err error) {
 	cfg := res.Config
 	log, err := logger.New(cfg.Log, console)
 	if err != nil {
@@ -62,6 +64,15 @@ func Run(ctx context.Context, res *config.Result, console io.Writer) (err error)
 	if err := checkRequired(ctx, auth); err != nil {
 		return err
 	}
+	store, err := openState(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.Warn("closing the state file failed", "error", err)
+		}
+	}()
 	var eng *engine.Engine
 	m := metrics.New(func() []*task.Task { return eng.Tasks() })
 	client, err := newDockerClient(cfg, log, m.OnPullRetry)
@@ -86,15 +97,43 @@ func Run(ctx context.Context, res *config.Result, console io.Writer) (err error)
 		StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait:  cfg.TaskCleanupWaitDuration,
 		Resources:    resources,
-	}, m.Docker(client), m.Puller(client.Puller()), auth, state.NewMemory(), log)
-	if err := eng.Start(ctx); err != nil {
+		Hook:         opts.Hook,
+	}, m.Docker(client), recordingPuller{next: m.Puller(client.Puller()), images: client, store: store, log: log, nowFunc: time.Now},
+		auth, store, log)
+	// The engine outlives SIGTERM only as long as --stop-tasks-on-exit needs it to.
+	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEngine()
+	if err := eng.Start(engineCtx); err != nil {
 		return err
 	}
 	defer eng.Wait()
+	defer stopEngine()
 	log.Info("task engine started", "cpu_units", resources.CPU, "memory_mib", resources.MemoryMiB)
+
+	restored, err := store.Tasks(ctx)
+	if err != nil {
+		log.Error("some saved tasks cannot be read and are skipped", "error", err)
+	}
+	if _, err := eng.Restore(ctx, restored); err != nil {
+		return fmt.Errorf("recover saved tasks: %w", err)
+	}
+
+	rootDir, err := client.RootDir(ctx)
+	if err != nil {
+		rootDir = "/var/lib/docker"
+		log.Warn("cannot ask the Docker Engine for its data directory; watching the default", "dir", rootDir, "error", err)
+	}
+	cleaner := newImageCleaner(cfg, store, eng, client, imagecleanup.StatfsUsage(rootDir), log)
+	cleanerDone := make(chan struct{})
+	go func() {
+		defer close(cleanerDone)
+		cleaner.Run(ctx)
+	}()
+	defer func() { <-cleanerDone }()
 
 	if cfg.StaticTasksDir != "" {
 		watcher := statictasks.New(statictasks.Config{Dir: cfg.StaticTasksDir, Cluster: cfg.Cluster, Region: cfg.AWSRegion}, eng, log)
+		watcher.Adopt(restored)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -103,7 +142,73 @@ func Run(ctx context.Context, res *config.Result, console io.Writer) (err error)
 		defer func() { <-done }()
 	}
 
-	return serveIntrospection(ctx, cfg, eng, m, log)
+	if err := serveIntrospection(ctx, cfg, eng, m, log); err != nil {
+		return err
+	}
+	if opts.StopTasksOnExit {
+		stopAllTasks(eng, cfg, log)
+	}
+	return nil
+}
+
+// Options are the agent's command-line switches that are not configuration keys.
+type Options struct {
+	// StopTasksOnExit stops every task before the agent exits on SIGTERM (berth agent
+	// --stop-tasks-on-exit); by default tasks keep running across an agent restart.
+	StopTasksOnExit bool
+	// Hook is passed to the engine (see engine.Config.Hook); the crash-recovery tests set it.
+	Hook func(point string, t *task.Task)
+}
+
+// openState opens the state store ECS_CHECKPOINT asks for: the bbolt file in ECS_DATADIR, or memory.
+func openState(cfg *config.Config, log *logger.Logger) (state.Store, error) {
+	if !cfg.Checkpoint {
+		log.Warn("ECS_CHECKPOINT=false: state is kept in memory only; an agent restart forgets every task")
+		return state.NewMemory(), nil
+	}
+	path := filepath.Join(cfg.DataDir, "berth.db")
+	st, err := state.OpenBolt(path, stateLockTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("open state: %w", err)
+	}
+	log.Info("state file opened", "path", path, "schema_version", state.SchemaVersion)
+	return st, nil
+}
+
+// stateLockTimeout bounds the wait for another process's lock on the state file.
+const stateLockTimeout = 5 * time.Second
+
+// stopAllTasks stops every task and waits until they have stopped, bounded by the longest stop
+// timeout plus a margin.
+func stopAllTasks(eng *engine.Engine, cfg *config.Config, log *logger.Logger) {
+	const reason = "berth agent stopped with --stop-tasks-on-exit"
+	limit := 2*cfg.DockerStopTimeout + 30*time.Second
+	for _, t := range eng.Tasks() {
+		eng.StopTask(t.Arn, reason)
+		for _, c := range t.Containers {
+			limit = max(limit, 2*c.StopTimeout+30*time.Second)
+		}
+	}
+	log.Info("stopping every task before exit", "limit", limit)
+	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		running := 0
+		for _, t := range eng.Tasks() {
+			if t.KnownStatus != task.TaskStopped {
+				running++
+			}
+		}
+		if running == 0 {
+			log.Info("every task stopped")
+			return
+		}
+		if time.Now().After(deadline) {
+			log.Warn("tasks still running after the stop limit; exiting anyway", "running", running)
+			return
+		}
+	}
 }
 
 // serveIntrospection serves the introspection API until ctx ends, then shuts it down.

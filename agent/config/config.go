@@ -110,6 +110,8 @@ type Config struct {
 	ImageMinimumCleanupAge     time.Duration
 	NumImagesToDeletePerCycle  int
 	ImageCleanupDisabled       bool
+	DiskHighWaterPercent       int
+	DiskLowWaterPercent        int
 
 	EngineAuthType string
 	EngineAuthData Secret

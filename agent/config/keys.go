@@ -114,6 +114,10 @@ func keyTable() []key {
 		{name: "ECS_DISABLE_IMAGE_CLEANUP", jsonName: "ImageCleanupDisabled", def: "false", doc: "turn image cleanup off",
 			field: func(c *Config) field { return boolField{p: &c.ImageCleanupDisabled} }},
 
+		{name: "ECS_DISK_HIGH_WATER_PERCENT", def: "85", berth: true, doc: "when the Docker data filesystem is fuller than this, stopped tasks and unused images are cleaned up at once",
+			field: func(c *Config) field { return intField{p: &c.DiskHighWaterPercent, min: 1} }},
+		{name: "ECS_DISK_LOW_WATER_PERCENT", def: "75", berth: true, doc: "pressure cleanup goes on until the Docker data filesystem is this full",
+			field: func(c *Config) field { return intField{p: &c.DiskLowWaterPercent} }},
 		{name: "ECS_ENGINE_AUTH_TYPE", jsonName: "EngineAuthType", def: "", doc: "docker or dockercfg",
 			field: func(c *Config) field {
 				return stringField{p: &c.EngineAuthType, oneOf: []string{"", "docker", "dockercfg"}}

@@ -222,6 +222,10 @@ func unknownKeys(envEntries, jsonEntries []entry, byName map[string]key, jsonNam
 func crossChecks(res *Result) []error {
 	c := res.Config
 	var errs []error
+	if c.DiskHighWaterPercent > 100 || c.DiskLowWaterPercent >= c.DiskHighWaterPercent {
+		errs = append(errs, &Error{Key: "ECS_DISK_LOW_WATER_PERCENT", Origin: res.Origins["ECS_DISK_LOW_WATER_PERCENT"],
+			Err: fmt.Errorf("%d%% must be below ECS_DISK_HIGH_WATER_PERCENT (%d%%), which must be at most 100%%", c.DiskLowWaterPercent, c.DiskHighWaterPercent)})
+	}
 	if c.EngineAuthData != "" && c.EngineAuthType == "" {
 		errs = append(errs, &Error{Key: "ECS_ENGINE_AUTH_TYPE", Origin: res.Origins["ECS_ENGINE_AUTH_TYPE"],
 			Err: errors.New("must be docker or dockercfg when ECS_ENGINE_AUTH_DATA is set")})

@@ -1195,3 +1195,30 @@ func TestSecret(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, `""`, string(out))
 }
+
+func TestDiskWaterMarks(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     []string
+		wantErr string
+	}{
+		{name: "defaults", env: nil},
+		{name: "low at high", env: []string{"ECS_DISK_HIGH_WATER_PERCENT=80", "ECS_DISK_LOW_WATER_PERCENT=80"}, wantErr: "80% must be below ECS_DISK_HIGH_WATER_PERCENT (80%)"},
+		{name: "high above 100", env: []string{"ECS_DISK_HIGH_WATER_PERCENT=120"}, wantErr: "at most 100%"},
+		{name: "valid", env: []string{"ECS_DISK_HIGH_WATER_PERCENT=90", "ECS_DISK_LOW_WATER_PERCENT=50"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFiles(t, "", "")
+			res, err := Load(Sources{Environ: f.environ(tt.env...)})
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				assert.Less(t, res.Config.DiskLowWaterPercent, res.Config.DiskHighWaterPercent)
+				return
+			}
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.Contains(t, err.Error(), "ECS_DISK_LOW_WATER_PERCENT")
+			assert.Contains(t, err.Error(), tt.wantErr)
+		})
+	}
+}

@@ -80,16 +80,20 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) 
 // loadConfig parses the configuration flags in args and loads the configuration. With a configuration
 // error it returns the Result too; with an exitCode error it returns no Result.
 func loadConfig(name string, args, environ []string, stderr io.Writer) (*config.Result, error) {
-	res, _, err := loadConfigArgs(name, 0, args, environ, stderr)
+	res, _, err := loadConfigArgs(name, 0, args, environ, stderr, nil)
 	return res, err
 }
 
 // loadConfigArgs is loadConfig for a command that takes exactly nargs positional arguments after its
 // flags, which it returns.
-func loadConfigArgs(name string, nargs int, args, environ []string, stderr io.Writer) (*config.Result, []string, error) {
+// extra, if not nil, registers the command's own flags.
+func loadConfigArgs(name string, nargs int, args, environ []string, stderr io.Writer, extra func(*flag.FlagSet)) (*config.Result, []string, error) {
 	fs := flag.NewFlagSet("berth "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	given := config.RegisterFlags(fs)
+	if extra != nil {
+		extra(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, nil, exitCode(0)
@@ -114,7 +118,10 @@ func flagExit(err error) (int, bool) {
 }
 
 func runAgent(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	res, err := loadConfig("agent", args, environ, stderr)
+	var opts app.Options
+	res, _, err := loadConfigArgs("agent", 0, args, environ, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&opts.StopTasksOnExit, "stop-tasks-on-exit", false, "stop every task before exiting on SIGTERM (by default tasks keep running)")
+	})
 	if code, ok := flagExit(err); ok {
 		return code
 	}
@@ -122,7 +129,8 @@ func runAgent(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		reportInvalid(res, err, stderr)
 		return 1
 	}
-	if err := app.Run(ctx, res, stdout); err != nil {
+	opts.Hook = crashHook(environ)
+	if err := app.Run(ctx, res, opts, stdout); err != nil {
 		fmt.Fprintf(stderr, "berth: %v\n", err)
 		return 1
 	}
@@ -178,7 +186,7 @@ func runConfig(args, environ []string, stdout, stderr io.Writer) int {
 }
 
 func runPull(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	res, rest, err := loadConfigArgs("pull", 1, args, environ, stderr)
+	res, rest, err := loadConfigArgs("pull", 1, args, environ, stderr, nil)
 	if code, ok := flagExit(err); ok {
 		return code
 	}

@@ -7,9 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -132,29 +130,4 @@ func TestConfigOutputIsJSON(t *testing.T) {
 	assert.Equal(t, "local", out.Mode)
 	assert.Equal(t, "default", out.Keys["ECS_CLUSTER"].Value)
 	assert.Equal(t, "default", out.Keys["ECS_CLUSTER"].Source)
-}
-
-// TestAgentServesAndStops runs the agent in-process: healthcheck passes while it runs, and it returns 0
-// promptly once its context is cancelled.
-func TestAgentServesAndStops(t *testing.T) {
-	addr := freeAddr(t)
-	environ := testEnviron(t, "", "", "ECS_INTROSPECTION_ADDR="+addr, "ECS_LOGFILE="+filepath.Join(t.TempDir(), "log", "berth.log"))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	var agentOut, agentErr bytes.Buffer
-	go func() { done <- run(ctx, []string{"agent"}, environ, &agentOut, &agentErr) }()
-
-	require.Eventually(t, func() bool {
-		return run(context.Background(), []string{"healthcheck"}, environ, &bytes.Buffer{}, &bytes.Buffer{}) == 0
-	}, 5*time.Second, 20*time.Millisecond)
-
-	cancel()
-	select {
-	case code := <-done:
-		assert.Equal(t, 0, code, agentErr.String())
-	case <-time.After(5 * time.Second):
-		t.Fatal("agent did not stop within 5 s of cancellation")
-	}
-	assert.True(t, strings.Contains(agentOut.String(), "mode=local"), agentOut.String())
 }
