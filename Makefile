@@ -47,7 +47,7 @@ unit:
 lint: fmt vet
 
 fmt:
-	@out=$$(gofmt -l $$(git ls-files '*.go') agent); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l agent misc scripts); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
 	$(GO) vet ./...

@@ -62,7 +62,9 @@ func (r imageRecords) Images(ctx context.Context) ([]imagecleanup.ImageRecord, e
 	return out, err
 }
 
-func (r imageRecords) DeleteImage(ctx context.Context, ref string) error { return r.store.DeleteImage(ctx, ref) }
+func (r imageRecords) DeleteImage(ctx context.Context, ref string) error {
+	return r.store.DeleteImage(ctx, ref)
+}
 
 // imagesInUse lists the image refs and IDs of every task the engine holds, stopped ones included until
 // they are cleaned up.
