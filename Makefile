@@ -4,12 +4,13 @@ GO ?= go
 PKG := github.com/berth-agent/berth
 BIN := bin/berth
 RUN_DIR := $(CURDIR)/.run
+CNI_PLUGINS_DIR := $(RUN_DIR)/cni-plugins
 GIT_HASH := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X $(PKG)/agent/version.GitHash=$(GIT_HASH)
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision images lint fmt vet clean bench
+.PHONY: all build run test unit integration provision images cni-plugins lint fmt vet clean bench
 
 all: build
 
@@ -24,20 +25,26 @@ provision:
 images: provision
 	BERTH_RUN_DIR=$(RUN_DIR) GO=$(GO) bash scripts/build-images.sh
 
+# The pinned CNI reference plugins awsvpc tasks run (go install ...@version); skips what is built.
+cni-plugins:
+	GO=$(GO) bash scripts/build-cni-plugins.sh $(CNI_PLUGINS_DIR)
+
 # Runs the agent in local mode with its data and logs under .run/ until SIGTERM or Ctrl-C.
-run: images build
+run: images build cni-plugins
 	mkdir -p $(RUN_DIR)/data $(RUN_DIR)/log
 	ECS_DATADIR=$(RUN_DIR)/data ECS_LOGFILE=$(RUN_DIR)/log/berth.log \
 		ECS_ENV_FILE=$${ECS_ENV_FILE:-misc/examples/run.env} ECS_STATIC_TASKS_DIR=$${ECS_STATIC_TASKS_DIR:-misc/examples/tasks.d} \
+		ECS_ENABLE_TASK_ENI=true ECS_CNI_PLUGINS_PATH=$(CNI_PLUGINS_DIR) ECS_PAUSE_IMAGE_TARBALL=$(RUN_DIR)/images/pause.tar \
 		exec $(BIN) agent
 
 # Every test: provisioning, then unit and integration tests (with the fuzz seed corpora) under -race.
 # Packages run one at a time (-p 1): one integration test restarts the Docker Engine.
-test: images lint
-	$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
+test: images cni-plugins lint
+	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) BERTH_PAUSE_TARBALL=$(RUN_DIR)/images/pause.tar \
+		$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
 
 # Berth against the bare Docker Engine, side by side in one run; prints ratios.
-bench: images
+bench: images cni-plugins
 	$(GO) run ./scripts/bench
 
 # Unit tests only: no Docker, no root.

@@ -91,12 +91,17 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err != nil {
 		return err
 	}
+	awsvpc, cni, err := newTaskNetworking(ctx, cfg, client, log)
+	if err != nil {
+		return err
+	}
 	eng = engine.New(engine.Config{
 		Cluster:      cfg.Cluster,
 		StopTimeout:  cfg.DockerStopTimeout,
 		StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait:  cfg.TaskCleanupWaitDuration,
 		Resources:    resources,
+		AWSVPC:       awsvpc,
 		Hook:         opts.Hook,
 	}, m.Docker(client), recordingPuller{next: m.Puller(client.Puller()), images: client, store: store, log: log, nowFunc: time.Now},
 		auth, store, log)
@@ -116,6 +121,9 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	if _, err := eng.Restore(ctx, restored); err != nil {
 		return fmt.Errorf("recover saved tasks: %w", err)
+	}
+	if cni != nil {
+		removeNetworkLeftovers(ctx, cni, eng.Tasks, log)
 	}
 
 	rootDir, err := client.RootDir(ctx)

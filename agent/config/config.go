@@ -127,6 +127,8 @@ type Config struct {
 	AWSVPCBlockIMDS                bool
 	AWSVPCAdditionalLocalRoutes    []cnitypes.IPNet
 	OverrideAWSVPCLocalIPv4Address *cnitypes.IPNet
+	AWSVPCLocalSubnet              cnitypes.IPNet
+	PauseImageTarball              string
 
 	Registry Registry
 

@@ -378,3 +378,21 @@ func (f attributesField) parse(v value) (string, error) {
 }
 
 func (f attributesField) show() any { return *f.p }
+
+// subnetField is an IPv4 network in CIDR form, such as 172.31.250.0/24.
+type subnetField struct{ p *cnitypes.IPNet }
+
+func (f subnetField) parse(v value) (string, error) {
+	t := strings.TrimSpace(v.text)
+	ip, network, err := net.ParseCIDR(t)
+	if err != nil || ip.To4() == nil {
+		return "", fmt.Errorf("%q is not an IPv4 subnet such as 172.31.250.0/24", t)
+	}
+	if ones, _ := network.Mask.Size(); ones > 30 {
+		return "", fmt.Errorf("%q is too small for tasks: use a prefix of /30 or shorter", t)
+	}
+	*f.p = cnitypes.IPNet{IP: network.IP.To4(), Mask: network.Mask}
+	return "", nil
+}
+
+func (f subnetField) show() any { return (&net.IPNet{IP: f.p.IP, Mask: f.p.Mask}).String() }

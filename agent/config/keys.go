@@ -147,6 +147,10 @@ func keyTable() []key {
 		{name: "OverrideAWSVPCLocalIPv4Address", jsonName: "OverrideAWSVPCLocalIPv4Address", only: fromJSON, def: "", doc: "static IPv4 address/prefix of the task bridge interface (JSON file only)",
 			field: func(c *Config) field { return staticAddrField{p: &c.OverrideAWSVPCLocalIPv4Address} }},
 
+		{name: "ECS_AWSVPC_LOCAL_SUBNET", def: "172.31.250.0/24", berth: true, doc: "local mode: the subnet of the bridge network with NAT that stands in for an awsvpc task's ENI",
+			field: func(c *Config) field { return subnetField{p: &c.AWSVPCLocalSubnet} }},
+		{name: "ECS_PAUSE_IMAGE_TARBALL", def: "/usr/lib/berth/pause.tar", berth: true, doc: "the pause image (berth/pause:latest) as a docker save tarball, loaded at start when missing",
+			field: func(c *Config) field { return stringField{p: &c.PauseImageTarball} }},
 		{name: "ECS_REGISTRY_REQUIRE", flag: "registry-require", def: "", berth: true, doc: "registry vendors that must be reachable at start-up (only ecr is known)",
 			field: func(c *Config) field { return setField{p: &c.Registry.Require, check: checkVendor} }},
 		{name: "ECS_REGISTRY_ECR_REGIONS", noDef: true, berth: true, doc: "regions whose ECR images get credentials; unset = the detected region, empty = off",

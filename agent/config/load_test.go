@@ -1222,3 +1222,34 @@ func TestDiskWaterMarks(t *testing.T) {
 		})
 	}
 }
+
+func TestAWSVPCLocalSubnet(t *testing.T) {
+	tests := []struct {
+		value, want, wantErr string
+	}{
+		{value: "", want: "172.31.250.0/24"},
+		{value: "10.99.0.0/16", want: "10.99.0.0/16"},
+		{value: "10.99.0.7/16", want: "10.99.0.0/16"},
+		{value: "10.99.0.0/31", wantErr: "too small"},
+		{value: "fd00::/64", wantErr: "not an IPv4 subnet"},
+		{value: "nope", wantErr: "not an IPv4 subnet"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			f := newFiles(t, "", "")
+			var env []string
+			if tt.value != "" {
+				env = append(env, "ECS_AWSVPC_LOCAL_SUBNET="+tt.value)
+			}
+			res, err := Load(Sources{Environ: f.environ(env...)})
+			if tt.wantErr != "" {
+				require.ErrorIs(t, err, ErrInvalid)
+				assert.Contains(t, err.Error(), "ECS_AWSVPC_LOCAL_SUBNET (env)")
+				assert.Contains(t, err.Error(), tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, res.Show().Keys["ECS_AWSVPC_LOCAL_SUBNET"].Value)
+		})
+	}
+}

@@ -103,6 +103,9 @@ func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg
 	switch {
 	case c.Pause:
 		host.NetworkMode = "none"
+		if t.ENI != nil { // the task's containers share the pause container's resolv.conf
+			host.DNS, host.DNSSearch = t.ENI.DNSServers, t.ENI.SearchDomains
+		}
 	case t.NetworkMode == task.NetworkAWSVPC:
 		host.NetworkMode = "container:" + pauseID
 	default:

@@ -260,8 +260,16 @@ func TestApplyInspect(t *testing.T) {
 			},
 		},
 		{
-			name: "pause container reaches RESOURCES_PROVISIONED",
+			name: "a running pause container is RUNNING until its network is set up",
 			c:    task.Container{Pause: true, KnownStatus: task.ContainerCreated},
+			ci:   docker.Container{State: docker.State{Running: true, StartedAt: started}},
+			want: func(t *testing.T, c *task.Container) {
+				assert.Equal(t, task.ContainerRunning, c.KnownStatus)
+			},
+		},
+		{
+			name: "a provisioned pause container stays provisioned",
+			c:    task.Container{Pause: true, KnownStatus: task.ContainerResourcesProvisioned},
 			ci:   docker.Container{State: docker.State{Running: true, StartedAt: started}},
 			want: func(t *testing.T, c *task.Container) {
 				assert.Equal(t, task.ContainerResourcesProvisioned, c.KnownStatus)

@@ -64,6 +64,8 @@ type Config struct {
 	CleanupWait       time.Duration // stopped task kept this long (ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION)
 	ReconcileInterval time.Duration // how often every task re-inspects its containers (default 1 m)
 	Resources         Resources
+	// AWSVPC enables awsvpc tasks.
+	AWSVPC AWSVPCConfig
 	// Hook, if set, is called at each Hook* point with the task (which it must not keep or change).
 	Hook func(point string, t *task.Task)
 }
@@ -154,6 +156,7 @@ func (e *Engine) Wait() { e.wg.Wait() }
 // that task's desired status, so delivering a task twice starts it once.
 func (e *Engine) AddTask(t *task.Task) error {
 	t = t.Clone() // the worker owns its task; the caller keeps its own
+	withPause(t, e.cfg.AWSVPC.PauseImage)
 	e.mu.Lock()
 	if e.ctx == nil || e.ctx.Err() != nil {
 		e.mu.Unlock()

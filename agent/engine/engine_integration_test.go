@@ -85,8 +85,8 @@ var itARNSeq struct {
 	n int
 }
 
-// run parses a task definition, adds it to the engine and returns its ARN.
-func (h *itHarness) run(t *testing.T, def string) string {
+// newTask parses a task definition into a task with a fresh ARN, without adding it.
+func (h *itHarness) newTask(t *testing.T, def string) *task.Task {
 	t.Helper()
 	d, err := taskdef.Parse([]byte(def))
 	require.NoError(t, err)
@@ -96,8 +96,15 @@ func (h *itHarness) run(t *testing.T, def string) string {
 	itARNSeq.Unlock()
 	tk := d.NewTask(arn)
 	tk.Revision = max(tk.Revision, 1)
+	return tk
+}
+
+// run parses a task definition, adds it to the engine and returns its ARN.
+func (h *itHarness) run(t *testing.T, def string) string {
+	t.Helper()
+	tk := h.newTask(t, def)
 	require.NoError(t, h.eng.AddTask(tk))
-	return arn
+	return tk.Arn
 }
 
 // waitTask polls the task until cond holds, failing with the task's state after the timeout.

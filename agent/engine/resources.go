@@ -21,8 +21,9 @@ type Resources struct {
 
 // need is what one task takes from the host.
 type need struct {
-	cpu, mem int
-	ports    []hostPort
+	cpu, mem  int
+	ports     []hostPort
+	exclusive string // a resource only one task may hold at a time, or ""
 }
 
 type hostPort struct {
@@ -74,6 +75,7 @@ type resourceQueue struct {
 	usedCPU  int
 	usedMem  int
 	ports    map[hostPort]string // port → task ARN holding it
+	sole     map[string]string   // exclusive resource → task ARN holding it
 	held     map[string]need     // task ARN → what it holds
 	queue    []*waiter
 	reserved map[hostPort]bool
@@ -100,7 +102,7 @@ func (w *waiter) setReason(reason string) {
 }
 
 func newResourceQueue(total Resources) *resourceQueue {
-	q := &resourceQueue{total: total, ports: map[hostPort]string{}, held: map[string]need{}, reserved: map[hostPort]bool{}}
+	q := &resourceQueue{total: total, ports: map[hostPort]string{}, sole: map[string]string{}, held: map[string]need{}, reserved: map[hostPort]bool{}}
 	for _, p := range total.ReservedTCP {
 		q.reserved[hostPort{p, "tcp"}] = true
 	}
@@ -144,6 +146,9 @@ func (q *resourceQueue) shortfall(n need) string {
 		if holder, ok := q.ports[p]; ok {
 			why = append(why, fmt.Sprintf("host port %s is used by task %s", p, holder))
 		}
+	}
+	if holder, ok := q.sole[n.exclusive]; ok && n.exclusive != "" {
+		why = append(why, fmt.Sprintf("%s is held by task %s", n.exclusive, holder))
 	}
 	return strings.Join(why, "; ")
 }
@@ -221,6 +226,9 @@ func (q *resourceQueue) grantLocked() {
 		for _, p := range w.n.ports {
 			q.ports[p] = w.arn
 		}
+		if w.n.exclusive != "" {
+			q.sole[w.n.exclusive] = w.arn
+		}
 		q.held[w.arn] = w.n
 		close(w.ready)
 	}
@@ -243,6 +251,9 @@ func (q *resourceQueue) releaseLocked(arn string) {
 	q.usedMem -= n.mem
 	for _, p := range n.ports {
 		delete(q.ports, p)
+	}
+	if n.exclusive != "" {
+		delete(q.sole, n.exclusive)
 	}
 	q.grantLocked()
 }

@@ -192,7 +192,14 @@ func (w *worker) prepare(ctx context.Context) bool {
 	if stop, _ := w.stopWanted(); stop {
 		return false
 	}
+	if w.t.NetworkMode == task.NetworkAWSVPC && w.e.cfg.AWSVPC.Network == nil {
+		w.stopTask("awsvpc network mode needs task networking: set ECS_ENABLE_TASK_ENI=true")
+		return false
+	}
 	n := needOf(w.t)
+	if w.t.NetworkMode == task.NetworkAWSVPC && w.e.cfg.AWSVPC.BridgeIPv4 != nil {
+		n.exclusive = staticBridgeAddress
+	}
 	err := w.e.resources.Acquire(ctx, w.arn, n, func(reason string) {
 		w.t.PendingReason = reason
 		w.log.Info("task waits", "reason", reason)
@@ -366,9 +373,12 @@ func (w *worker) startContainer(ctx context.Context, c *task.Container) error {
 	if err := w.e.docker.StartContainer(ctx, c.DockerID); err != nil {
 		return fmt.Errorf("CannotStartContainerError: %w", err)
 	}
-	if c.KnownStatus < c.SteadyState() {
-		// Docker started it; a failed or stale inspect below must not make startReady start it again.
-		c.KnownStatus = c.SteadyState()
+	// Docker started it; a failed or stale inspect below must not make startReady start it again.
+	c.KnownStatus = max(c.KnownStatus, task.ContainerRunning)
+	if c.Pause {
+		if err := w.setupNetwork(ctx, c); err != nil {
+			return err
+		}
 	}
 	w.e.hook(HookAfterStart, w.t)
 	w.log.Info("container started", "container", c.Name, "docker_id", shortID(c.DockerID))
@@ -540,9 +550,8 @@ func applyInspect(c *task.Container, ci *docker.Container) {
 	}
 	switch {
 	case st.Running || st.Paused || st.Restarting:
-		if c.KnownStatus < c.SteadyState() {
-			c.KnownStatus = c.SteadyState()
-		}
+		// A pause container stays RUNNING until its network is set up (RESOURCES_PROVISIONED).
+		c.KnownStatus = max(c.KnownStatus, task.ContainerRunning)
 		if !st.StartedAt.IsZero() {
 			c.StartedAt = st.StartedAt
 		}
@@ -605,6 +614,11 @@ func (w *worker) stopAll(ctx context.Context) {
 			// Only a dependsOn cycle blocks every running container; stop them all rather than spin.
 			ready = running
 		}
+		for _, c := range ready {
+			if c.Pause {
+				w.teardownNetwork(ctx) // CNI DEL needs the namespace, which goes with the pause container
+			}
+		}
 		var wg sync.WaitGroup
 		errs := make([]error, len(ready))
 		for i, c := range ready {
@@ -641,6 +655,9 @@ func (w *worker) stopAll(ctx context.Context) {
 			case <-time.After(w.e.retryDelay):
 			}
 		}
+	}
+	if ctx.Err() == nil {
+		w.teardownNetwork(ctx) // the pause container may have died by itself before the stop
 	}
 	w.commit(ctx)
 }

@@ -75,6 +75,10 @@ func taskResponse(t *task.Task) TaskResponse {
 		for _, n := range c.Networks {
 			cr.Networks = append(cr.Networks, NetworkResponse{NetworkMode: n.Mode, IPv4Addresses: n.IPv4Addresses})
 		}
+		if t.NetworkMode == task.NetworkAWSVPC && t.AWSVPC != nil && t.AWSVPC.IPv4 != "" {
+			// Every container of an awsvpc task shares the task's namespace and address.
+			cr.Networks = []NetworkResponse{{NetworkMode: string(task.NetworkAWSVPC), IPv4Addresses: []string{t.AWSVPC.IPv4}}}
+		}
 		r.Containers = append(r.Containers, cr)
 	}
 	return r

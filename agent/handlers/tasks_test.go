@@ -65,6 +65,14 @@ func TestTasks(t *testing.T) {
 			}
 		})
 	}
+	t.Run("awsvpc task shows its address", func(t *testing.T) {
+		vpc := &task.Task{Arn: "arn:vpc", NetworkMode: task.NetworkAWSVPC, AWSVPC: &task.AWSVPC{IPv4: "172.31.250.5"},
+			Containers: []*task.Container{{Name: "app", KnownStatus: task.ContainerRunning}}}
+		rec := httptest.NewRecorder()
+		NewIntrospection(fixedMetadata{}, fixedTasks{vpc}, nil).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/tasks?taskarn=arn:vpc", nil))
+		require.Equal(t, http.StatusOK, rec.Code)
+		assert.Contains(t, rec.Body.String(), `"Networks":[{"NetworkMode":"awsvpc","IPv4Addresses":["172.31.250.5"]}]`)
+	})
 	t.Run("no tasks is an empty list", func(t *testing.T) {
 		rec := httptest.NewRecorder()
 		NewIntrospection(fixedMetadata{}, fixedTasks(nil), nil).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/tasks", nil))

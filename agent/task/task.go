@@ -190,6 +190,24 @@ func (c *Container) Started() bool {
 	return !c.StartedAt.IsZero() || c.KnownStatus == ContainerRunning || c.KnownStatus == ContainerResourcesProvisioned
 }
 
+// ENI is the elastic network interface ECS attached to the host for an awsvpc task.
+type ENI struct {
+	AttachmentArn string   `json:"attachmentArn,omitempty"`
+	MAC           string   `json:"mac"`
+	IPv4CIDR      string   `json:"ipv4Cidr"` // primary address with the subnet's prefix, e.g. 10.0.1.5/24
+	Gateway       string   `json:"gateway"`  // the subnet gateway's address
+	DNSServers    []string `json:"dnsServers,omitempty"`
+	SearchDomains []string `json:"searchDomains,omitempty"`
+}
+
+// AWSVPC is what Berth set up for an awsvpc task's network namespace.
+type AWSVPC struct {
+	NetNS      string `json:"netns"`              // the pause container's namespace, e.g. /proc/1234/ns/net
+	IPv4       string `json:"ipv4"`               // the task's address on eth0 (the ENI, or the local network)
+	BridgeIPv4 string `json:"bridgeIpv4"`         // its address on the task bridge (ecs-eth0)
+	TornDown   bool   `json:"tornDown,omitempty"` // the networking was deleted
+}
+
 // Task is one task: its definition, its containers and its state.
 type Task struct {
 	Arn         string       `json:"arn"`
@@ -200,6 +218,10 @@ type Task struct {
 	Memory      int          `json:"memory,omitempty"` // MiB for the whole task, 0 when unset
 	Volumes     []Volume     `json:"volumes,omitempty"`
 	Containers  []*Container `json:"containers"`
+	// ENI is the interface ECS attached for an awsvpc task; nil in local mode.
+	ENI *ENI `json:"eni,omitempty"`
+	// AWSVPC is set once the task's network namespace is set up.
+	AWSVPC *AWSVPC `json:"awsvpc,omitempty"`
 
 	DesiredStatus TaskStatus `json:"desiredStatus"`
 	KnownStatus   TaskStatus `json:"knownStatus"`
@@ -216,6 +238,10 @@ type Task struct {
 // replaces runtime slices (NetworkBindings) and pointers (ExitCode) wholesale instead of mutating them.
 func (t *Task) Clone() *Task {
 	c := *t
+	if t.AWSVPC != nil {
+		v := *t.AWSVPC
+		c.AWSVPC = &v
+	}
 	c.Containers = make([]*Container, len(t.Containers))
 	for i, ct := range t.Containers {
 		cc := *ct
