@@ -45,7 +45,7 @@ test: images cni-plugins lint
 
 # Berth against the bare Docker Engine, side by side in one run; prints ratios.
 bench: images cni-plugins
-	$(GO) run ./scripts/bench
+	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) $(GO) run ./scripts/bench
 
 # Unit tests only: no Docker, no root.
 unit:

@@ -9,6 +9,7 @@
 //	        containers created, started and inspected through the bare Engine API at the same
 //	        concurrency: p50 and p99 for 1 task at a time and for 50 at once, and the ratios.
 //	memory  resident memory of the berth binary idle and with 100 running tasks.
+//	awsvpc  time to RUNNING of an awsvpc task vs the same task in bridge mode, and CNI ADD's share.
 package main
 
 import (
@@ -30,7 +31,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "run one section: pull, engine or memory")
+	only := flag.String("only", "", "run one section: pull, engine, memory or awsvpc")
 	rounds := flag.Int("pull-rounds", 7, "measured pulls per side")
 	faultPulls := flag.Int("fault-pulls", 100, "pulls through the faulty proxy")
 	flag.Parse()
@@ -53,6 +54,9 @@ func main() {
 	}
 	if *only == "" || *only == "memory" {
 		b.agentMemory(ctx)
+	}
+	if *only == "" || *only == "awsvpc" {
+		b.awsvpcStart(ctx, 10)
 	}
 }
 
