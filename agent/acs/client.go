@@ -1,0 +1,612 @@
+// Package acs is the agent's client of the ECS Agent Communication Service: a SigV4-signed websocket
+// over which the control plane sends tasks (PayloadMessage), task role credentials and ENI
+// attachments, and the agent acknowledges them. It also defines the frames themselves, so the embedded
+// control plane can send exactly what the client reads.
+//
+// A session, from connect to disconnect:
+//
+//	dial (signed upgrade) ──▶ read frames ──▶ heartbeat: ack at once
+//	      ▲                       │           payload, credentials, ENI: queued, handled in order,
+//	      │                       │             acked once the Handler returned nil
+//	      │                       ▼
+//	      └── backoff ◀── heartbeat timeout, read error, CloseMessage, exception, periodic reconnect
+//
+// The payload of an ACS message may hold credentials and environment values: nothing here logs a
+// frame's contents, only its type, size and message ID.
+package acs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/gorilla/websocket"
+
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/retry"
+)
+
+// Handler is what the agent does with the messages ACS sends. The client calls it from one goroutine
+// at a time, in the order the messages arrived, and acknowledges a message only after the call
+// returned nil; after an error ACS resends the message later. Calls get a context that ends with the
+// session and must return promptly when it does.
+type Handler interface {
+	// HandlePayload hands the tasks to the engine and persists them. The client drops a payload whose
+	// message ID it already handled, but ACS may also send a known task again in a new payload (after
+	// a reconnect, or as an update of its desired status): a task ARN the agent already has is an
+	// update, never a second task. Rejected tasks are to be reported STOPPED with their error.
+	HandlePayload(ctx context.Context, p Payload) error
+	// HandleCredentials stores the credentials of a task role.
+	HandleCredentials(ctx context.Context, c Credentials) error
+	// HandleENIAttachment records ENIs announced for a task ahead of its payload.
+	HandleENIAttachment(ctx context.Context, a ENIAttachment) error
+	// SeqNum returns the seqNum of the last payload handled; it is sent when connecting.
+	SeqNum() int64
+}
+
+// Payload is a PayloadMessage translated into the task model.
+type Payload struct {
+	MessageID string
+	SeqNum    int64
+	Tasks     []Accepted
+	Rejected  []Rejected
+}
+
+// Credentials are the credentials of a task role from an IAMRoleCredentialsMessage.
+type Credentials struct {
+	MessageID   string
+	TaskArn     string
+	RoleType    string // RoleTypeTaskApplication or RoleTypeTaskExecution
+	Credentials IAMRoleCredentials
+}
+
+// ENIAttachment is an AttachTaskNetworkInterfacesMessage.
+type ENIAttachment struct {
+	MessageID   string
+	TaskArn     string
+	ENIs        []*ElasticNetworkInterface
+	WaitTimeout time.Duration // how long ACS waits for the attachment; 0 when not given
+}
+
+// Clock is the time source of the client: Now for signing and connection lifetimes, After for every
+// wait (backoff, heartbeat timeout, periodic reconnect).
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultHeartbeatTimeout        = time.Minute      // plus up to DefaultHeartbeatJitter
+	DefaultHeartbeatJitter         = time.Minute      //
+	DefaultPeriodicReconnect       = 30 * time.Minute // plus up to DefaultPeriodicReconnectJitter
+	DefaultPeriodicReconnectJitter = 15 * time.Minute //
+	DefaultInactiveBackoff         = 10 * time.Minute
+)
+
+const (
+	// stableConnection is how long a connection must have lived for the reconnect backoff to start
+	// again from its minimum.
+	stableConnection = time.Minute
+	writeTimeout     = 10 * time.Second
+	handshakeTimeout = 30 * time.Second
+	readLimit        = 64 << 20
+	queueSize        = 128
+	rememberedIDs    = 1024
+	// emptyPayloadHash is the SHA-256 of the empty body of the upgrade GET.
+	emptyPayloadHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+	signingService   = "ecs"
+)
+
+// Config configures a Client.
+type Config struct {
+	// Endpoint is the ACS base URL from DiscoverPollEndpoint, http or https.
+	Endpoint             string
+	Cluster              string
+	ContainerInstanceArn string
+	AgentVersion         string
+	AgentHash            string
+	DockerVersion        string // the bare version; sent as "DockerVersion: <it>"
+	Region               string
+	// Credentials sign the upgrade request (SigV4, service ecs). Nil sends it unsigned, which only a
+	// local control plane accepts.
+	Credentials aws.CredentialsProvider
+	// HeartbeatTimeout is how long a session may go without a frame; zero means
+	// DefaultHeartbeatTimeout plus a random jitter up to DefaultHeartbeatJitter, drawn per session.
+	HeartbeatTimeout time.Duration
+	// ReconnectBackoff spaces reconnects; nil means 250 ms to 2 min, ×1.5, 20 % jitter. It is reset
+	// after a connection that lived a minute.
+	ReconnectBackoff retry.Backoff
+	// PeriodicReconnect is how long a session lasts before the client reconnects by itself; zero
+	// means DefaultPeriodicReconnect plus up to DefaultPeriodicReconnectJitter, negative never.
+	PeriodicReconnect time.Duration
+	// InactiveBackoff is the wait after InactiveInstanceException; zero means DefaultInactiveBackoff.
+	InactiveBackoff time.Duration
+	Clock           Clock          // nil: the wall clock
+	Logger          *logger.Logger // nil: no logging
+}
+
+// Client keeps a session with ACS open and hands what it receives to a Handler.
+type Client struct {
+	cfg     Config
+	h       Handler
+	log     *logger.Logger
+	clock   Clock
+	backoff retry.Backoff
+	base    *url.URL
+	signer  *v4.Signer
+	dialer  *websocket.Dialer
+
+	firstConnection atomic.Bool // sendCredentials=true until a connection succeeded
+	seen            *recentIDs  // payload message IDs handled and acked
+}
+
+// New returns a client for cfg; it fails only for an unusable Endpoint or a nil handler.
+func New(cfg Config, h Handler) (*Client, error) {
+	if h == nil {
+		return nil, errors.New("acs: nil handler")
+	}
+	base, err := url.Parse(cfg.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("acs endpoint %q: %w", cfg.Endpoint, err)
+	}
+	if base.Scheme != "http" && base.Scheme != "https" || base.Host == "" {
+		return nil, fmt.Errorf("acs endpoint %q: want an http or https URL", cfg.Endpoint)
+	}
+	if cfg.InactiveBackoff <= 0 {
+		cfg.InactiveBackoff = DefaultInactiveBackoff
+	}
+	c := &Client{
+		cfg:     cfg,
+		h:       h,
+		log:     cfg.Logger.With("component", "acs"),
+		clock:   cfg.Clock,
+		backoff: cfg.ReconnectBackoff,
+		base:    base,
+		signer:  v4.NewSigner(),
+		dialer: &websocket.Dialer{
+			Proxy:            http.ProxyFromEnvironment,
+			HandshakeTimeout: handshakeTimeout,
+		},
+		seen: newRecentIDs(rememberedIDs),
+	}
+	if c.clock == nil {
+		c.clock = realClock{}
+	}
+	if c.backoff == nil {
+		c.backoff = retry.NewExponentialBackoff(250*time.Millisecond, 2*time.Minute, 0.2, 1.5)
+	}
+	c.firstConnection.Store(true)
+	return c, nil
+}
+
+// ErrInactiveInstance matches (errors.Is) the error of a session that ACS ended with
+// InactiveInstanceException: the container instance was deregistered.
+var ErrInactiveInstance = errors.New("the container instance was deregistered")
+
+// ExceptionError is an ErrorMessage or exception frame ACS sent; it ends the session.
+type ExceptionError struct {
+	Type    string // the frame type, e.g. InactiveInstanceException
+	Message string
+}
+
+// Error names the exception and its message.
+func (e *ExceptionError) Error() string {
+	return fmt.Sprintf("ACS sent %s: %s", e.Type, e.Message)
+}
+
+// Is matches ErrInactiveInstance for an InactiveInstanceException.
+func (e *ExceptionError) Is(target error) bool {
+	return target == ErrInactiveInstance && e.Type == TypeInactiveInstanceException
+}
+
+// HandshakeError is a websocket upgrade that the server answered with an HTTP status other than 101.
+type HandshakeError struct {
+	StatusCode int
+	Err        error
+}
+
+// Error gives the HTTP status.
+func (e *HandshakeError) Error() string {
+	return fmt.Sprintf("ACS refused the websocket upgrade: HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+}
+
+// Unwrap returns the dialer's error.
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
+var (
+	errHeartbeatTimeout  = errors.New("no frame from ACS within the heartbeat timeout")
+	errPeriodicReconnect = errors.New("periodic reconnect")
+)
+
+// Run connects to ACS and keeps reconnecting, with backoff, until ctx ends; it then returns ctx's
+// error. Run must not be called concurrently on one Client.
+func (c *Client) Run(ctx context.Context) error {
+	for {
+		start := c.clock.Now()
+		connected, err := c.session(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if connected && c.clock.Now().Sub(start) >= stableConnection {
+			c.backoff.Reset()
+		}
+		var delay time.Duration
+		switch {
+		case errors.Is(err, ErrInactiveInstance):
+			delay = c.cfg.InactiveBackoff
+			c.log.Error("the container instance was deregistered: ACS reports it inactive; waiting before reconnecting",
+				"containerInstance", c.cfg.ContainerInstanceArn, "cluster", c.cfg.Cluster, "retryIn", delay)
+		case errors.Is(err, errPeriodicReconnect):
+			c.log.Debug("reconnecting to ACS (periodic)")
+		default:
+			delay = c.backoff.Duration()
+			c.log.Warn("ACS session ended; reconnecting", "error", err, "retryIn", delay)
+		}
+		if delay > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-c.clock.After(delay):
+			}
+		}
+	}
+}
+
+// connectURL returns the http(s) URL of the upgrade request, with its query.
+func (c *Client) connectURL() *url.URL {
+	q := url.Values{}
+	q.Set("clusterArn", c.cfg.Cluster)
+	q.Set("containerInstanceArn", c.cfg.ContainerInstanceArn)
+	q.Set("agentHash", c.cfg.AgentHash)
+	q.Set("agentVersion", c.cfg.AgentVersion)
+	q.Set("seqNum", strconv.FormatInt(c.h.SeqNum(), 10))
+	q.Set("protocolVersion", "2")
+	q.Set("dockerVersion", "DockerVersion: "+c.cfg.DockerVersion)
+	q.Set("sendCredentials", strconv.FormatBool(c.firstConnection.Load()))
+	u := *c.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/ws"
+	u.RawPath = ""
+	u.RawQuery = q.Encode()
+	u.Fragment = ""
+	return &u
+}
+
+// dial signs the upgrade request and opens the websocket.
+func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
+	u := c.connectURL()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("build ACS request: %w", err)
+	}
+	if c.cfg.Credentials != nil {
+		creds, err := c.cfg.Credentials.Retrieve(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("retrieve credentials to sign the ACS connection: %w", err)
+		}
+		if err := c.signer.SignHTTP(ctx, creds, req, emptyPayloadHash, signingService, c.cfg.Region, c.clock.Now().UTC()); err != nil {
+			return nil, fmt.Errorf("sign the ACS connection: %w", err)
+		}
+	}
+	ws := *u
+	ws.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
+	conn, resp, err := c.dialer.DialContext(ctx, ws.String(), req.Header)
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, &HandshakeError{StatusCode: resp.StatusCode, Err: err}
+		}
+		return nil, fmt.Errorf("connect to ACS at %s: %w", u.Host, err)
+	}
+	conn.SetReadLimit(readLimit)
+	return conn, nil
+}
+
+// session runs one connection until it ends; connected reports whether the upgrade succeeded.
+func (c *Client) session(ctx context.Context) (connected bool, err error) {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return false, err
+	}
+	c.firstConnection.Store(false)
+	c.log.Info("connected to ACS", "endpoint", c.base.Host)
+
+	sctx, cancel := context.WithCancel(ctx)
+	s := &session{c: c, conn: conn}
+	frames := make(chan []byte)
+	readErr := make(chan error, 1)
+	work := make(chan Message, queueSize)
+	workErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		s.close()
+		wg.Wait()
+	}()
+	wg.Go(func() { s.read(sctx, frames, readErr) })
+	wg.Go(func() { s.work(sctx, work, workErr) })
+
+	hbTimeout := c.cfg.HeartbeatTimeout
+	if hbTimeout <= 0 {
+		hbTimeout = DefaultHeartbeatTimeout + rand.N(DefaultHeartbeatJitter)
+	}
+	var periodic <-chan time.Time // nil: never
+	switch p := c.cfg.PeriodicReconnect; {
+	case p == 0:
+		periodic = c.clock.After(DefaultPeriodicReconnect + rand.N(DefaultPeriodicReconnectJitter))
+	case p > 0:
+		periodic = c.clock.After(p)
+	}
+	heartbeat := c.clock.After(hbTimeout)
+	for {
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case err := <-readErr:
+			return true, fmt.Errorf("read from ACS: %w", err)
+		case err := <-workErr:
+			return true, err
+		case <-heartbeat:
+			return true, errHeartbeatTimeout
+		case <-periodic:
+			return true, errPeriodicReconnect
+		case data := <-frames:
+			heartbeat = c.clock.After(hbTimeout)
+			if err := s.dispatch(data, work); err != nil {
+				return true, err
+			}
+		}
+	}
+}
+
+// session is one websocket connection.
+type session struct {
+	c    *Client
+	conn *websocket.Conn
+	wmu  sync.Mutex // one writer at a time
+}
+
+// read passes every frame to frames until the connection fails or ctx ends.
+func (s *session) read(ctx context.Context, frames chan<- []byte, errc chan<- error) {
+	for {
+		_, data, err := s.conn.ReadMessage()
+		if err != nil {
+			errc <- err
+			return
+		}
+		select {
+		case frames <- data:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// write sends one message as a text frame.
+func (s *session) write(m Message) error {
+	data, err := Encode(m)
+	if err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+		return fmt.Errorf("write %s to ACS: %w", m.MessageType(), err)
+	}
+	if err := s.conn.WriteMessage(websocket.TextMessage, data); err != nil {
+		return fmt.Errorf("write %s to ACS: %w", m.MessageType(), err)
+	}
+	return nil
+}
+
+// close says goodbye (best effort) and closes the connection, which ends read.
+func (s *session) close() {
+	_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	_ = s.conn.Close()
+}
+
+// dispatch handles one frame: heartbeats at once, messages for the Handler through the work queue.
+// It returns an error to end the session.
+func (s *session) dispatch(data []byte, work chan<- Message) error {
+	log := s.c.log
+	m, err := Decode(data)
+	var unknown *UnknownTypeError
+	switch {
+	case errors.As(err, &unknown):
+		log.Warn("skipping ACS frame of unknown type", "type", unknown.Type, "bytes", len(data))
+		return nil
+	case err != nil:
+		log.Warn("skipping malformed ACS frame", "bytes", len(data), "error", err)
+		return nil
+	}
+	log.Debug("ACS frame", "type", m.MessageType(), "bytes", len(data))
+	switch m := m.(type) {
+	case *HeartbeatMessage:
+		return s.write(&HeartbeatAckRequest{MessageID: m.MessageID})
+	case *PayloadMessage, *IAMRoleCredentialsMessage, *AttachTaskNetworkInterfacesMessage:
+		select {
+		case work <- m:
+		default:
+			log.Warn("too many ACS messages waiting; dropping one unacknowledged for ACS to resend", "type", m.MessageType())
+		}
+		return nil
+	case *CloseMessage:
+		return fmt.Errorf("ACS closed the session: %s", m.Message)
+	}
+	if msg, ok := exceptionMessage(m); ok {
+		return &ExceptionError{Type: m.MessageType(), Message: msg}
+	}
+	log.Warn("skipping ACS frame the agent does not expect", "type", m.MessageType(), "bytes", len(data))
+	return nil
+}
+
+// exceptionMessage returns the text of an ErrorMessage or exception.
+func exceptionMessage(m Message) (string, bool) {
+	switch m := m.(type) {
+	case *ErrorMessage:
+		return m.Message, true
+	case *ServerException:
+		return m.Message, true
+	case *BadRequestException:
+		return m.Message, true
+	case *InvalidClusterException:
+		return m.Message, true
+	case *InvalidInstanceException:
+		return m.Message, true
+	case *AccessDeniedException:
+		return m.Message, true
+	case *InactiveInstanceException:
+		return m.Message, true
+	}
+	return "", false
+}
+
+// work hands queued messages to the Handler in order; a failed write ends it and the session.
+func (s *session) work(ctx context.Context, work <-chan Message, errc chan<- error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-work:
+			if err := s.handle(ctx, m); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}
+}
+
+// handle calls the Handler for m and acknowledges it when the Handler succeeded. Only a failed
+// write is returned; a Handler error is logged and leaves m unacknowledged.
+func (s *session) handle(ctx context.Context, m Message) error {
+	h, log := s.c.h, s.c.log
+	switch m := m.(type) {
+	case *PayloadMessage:
+		if m.MessageID != "" && s.c.seen.has(m.MessageID) {
+			log.Debug("ACS sent a payload again; acknowledging it without handling it twice", "messageId", m.MessageID)
+			return s.ackPayload(m)
+		}
+		accepted, rejected := TranslatePayload(m)
+		p := Payload{MessageID: m.MessageID, SeqNum: m.SeqNum, Tasks: accepted, Rejected: rejected}
+		if err := h.HandlePayload(ctx, p); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("payload not accepted; leaving it unacknowledged for ACS to resend", "messageId", m.MessageID, "error", err)
+			}
+			return nil
+		}
+		if m.MessageID != "" {
+			s.c.seen.add(m.MessageID)
+		}
+		return s.ackPayload(m)
+	case *IAMRoleCredentialsMessage:
+		cr := Credentials{MessageID: m.MessageID, TaskArn: m.TaskArn, RoleType: m.RoleType, Credentials: m.RoleCredentials}
+		if err := h.HandleCredentials(ctx, cr); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("credentials not stored; leaving them unacknowledged", "messageId", m.MessageID, "task", m.TaskArn, "error", err)
+			}
+			return nil
+		}
+		return s.write(&IAMRoleCredentialsAckRequest{
+			MessageID:     m.MessageID,
+			CredentialsID: m.RoleCredentials.CredentialsID,
+			Expiration:    m.RoleCredentials.Expiration,
+		})
+	case *AttachTaskNetworkInterfacesMessage:
+		a := ENIAttachment{
+			MessageID:   m.MessageID,
+			TaskArn:     m.TaskArn,
+			ENIs:        m.ElasticNetworkInterfaces,
+			WaitTimeout: time.Duration(m.WaitTimeoutMs) * time.Millisecond,
+		}
+		if err := h.HandleENIAttachment(ctx, a); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("ENI attachment not recorded; leaving it unacknowledged", "messageId", m.MessageID, "task", m.TaskArn, "error", err)
+			}
+			return nil
+		}
+		return s.write(s.ack(m.MessageID, m.ClusterArn, m.ContainerInstanceArn))
+	}
+	return nil
+}
+
+// ack builds an AckRequest naming the cluster and instance as the message did, or as configured.
+func (s *session) ack(messageID, cluster, instance string) *AckRequest {
+	if cluster == "" {
+		cluster = s.c.cfg.Cluster
+	}
+	if instance == "" {
+		instance = s.c.cfg.ContainerInstanceArn
+	}
+	return &AckRequest{Cluster: cluster, ContainerInstance: instance, MessageID: messageID}
+}
+
+// ackPayload acknowledges a payload, then each credentials it carried.
+func (s *session) ackPayload(m *PayloadMessage) error {
+	if err := s.write(s.ack(m.MessageID, m.ClusterArn, m.ContainerInstanceArn)); err != nil {
+		return err
+	}
+	for _, t := range m.Tasks {
+		if t == nil {
+			continue
+		}
+		for _, cr := range []*IAMRoleCredentials{t.RoleCredentials, t.ExecutionRoleCredentials} {
+			if cr == nil {
+				continue
+			}
+			if err := s.write(&IAMRoleCredentialsAckRequest{MessageID: m.MessageID, CredentialsID: cr.CredentialsID, Expiration: cr.Expiration}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// recentIDs remembers the last n message IDs added. It is safe for concurrent use.
+type recentIDs struct {
+	mu   sync.Mutex
+	set  map[string]struct{}
+	ring []string
+	next int
+}
+
+func newRecentIDs(n int) *recentIDs {
+	return &recentIDs{set: make(map[string]struct{}, n), ring: make([]string, n)}
+}
+
+func (r *recentIDs) has(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.set[id]
+	return ok
+}
+
+func (r *recentIDs) add(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.set[id]; ok {
+		return
+	}
+	if old := r.ring[r.next]; old != "" {
+		delete(r.set, old)
+	}
+	r.ring[r.next] = id
+	r.set[id] = struct{}{}
+	r.next = (r.next + 1) % len(r.ring)
+}

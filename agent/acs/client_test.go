@@ -1,0 +1,706 @@
+package acs
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/retry"
+)
+
+const (
+	testCluster  = "arn:aws:ecs:us-west-2:123456789012:cluster/default"
+	testInstance = "arn:aws:ecs:us-west-2:123456789012:container-instance/default/abc"
+	waitFor      = 5 * time.Second
+	tick         = 5 * time.Millisecond
+)
+
+// fakeACS is a test ACS server. Each accepted connection is handed to the test on conns; the test
+// scripts what the server sends and reads what the client sent.
+type fakeACS struct {
+	t        *testing.T
+	srv      *httptest.Server
+	upgrader websocket.Upgrader
+	conns    chan *serverConn
+	status   atomic.Int32 // non-zero: refuse the upgrade with this status
+
+	mu       sync.Mutex
+	requests []*http.Request
+}
+
+type serverConn struct {
+	ws    *websocket.Conn
+	query url.Values
+	in    chan []byte // frames from the client; closed when the connection ends
+}
+
+func newFakeACS(t *testing.T) *fakeACS {
+	f := &fakeACS{t: t, conns: make(chan *serverConn, 16)}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeACS) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.requests = append(f.requests, r.Clone(context.Background()))
+	f.mu.Unlock()
+	if r.URL.Path != "/ws" {
+		http.Error(w, "wrong path "+r.URL.Path, http.StatusNotFound)
+		return
+	}
+	if !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 Credential=AKIDTEST/") ||
+		!strings.Contains(r.Header.Get("Authorization"), "/us-west-2/ecs/aws4_request") ||
+		r.Header.Get("X-Amz-Date") == "" {
+		http.Error(w, "missing SigV4 signature", http.StatusForbidden)
+		return
+	}
+	if err := verifySignature(r); err != nil {
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return
+	}
+	if s := f.status.Load(); s != 0 {
+		http.Error(w, "refused", int(s))
+		return
+	}
+	ws, err := f.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	sc := &serverConn{ws: ws, query: r.URL.Query(), in: make(chan []byte, 64)}
+	go func() {
+		defer close(sc.in)
+		for {
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			sc.in <- data
+		}
+	}()
+	f.conns <- sc
+}
+
+// verifySignature signs the request the server received again, from scratch, and compares: the
+// signature must cover what was actually dialed (host, /ws, the query).
+func verifySignature(r *http.Request) error {
+	at, err := time.Parse("20060102T150405Z", r.Header.Get("X-Amz-Date"))
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequest(http.MethodGet, "http://"+r.Host+r.URL.RequestURI(), nil)
+	if err != nil {
+		return err
+	}
+	creds := aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secret", SessionToken: "token"}
+	if err := v4.NewSigner().SignHTTP(context.Background(), creds, req, emptyPayloadHash, "ecs", "us-west-2", at); err != nil {
+		return err
+	}
+	if got, want := r.Header.Get("Authorization"), req.Header.Get("Authorization"); got != want {
+		return fmt.Errorf("signature mismatch:\n got %s\nwant %s", got, want)
+	}
+	return nil
+}
+
+func (f *fakeACS) requestCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.requests)
+}
+
+// next returns the next connection the client opens.
+func (f *fakeACS) next(t *testing.T) *serverConn {
+	t.Helper()
+	select {
+	case c := <-f.conns:
+		t.Cleanup(func() { c.ws.Close() })
+		return c
+	case <-time.After(waitFor):
+		t.Fatal("the client did not connect")
+		return nil
+	}
+}
+
+func (c *serverConn) send(t *testing.T, m Message) {
+	t.Helper()
+	data, err := Encode(m)
+	require.NoError(t, err)
+	c.sendRaw(t, data)
+}
+
+func (c *serverConn) sendRaw(t *testing.T, data []byte) {
+	t.Helper()
+	require.NoError(t, c.ws.WriteMessage(websocket.TextMessage, data))
+}
+
+// recv returns the next message the client sent.
+func (c *serverConn) recv(t *testing.T) Message {
+	t.Helper()
+	select {
+	case data, ok := <-c.in:
+		require.True(t, ok, "the connection closed")
+		m, err := Decode(data)
+		require.NoError(t, err)
+		return m
+	case <-time.After(waitFor):
+		t.Fatal("no message from the client")
+		return nil
+	}
+}
+
+// expectNothing asserts that the client sends nothing for a short while.
+func (c *serverConn) expectNothing(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case data := <-c.in:
+		t.Fatalf("unexpected frame from the client: %s", data)
+	case <-time.After(d):
+	}
+}
+
+// fakeHandler records what the client hands it.
+type fakeHandler struct {
+	mu       sync.Mutex
+	payloads []Payload
+	creds    []Credentials
+	enis     []ENIAttachment
+	tasks    map[string]int // task ARN → times seen
+	seq      atomic.Int64
+
+	block   chan struct{} // when set, HandlePayload waits for it
+	entered chan string   // when set, receives each payload's message ID on entry
+	fail    atomic.Bool   // HandlePayload fails
+}
+
+func newFakeHandler() *fakeHandler { return &fakeHandler{tasks: map[string]int{}} }
+
+func (h *fakeHandler) HandlePayload(ctx context.Context, p Payload) error {
+	if h.entered != nil {
+		h.entered <- p.MessageID
+	}
+	if h.block != nil {
+		select {
+		case <-h.block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if h.fail.Load() {
+		return errors.New("disk full")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.payloads = append(h.payloads, p)
+	for _, a := range p.Tasks {
+		h.tasks[a.Task.Arn]++
+	}
+	h.seq.Store(p.SeqNum)
+	return nil
+}
+
+func (h *fakeHandler) HandleCredentials(_ context.Context, c Credentials) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.creds = append(h.creds, c)
+	return nil
+}
+
+func (h *fakeHandler) HandleENIAttachment(_ context.Context, a ENIAttachment) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.enis = append(h.enis, a)
+	return nil
+}
+
+func (h *fakeHandler) SeqNum() int64 { return h.seq.Load() }
+
+func (h *fakeHandler) payloadCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.payloads)
+}
+
+// recordingClock is the wall clock that also records every wait asked of it.
+type recordingClock struct {
+	mu    sync.Mutex
+	waits []time.Duration
+	// long, when non-zero, is a wait that is recorded and then cut short.
+	long time.Duration
+}
+
+func (c *recordingClock) Now() time.Time { return time.Now() }
+
+func (c *recordingClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	c.waits = append(c.waits, d)
+	c.mu.Unlock()
+	if c.long != 0 && d == c.long {
+		return time.After(time.Millisecond)
+	}
+	return time.After(d)
+}
+
+func (c *recordingClock) count(d time.Duration) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, w := range c.waits {
+		if w == d {
+			n++
+		}
+	}
+	return n
+}
+
+func testConfig(f *fakeACS) Config {
+	return Config{
+		Endpoint:             f.srv.URL + "/",
+		Cluster:              testCluster,
+		ContainerInstanceArn: testInstance,
+		AgentVersion:         "1.2.3",
+		AgentHash:            "abcdef",
+		DockerVersion:        "27.1.1",
+		Region:               "us-west-2",
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secret", SessionToken: "token"}, nil
+		}),
+		HeartbeatTimeout:  waitFor,
+		ReconnectBackoff:  retry.NewExponentialBackoff(time.Millisecond, 5*time.Millisecond, 0, 1.5),
+		PeriodicReconnect: -1,
+	}
+}
+
+// start runs a client until the test ends.
+func start(t *testing.T, cfg Config, h Handler) {
+	t.Helper()
+	c, err := New(cfg, h)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.ErrorIs(t, err, context.Canceled)
+		case <-time.After(waitFor):
+			t.Error("Run did not return after its context ended")
+		}
+	})
+}
+
+func payload(id string, seq int64, arns ...string) *PayloadMessage {
+	p := &PayloadMessage{MessageID: id, ClusterArn: testCluster, ContainerInstanceArn: testInstance, SeqNum: seq}
+	for _, arn := range arns {
+		p.Tasks = append(p.Tasks, &Task{Arn: arn, Family: "f", Version: "1", DesiredStatus: "RUNNING",
+			Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}}})
+	}
+	return p
+}
+
+func requireAck(t *testing.T, c *serverConn, id string) {
+	t.Helper()
+	m := c.recv(t)
+	ack, ok := m.(*AckRequest)
+	require.True(t, ok, "want AckRequest, got %T", m)
+	assert.Equal(t, &AckRequest{Cluster: testCluster, ContainerInstance: testInstance, MessageID: id}, ack)
+}
+
+func TestConnectQueryAndSignature(t *testing.T) {
+	f := newFakeACS(t)
+	h := newFakeHandler()
+	h.seq.Store(41)
+	start(t, testConfig(f), h)
+
+	c := f.next(t)
+	q := c.query
+	assert.Equal(t, testCluster, q.Get("clusterArn"))
+	assert.Equal(t, testInstance, q.Get("containerInstanceArn"))
+	assert.Equal(t, "abcdef", q.Get("agentHash"))
+	assert.Equal(t, "1.2.3", q.Get("agentVersion"))
+	assert.Equal(t, "41", q.Get("seqNum"))
+	assert.Equal(t, "2", q.Get("protocolVersion"))
+	assert.Equal(t, "DockerVersion: 27.1.1", q.Get("dockerVersion"))
+	assert.Equal(t, "true", q.Get("sendCredentials"))
+	f.mu.Lock()
+	req := f.requests[0]
+	f.mu.Unlock()
+	assert.Equal(t, "token", req.Header.Get("X-Amz-Security-Token"))
+}
+
+func TestHeartbeatAcked(t *testing.T) {
+	f := newFakeACS(t)
+	start(t, testConfig(f), newFakeHandler())
+	c := f.next(t)
+	c.send(t, &HeartbeatMessage{MessageID: "hb-1", Healthy: true})
+	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb-1"}, c.recv(t))
+	c.send(t, &HeartbeatMessage{MessageID: "hb-2", Healthy: true})
+	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb-2"}, c.recv(t))
+}
+
+func TestPayloadAckedAfterHandlerReturns(t *testing.T) {
+	f := newFakeACS(t)
+	h := newFakeHandler()
+	h.block = make(chan struct{})
+	h.entered = make(chan string, 1)
+	start(t, testConfig(f), h)
+	c := f.next(t)
+
+	p := payload("p-1", 1, "arn:task/1")
+	p.Tasks[0].RoleCredentials = &IAMRoleCredentials{CredentialsID: "cred-1", AccessKeyID: "A", SecretAccessKey: "S", Expiration: "2030-01-01T00:00:00Z"}
+	c.send(t, p)
+	select {
+	case id := <-h.entered:
+		assert.Equal(t, "p-1", id)
+	case <-time.After(waitFor):
+		t.Fatal("the handler was not called")
+	}
+	// Heartbeats are still answered while the handler works; the payload is not acked.
+	c.send(t, &HeartbeatMessage{MessageID: "hb"})
+	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
+	c.expectNothing(t, 50*time.Millisecond)
+
+	close(h.block)
+	requireAck(t, c, "p-1")
+	assert.Equal(t, &IAMRoleCredentialsAckRequest{MessageID: "p-1", CredentialsID: "cred-1", Expiration: "2030-01-01T00:00:00Z"}, c.recv(t))
+	require.Equal(t, 1, h.payloadCount())
+	assert.Equal(t, "arn:task/1", h.payloads[0].Tasks[0].Task.Arn)
+}
+
+func TestPayloadNotAckedWhenHandlerFails(t *testing.T) {
+	f := newFakeACS(t)
+	h := newFakeHandler()
+	h.fail.Store(true)
+	start(t, testConfig(f), h)
+	c := f.next(t)
+
+	c.send(t, payload("p-1", 1, "arn:task/1"))
+	c.send(t, &HeartbeatMessage{MessageID: "hb"})
+	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
+	c.expectNothing(t, 50*time.Millisecond)
+
+	// ACS resends; this time the handler succeeds.
+	h.fail.Store(false)
+	c.send(t, payload("p-1", 1, "arn:task/1"))
+	requireAck(t, c, "p-1")
+}
+
+func TestRejectedTasksReachHandler(t *testing.T) {
+	f := newFakeACS(t)
+	h := newFakeHandler()
+	start(t, testConfig(f), h)
+	c := f.next(t)
+
+	p := payload("p-1", 1, "arn:good", "arn:bad")
+	p.Tasks[1].Containers[0].Image = ""
+	c.send(t, p)
+	requireAck(t, c, "p-1")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Len(t, h.payloads, 1)
+	require.Len(t, h.payloads[0].Tasks, 1)
+	require.Len(t, h.payloads[0].Rejected, 1)
+	assert.Equal(t, "arn:bad", h.payloads[0].Rejected[0].Arn)
+	assert.Contains(t, h.payloads[0].Rejected[0].Err.Error(), "image")
+}
+
+func TestDuplicatePayloadHandledOnce(t *testing.T) {
+	f := newFakeACS(t)
+	h := newFakeHandler()
+	start(t, testConfig(f), h)
+	c := f.next(t)
+
+	c.send(t, payload("p-1", 1, "arn:task/1"))
+	c.send(t, payload("p-1", 1, "arn:task/1"))
+	requireAck(t, c, "p-1")
+	requireAck(t, c, "p-1") // the duplicate is acked again, not handled again
+
+	// After a reconnect too.
+	c.ws.Close()
+	c2 := f.next(t)
+	c2.send(t, payload("p-1", 1, "arn:task/1"))
+	requireAck(t, c2, "p-1")
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.Len(t, h.payloads, 1)
+	assert.Equal(t, 1, h.tasks["arn:task/1"])
+}
+
+func TestGarbageAndUnknownFramesSkipped(t *testing.T) {
+	f := newFakeACS(t)
+	h := newFakeHandler()
+	cfg := testConfig(f)
+	var logs syncBuffer
+	log, err := logger.New(logger.Config{Level: logger.LevelDebug}, &logs)
+	require.NoError(t, err)
+	cfg.Logger = log
+	start(t, cfg, h)
+	c := f.next(t)
+
+	c.sendRaw(t, []byte(`{this is not json SECRETVALUE`))
+	c.sendRaw(t, []byte(`{"type":"FancyNewMessage","message":{"secret":"SECRETVALUE"}}`))
+	c.sendRaw(t, []byte(`{"type":"PayloadMessage","message":{"messageId":"p-0","tasks":"oops"}}`))
+	c.sendRaw(t, []byte(`[]`))
+	p := payload("p-1", 1, "arn:task/1")
+	p.Tasks[0].RoleCredentials = &IAMRoleCredentials{CredentialsID: "c", AccessKeyID: "SECRETVALUE", SecretAccessKey: "SECRETVALUE"}
+	p.Tasks[0].Containers[0].Environment = map[string]string{"PASSWORD": "SECRETVALUE"}
+	c.send(t, p)
+	requireAck(t, c, "p-1")
+	assert.Equal(t, 1, h.payloadCount())
+	assert.Equal(t, 1, f.requestCount(), "the session went on")
+	out := logs.String()
+	assert.Contains(t, out, "FancyNewMessage")
+	assert.Contains(t, out, "malformed")
+	assert.NotContains(t, out, "SECRETVALUE")
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestDropMidPayloadReconnects(t *testing.T) {
+	f := newFakeACS(t)
+	h := newFakeHandler()
+	start(t, testConfig(f), h)
+	c := f.next(t)
+
+	// Half of a text frame, then the connection drops.
+	data, err := Encode(payload("p-1", 1, "arn:task/1"))
+	require.NoError(t, err)
+	require.Greater(t, len(data), 125)
+	require.Less(t, len(data), 1<<16)
+	header := []byte{0x81, 126, 0, 0}
+	binary.BigEndian.PutUint16(header[2:], uint16(len(data)))
+	raw := c.ws.UnderlyingConn()
+	_, err = raw.Write(append(header, data[:len(data)/2]...))
+	require.NoError(t, err)
+	require.NoError(t, raw.Close())
+
+	c2 := f.next(t)
+	assert.Equal(t, "false", c2.query.Get("sendCredentials"))
+	c2.send(t, payload("p-1", 1, "arn:task/1"))
+	requireAck(t, c2, "p-1")
+	assert.Equal(t, 1, h.payloadCount())
+}
+
+func TestHeartbeatTimeoutReconnects(t *testing.T) {
+	f := newFakeACS(t)
+	cfg := testConfig(f)
+	cfg.HeartbeatTimeout = 100 * time.Millisecond
+	start(t, cfg, newFakeHandler())
+
+	c := f.next(t)
+	// Frames paced below the timeout keep the session alive for several timeouts.
+	pace := time.NewTicker(40 * time.Millisecond)
+	defer pace.Stop()
+	for range 6 {
+		<-pace.C
+		c.send(t, &HeartbeatMessage{MessageID: "hb"})
+		assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
+	}
+	select {
+	case <-f.conns:
+		t.Fatal("reconnected although frames came in time")
+	default:
+	}
+	// Then the server goes quiet: the client reconnects on its own.
+	quiet := time.Now()
+	f.next(t)
+	assert.Less(t, time.Since(quiet), cfg.HeartbeatTimeout+2*time.Second)
+}
+
+func TestSeqNumInReconnectQuery(t *testing.T) {
+	f := newFakeACS(t)
+	h := newFakeHandler()
+	start(t, testConfig(f), h)
+	c := f.next(t)
+	assert.Equal(t, "0", c.query.Get("seqNum"))
+	assert.Equal(t, "true", c.query.Get("sendCredentials"))
+
+	c.send(t, payload("p-9", 9, "arn:task/9"))
+	requireAck(t, c, "p-9")
+	c.send(t, &CloseMessage{Message: "bye"})
+
+	c2 := f.next(t)
+	assert.Equal(t, "9", c2.query.Get("seqNum"))
+	assert.Equal(t, "false", c2.query.Get("sendCredentials"))
+}
+
+func TestUpgradeForbiddenBacksOffAndRetries(t *testing.T) {
+	f := newFakeACS(t)
+	f.status.Store(http.StatusForbidden)
+	cfg := testConfig(f)
+	var attempts atomic.Int32
+	cfg.ReconnectBackoff = countingBackoff{Backoff: cfg.ReconnectBackoff, n: &attempts}
+	start(t, cfg, newFakeHandler())
+
+	require.Eventually(t, func() bool { return f.requestCount() >= 3 }, waitFor, tick)
+	assert.GreaterOrEqual(t, int(attempts.Load()), 2, "each refusal is followed by a backoff")
+
+	f.status.Store(0)
+	c := f.next(t)
+	c.send(t, &HeartbeatMessage{MessageID: "hb"})
+	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
+}
+
+func TestHandshakeErrorCarriesStatus(t *testing.T) {
+	f := newFakeACS(t)
+	f.status.Store(http.StatusForbidden)
+	c, err := New(testConfig(f), newFakeHandler())
+	require.NoError(t, err)
+	_, err = c.session(context.Background())
+	var he *HandshakeError
+	require.ErrorAs(t, err, &he)
+	assert.Equal(t, http.StatusForbidden, he.StatusCode)
+	assert.Contains(t, err.Error(), "403")
+}
+
+type countingBackoff struct {
+	retry.Backoff
+	n *atomic.Int32
+}
+
+func (b countingBackoff) Duration() time.Duration {
+	b.n.Add(1)
+	return b.Backoff.Duration()
+}
+
+func TestInactiveInstanceBacksOffLong(t *testing.T) {
+	f := newFakeACS(t)
+	cfg := testConfig(f)
+	clock := &recordingClock{long: 7 * time.Hour}
+	cfg.Clock = clock
+	cfg.InactiveBackoff = 7 * time.Hour
+	var backoffs atomic.Int32
+	cfg.ReconnectBackoff = countingBackoff{Backoff: cfg.ReconnectBackoff, n: &backoffs}
+	start(t, cfg, newFakeHandler())
+
+	c := f.next(t)
+	c.send(t, &InactiveInstanceException{Message: "instance deregistered"})
+	f.next(t) // the recording clock cuts the long wait short
+	assert.Equal(t, 1, clock.count(7*time.Hour))
+	assert.Zero(t, backoffs.Load(), "the short backoff was not used")
+}
+
+func TestExceptionErrorIsInactive(t *testing.T) {
+	err := error(&ExceptionError{Type: TypeInactiveInstanceException, Message: "m"})
+	assert.ErrorIs(t, err, ErrInactiveInstance)
+	assert.NotErrorIs(t, &ExceptionError{Type: TypeServerException}, ErrInactiveInstance)
+}
+
+func TestCredentialsStoredThenAcked(t *testing.T) {
+	f := newFakeACS(t)
+	h := newFakeHandler()
+	start(t, testConfig(f), h)
+	c := f.next(t)
+
+	c.send(t, &IAMRoleCredentialsMessage{MessageID: "cm-1", TaskArn: "arn:task/1", RoleType: RoleTypeTaskExecution,
+		RoleCredentials: IAMRoleCredentials{CredentialsID: "cred-9", AccessKeyID: "A", SecretAccessKey: "S", SessionToken: "T", Expiration: "2030-01-01T00:00:00Z"}})
+	assert.Equal(t, &IAMRoleCredentialsAckRequest{MessageID: "cm-1", CredentialsID: "cred-9", Expiration: "2030-01-01T00:00:00Z"}, c.recv(t))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Len(t, h.creds, 1, "stored before the ack was sent")
+	assert.Equal(t, "arn:task/1", h.creds[0].TaskArn)
+	assert.Equal(t, RoleTypeTaskExecution, h.creds[0].RoleType)
+	assert.Equal(t, "S", h.creds[0].Credentials.SecretAccessKey)
+}
+
+func TestENIAttachmentAcked(t *testing.T) {
+	f := newFakeACS(t)
+	h := newFakeHandler()
+	start(t, testConfig(f), h)
+	c := f.next(t)
+
+	c.send(t, &AttachTaskNetworkInterfacesMessage{MessageID: "eni-msg", ClusterArn: testCluster, ContainerInstanceArn: testInstance,
+		TaskArn: "arn:task/1", WaitTimeoutMs: 5000,
+		ElasticNetworkInterfaces: []*ElasticNetworkInterface{{Ec2ID: "eni-1", MacAddress: "0a:00:00:00:00:01"}}})
+	requireAck(t, c, "eni-msg")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Len(t, h.enis, 1)
+	assert.Equal(t, 5*time.Second, h.enis[0].WaitTimeout)
+	assert.Equal(t, "eni-1", h.enis[0].ENIs[0].Ec2ID)
+}
+
+func TestPeriodicReconnect(t *testing.T) {
+	f := newFakeACS(t)
+	cfg := testConfig(f)
+	cfg.PeriodicReconnect = 50 * time.Millisecond
+	var backoffs atomic.Int32
+	cfg.ReconnectBackoff = countingBackoff{Backoff: cfg.ReconnectBackoff, n: &backoffs}
+	start(t, cfg, newFakeHandler())
+	f.next(t)
+	f.next(t)
+	f.next(t)
+	assert.Zero(t, backoffs.Load(), "a voluntary reconnect does not back off")
+}
+
+func TestNewRejectsBadEndpoint(t *testing.T) {
+	for _, ep := range []string{"", "ftp://x", "://", "wss://x"} {
+		_, err := New(Config{Endpoint: ep}, newFakeHandler())
+		assert.Error(t, err, ep)
+	}
+	_, err := New(Config{Endpoint: "https://ecs-a-1.us-west-2.amazonaws.com/"}, nil)
+	assert.Error(t, err)
+}
+
+func TestConnectURL(t *testing.T) {
+	c, err := New(Config{Endpoint: "https://ecs-a-1.us-west-2.amazonaws.com/", Cluster: "default", DockerVersion: "27.0"}, newFakeHandler())
+	require.NoError(t, err)
+	u := c.connectURL()
+	assert.Equal(t, "https", u.Scheme)
+	assert.Equal(t, "/ws", u.Path)
+	assert.Equal(t, "DockerVersion: 27.0", u.Query().Get("dockerVersion"))
+}
+
+func TestRecentIDsForgetsOldest(t *testing.T) {
+	r := newRecentIDs(2)
+	r.add("a")
+	r.add("b")
+	r.add("b")
+	assert.True(t, r.has("a"))
+	r.add("c")
+	assert.False(t, r.has("a"))
+	assert.True(t, r.has("b"))
+	assert.True(t, r.has("c"))
+}
+
+// The client must never put frame contents in its logs; check that Decode errors, which it logs,
+// do not quote them.
+func TestMalformedFrameErrorHasNoContents(t *testing.T) {
+	frame, _ := json.Marshal(map[string]any{"type": "IAMRoleCredentialsMessage", "message": map[string]any{"roleCredentials": "AKIDSECRET"}})
+	_, err := Decode(frame)
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "AKIDSECRET")
+}

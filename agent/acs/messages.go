@@ -1,0 +1,470 @@
+package acs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Message is the body of one ACS frame. MessageType is the frame's "type", the ACS shape name.
+// Every message type of this package implements it, so the embedded control plane can Encode the same
+// frames the client Decodes, and the reverse.
+type Message interface {
+	MessageType() string
+}
+
+// Frame types, as they appear in a frame's "type".
+const (
+	TypePayloadMessage                     = "PayloadMessage"
+	TypeAckRequest                         = "AckRequest"
+	TypeHeartbeatMessage                   = "HeartbeatMessage"
+	TypeHeartbeatAckRequest                = "HeartbeatAckRequest"
+	TypeIAMRoleCredentialsMessage          = "IAMRoleCredentialsMessage"
+	TypeIAMRoleCredentialsAckRequest       = "IAMRoleCredentialsAckRequest"
+	TypeAttachTaskNetworkInterfacesMessage = "AttachTaskNetworkInterfacesMessage"
+	TypeCloseMessage                       = "CloseMessage"
+	TypeErrorMessage                       = "ErrorMessage"
+	TypeServerException                    = "ServerException"
+	TypeBadRequestException                = "BadRequestException"
+	TypeInvalidClusterException            = "InvalidClusterException"
+	TypeInvalidInstanceException           = "InvalidInstanceException"
+	TypeAccessDeniedException              = "AccessDeniedException"
+	TypeInactiveInstanceException          = "InactiveInstanceException"
+)
+
+// Role types of IAMRoleCredentialsMessage.roleType.
+const (
+	RoleTypeTaskApplication = "TaskApplication"
+	RoleTypeTaskExecution   = "TaskExecution"
+)
+
+// PayloadMessage delivers tasks to run or stop. The agent answers with an AckRequest once the tasks
+// are accepted, then one IAMRoleCredentialsAckRequest per credentials the payload carried.
+type PayloadMessage struct {
+	MessageID            string  `json:"messageId"`
+	ClusterArn           string  `json:"clusterArn,omitempty"`
+	ContainerInstanceArn string  `json:"containerInstanceArn,omitempty"`
+	SeqNum               int64   `json:"seqNum"`
+	GeneratedAt          int64   `json:"generatedAt,omitempty"` // Unix epoch, as ACS sends it
+	Tasks                []*Task `json:"tasks"`
+}
+
+// Task is a task as ACS sends it. CPU is in vCPUs (a double: 0.25 is 256 CPU units), Memory in MiB.
+type Task struct {
+	Arn                      string                     `json:"arn"`
+	Family                   string                     `json:"family"`
+	Version                  string                     `json:"version"` // the task definition revision, as a string
+	DesiredStatus            string                     `json:"desiredStatus"`
+	NetworkMode              string                     `json:"networkMode,omitempty"`
+	CPU                      float64                    `json:"cpu,omitempty"`
+	Memory                   int64                      `json:"memory,omitempty"`
+	Containers               []*Container               `json:"containers"`
+	Volumes                  []*Volume                  `json:"volumes,omitempty"`
+	ElasticNetworkInterfaces []*ElasticNetworkInterface `json:"elasticNetworkInterfaces,omitempty"`
+	RoleCredentials          *IAMRoleCredentials        `json:"roleCredentials,omitempty"`
+	ExecutionRoleCredentials *IAMRoleCredentials        `json:"executionRoleCredentials,omitempty"`
+	PidMode                  string                     `json:"pidMode,omitempty"`
+	IpcMode                  string                     `json:"ipcMode,omitempty"`
+	LaunchType               string                     `json:"launchType,omitempty"`
+	ServiceName              string                     `json:"serviceName,omitempty"`
+	TaskDefinitionAccountID  string                     `json:"taskDefinitionAccountId,omitempty"`
+}
+
+// Container is a container of a Task. Essential is true when absent (the ECS default). Settings that
+// have no field of their own travel as Docker JSON in DockerConfig.
+type Container struct {
+	Name                   string                  `json:"name"`
+	Image                  string                  `json:"image"`
+	CPU                    int64                   `json:"cpu,omitempty"`
+	Memory                 int64                   `json:"memory,omitempty"` // MiB, hard limit
+	Essential              *bool                   `json:"essential,omitempty"`
+	EntryPoint             []string                `json:"entryPoint,omitempty"`
+	Command                []string                `json:"command,omitempty"`
+	Environment            map[string]string       `json:"environment,omitempty"`
+	PortMappings           []PortMapping           `json:"portMappings,omitempty"`
+	MountPoints            []MountPoint            `json:"mountPoints,omitempty"`
+	VolumesFrom            []VolumeFrom            `json:"volumesFrom,omitempty"`
+	Links                  []string                `json:"links,omitempty"`
+	DependsOn              []ContainerDependency   `json:"dependsOn,omitempty"`
+	StartTimeout           int64                   `json:"startTimeout,omitempty"` // seconds
+	StopTimeout            int64                   `json:"stopTimeout,omitempty"`  // seconds
+	HealthCheckType        string                  `json:"healthCheckType,omitempty"`
+	DockerConfig           *DockerConfig           `json:"dockerConfig,omitempty"`
+	RegistryAuthentication *RegistryAuthentication `json:"registryAuthentication,omitempty"`
+	Privileged             bool                    `json:"privileged,omitempty"`
+	LinuxParameters        *LinuxParameters        `json:"linuxParameters,omitempty"`
+	Secrets                []Secret                `json:"secrets,omitempty"`
+}
+
+// PortMapping publishes a container port; Protocol is tcp or udp.
+type PortMapping struct {
+	ContainerPort int64  `json:"containerPort"`
+	HostPort      int64  `json:"hostPort,omitempty"`
+	Protocol      string `json:"protocol,omitempty"`
+}
+
+// MountPoint mounts a task volume into a container.
+type MountPoint struct {
+	SourceVolume  string `json:"sourceVolume"`
+	ContainerPath string `json:"containerPath"`
+	ReadOnly      bool   `json:"readOnly,omitempty"`
+}
+
+// VolumeFrom mounts every volume of another container.
+type VolumeFrom struct {
+	SourceContainer string `json:"sourceContainer"`
+	ReadOnly        bool   `json:"readOnly,omitempty"`
+}
+
+// ContainerDependency is one dependsOn entry; Condition is START, COMPLETE, SUCCESS or HEALTHY.
+type ContainerDependency struct {
+	ContainerName string `json:"containerName"`
+	Condition     string `json:"condition"`
+}
+
+// DockerConfig carries Docker's container config and host config as JSON strings.
+type DockerConfig struct {
+	Config     string `json:"config,omitempty"`
+	HostConfig string `json:"hostConfig,omitempty"`
+	Version    string `json:"version,omitempty"`
+}
+
+// LinuxParameters holds the Linux settings of a container that ACS sends as fields.
+type LinuxParameters struct {
+	InitProcessEnabled *bool `json:"initProcessEnabled,omitempty"`
+}
+
+// RegistryAuthentication says how to authenticate the image pull; Type is ecr or asm.
+type RegistryAuthentication struct {
+	Type        string       `json:"type"`
+	ECRAuthData *ECRAuthData `json:"ecrAuthData,omitempty"`
+	ASMAuthData *ASMAuthData `json:"asmAuthData,omitempty"`
+}
+
+// ECRAuthData names the ECR registry of an image and whether to pull with the task execution role.
+type ECRAuthData struct {
+	RegistryID       string `json:"registryId,omitempty"`
+	Region           string `json:"region,omitempty"`
+	EndpointOverride string `json:"endpointOverride,omitempty"`
+	UseExecutionRole bool   `json:"useExecutionRole,omitempty"`
+}
+
+// ASMAuthData names a Secrets Manager secret holding registry credentials.
+type ASMAuthData struct {
+	CredentialsParameter string `json:"credentialsParameter,omitempty"`
+	Region               string `json:"region,omitempty"`
+}
+
+// Secret is a secret to inject into a container. Berth does not support them; a task that has one is
+// rejected.
+type Secret struct {
+	Name          string `json:"name"`
+	ValueFrom     string `json:"valueFrom"`
+	Type          string `json:"type,omitempty"`
+	Provider      string `json:"provider,omitempty"`
+	Region        string `json:"region,omitempty"`
+	ContainerPath string `json:"containerPath,omitempty"`
+	Target        string `json:"target,omitempty"`
+}
+
+// Volume is a task volume. Type is host, docker or a type Berth does not support (efs, …); a host
+// volume without sourcePath is a task-scoped empty volume.
+type Volume struct {
+	Name                      string                     `json:"name"`
+	Type                      string                     `json:"type,omitempty"`
+	Host                      *HostVolume                `json:"host,omitempty"`
+	DockerVolumeConfiguration *DockerVolumeConfiguration `json:"dockerVolumeConfiguration,omitempty"`
+}
+
+// HostVolume is the host part of a Volume.
+type HostVolume struct {
+	SourcePath string `json:"sourcePath,omitempty"`
+}
+
+// DockerVolumeConfiguration is a Docker named volume; Scope is task or shared.
+type DockerVolumeConfiguration struct {
+	Scope         string            `json:"scope,omitempty"`
+	Autoprovision bool              `json:"autoprovision,omitempty"`
+	Driver        string            `json:"driver,omitempty"`
+	DriverOpts    map[string]string `json:"driverOpts,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+}
+
+// ElasticNetworkInterface is an ENI attached to the instance for an awsvpc task.
+type ElasticNetworkInterface struct {
+	Ec2ID                        string          `json:"ec2Id"`
+	MacAddress                   string          `json:"macAddress"`
+	AttachmentArn                string          `json:"attachmentArn"`
+	IPv4Addresses                []IPv4Address   `json:"ipv4Addresses,omitempty"`
+	IPv6Addresses                []IPv6Address   `json:"ipv6Addresses,omitempty"`
+	SubnetGatewayIPv4Address     string          `json:"subnetGatewayIpv4Address,omitempty"` // CIDR, e.g. 10.0.0.1/24
+	DomainName                   []string        `json:"domainName,omitempty"`
+	DomainNameServers            []string        `json:"domainNameServers,omitempty"`
+	PrivateDNSName               string          `json:"privateDnsName,omitempty"`
+	InterfaceAssociationProtocol string          `json:"interfaceAssociationProtocol,omitempty"` // default when empty
+	InterfaceVlanProperties      *VlanProperties `json:"interfaceVlanProperties,omitempty"`
+	Index                        *int64          `json:"index,omitempty"`
+}
+
+// IPv4Address is one IPv4 address of an ENI.
+type IPv4Address struct {
+	PrivateAddress string `json:"privateAddress"`
+	Primary        bool   `json:"primary,omitempty"`
+}
+
+// IPv6Address is one IPv6 address of an ENI.
+type IPv6Address struct {
+	Address string `json:"address"`
+	Primary bool   `json:"primary,omitempty"`
+}
+
+// VlanProperties describes a branch ENI reached through a trunk interface.
+type VlanProperties struct {
+	VlanID                   string `json:"vlanId"`
+	TrunkInterfaceMacAddress string `json:"trunkInterfaceMacAddress"`
+}
+
+// IAMRoleCredentials are temporary credentials of a task role. They are secrets: never log them.
+type IAMRoleCredentials struct {
+	CredentialsID   string `json:"credentialsId"`
+	RoleArn         string `json:"roleArn,omitempty"`
+	AccessKeyID     string `json:"accessKeyId"`
+	SecretAccessKey string `json:"secretAccessKey"`
+	SessionToken    string `json:"sessionToken,omitempty"`
+	Expiration      string `json:"expiration,omitempty"` // RFC 3339, as ACS sends it
+}
+
+// String hides the secret parts so that credentials printed by accident leak nothing.
+func (c IAMRoleCredentials) String() string {
+	return fmt.Sprintf("IAMRoleCredentials{credentialsId: %s, roleArn: %s, expiration: %s}", c.CredentialsID, c.RoleArn, c.Expiration)
+}
+
+// AckRequest acknowledges a PayloadMessage or an AttachTaskNetworkInterfacesMessage.
+type AckRequest struct {
+	Cluster           string `json:"cluster"`
+	ContainerInstance string `json:"containerInstance"`
+	MessageID         string `json:"messageId"`
+}
+
+// HeartbeatMessage tells the agent the connection is alive.
+type HeartbeatMessage struct {
+	MessageID string `json:"messageId"`
+	Healthy   bool   `json:"healthy"`
+}
+
+// HeartbeatAckRequest answers a HeartbeatMessage.
+type HeartbeatAckRequest struct {
+	MessageID string `json:"messageId"`
+}
+
+// IAMRoleCredentialsMessage delivers fresh credentials of a task's role.
+type IAMRoleCredentialsMessage struct {
+	MessageID       string             `json:"messageId"`
+	TaskArn         string             `json:"taskArn"`
+	RoleType        string             `json:"roleType"` // TaskApplication or TaskExecution
+	RoleCredentials IAMRoleCredentials `json:"roleCredentials"`
+}
+
+// IAMRoleCredentialsAckRequest acknowledges credentials, from an IAMRoleCredentialsMessage or a payload.
+type IAMRoleCredentialsAckRequest struct {
+	MessageID     string `json:"messageId"`
+	CredentialsID string `json:"credentialsId"`
+	Expiration    string `json:"expiration"`
+}
+
+// AttachTaskNetworkInterfacesMessage announces ENIs for a task, before the task's payload.
+type AttachTaskNetworkInterfacesMessage struct {
+	MessageID                string                     `json:"messageId"`
+	ClusterArn               string                     `json:"clusterArn,omitempty"`
+	ContainerInstanceArn     string                     `json:"containerInstanceArn,omitempty"`
+	TaskArn                  string                     `json:"taskArn"`
+	GeneratedAt              int64                      `json:"generatedAt,omitempty"`
+	WaitTimeoutMs            int64                      `json:"waitTimeoutMs,omitempty"`
+	ElasticNetworkInterfaces []*ElasticNetworkInterface `json:"elasticNetworkInterfaces"`
+}
+
+// CloseMessage asks the agent to reconnect.
+type CloseMessage struct {
+	Message string `json:"message,omitempty"`
+}
+
+// ErrorMessage reports an error of the control plane; the agent reconnects.
+type ErrorMessage struct {
+	Message string `json:"message,omitempty"`
+}
+
+// ServerException is an internal error of ACS.
+type ServerException struct {
+	Message string `json:"message,omitempty"`
+}
+
+// BadRequestException rejects the connection request.
+type BadRequestException struct {
+	Message string `json:"message,omitempty"`
+}
+
+// InvalidClusterException says the cluster does not exist.
+type InvalidClusterException struct {
+	Message string `json:"message,omitempty"`
+}
+
+// InvalidInstanceException says the container instance is unknown.
+type InvalidInstanceException struct {
+	Message string `json:"message,omitempty"`
+}
+
+// AccessDeniedException says the credentials may not connect.
+type AccessDeniedException struct {
+	Message string `json:"message,omitempty"`
+}
+
+// InactiveInstanceException says the container instance was deregistered.
+type InactiveInstanceException struct {
+	Message string `json:"message,omitempty"`
+}
+
+// MessageType returns "PayloadMessage".
+func (*PayloadMessage) MessageType() string { return TypePayloadMessage }
+
+// MessageType returns "AckRequest".
+func (*AckRequest) MessageType() string { return TypeAckRequest }
+
+// MessageType returns "HeartbeatMessage".
+func (*HeartbeatMessage) MessageType() string { return TypeHeartbeatMessage }
+
+// MessageType returns "HeartbeatAckRequest".
+func (*HeartbeatAckRequest) MessageType() string { return TypeHeartbeatAckRequest }
+
+// MessageType returns "IAMRoleCredentialsMessage".
+func (*IAMRoleCredentialsMessage) MessageType() string { return TypeIAMRoleCredentialsMessage }
+
+// MessageType returns "IAMRoleCredentialsAckRequest".
+func (*IAMRoleCredentialsAckRequest) MessageType() string { return TypeIAMRoleCredentialsAckRequest }
+
+// MessageType returns "AttachTaskNetworkInterfacesMessage".
+func (*AttachTaskNetworkInterfacesMessage) MessageType() string {
+	return TypeAttachTaskNetworkInterfacesMessage
+}
+
+// MessageType returns "CloseMessage".
+func (*CloseMessage) MessageType() string { return TypeCloseMessage }
+
+// MessageType returns "ErrorMessage".
+func (*ErrorMessage) MessageType() string { return TypeErrorMessage }
+
+// MessageType returns "ServerException".
+func (*ServerException) MessageType() string { return TypeServerException }
+
+// MessageType returns "BadRequestException".
+func (*BadRequestException) MessageType() string { return TypeBadRequestException }
+
+// MessageType returns "InvalidClusterException".
+func (*InvalidClusterException) MessageType() string { return TypeInvalidClusterException }
+
+// MessageType returns "InvalidInstanceException".
+func (*InvalidInstanceException) MessageType() string { return TypeInvalidInstanceException }
+
+// MessageType returns "AccessDeniedException".
+func (*AccessDeniedException) MessageType() string { return TypeAccessDeniedException }
+
+// MessageType returns "InactiveInstanceException".
+func (*InactiveInstanceException) MessageType() string { return TypeInactiveInstanceException }
+
+// newMessage returns an empty message of the named type, or nil for an unknown type.
+func newMessage(typ string) Message {
+	switch typ {
+	case TypePayloadMessage:
+		return &PayloadMessage{}
+	case TypeAckRequest:
+		return &AckRequest{}
+	case TypeHeartbeatMessage:
+		return &HeartbeatMessage{}
+	case TypeHeartbeatAckRequest:
+		return &HeartbeatAckRequest{}
+	case TypeIAMRoleCredentialsMessage:
+		return &IAMRoleCredentialsMessage{}
+	case TypeIAMRoleCredentialsAckRequest:
+		return &IAMRoleCredentialsAckRequest{}
+	case TypeAttachTaskNetworkInterfacesMessage:
+		return &AttachTaskNetworkInterfacesMessage{}
+	case TypeCloseMessage:
+		return &CloseMessage{}
+	case TypeErrorMessage:
+		return &ErrorMessage{}
+	case TypeServerException:
+		return &ServerException{}
+	case TypeBadRequestException:
+		return &BadRequestException{}
+	case TypeInvalidClusterException:
+		return &InvalidClusterException{}
+	case TypeInvalidInstanceException:
+		return &InvalidInstanceException{}
+	case TypeAccessDeniedException:
+		return &AccessDeniedException{}
+	case TypeInactiveInstanceException:
+		return &InactiveInstanceException{}
+	}
+	return nil
+}
+
+// ErrMalformedFrame matches (errors.Is) every error Decode returns for a frame that is not valid JSON
+// of the expected shape.
+var ErrMalformedFrame = errors.New("malformed ACS frame")
+
+// UnknownTypeError is returned by Decode for a well-formed frame of a type this package does not know.
+type UnknownTypeError struct {
+	Type string
+}
+
+// Error names the unknown type.
+func (e *UnknownTypeError) Error() string { return fmt.Sprintf("unknown ACS frame type %q", e.Type) }
+
+// frame is the envelope of every ACS frame.
+type frame struct {
+	Type    string          `json:"type"`
+	Message json.RawMessage `json:"message"`
+}
+
+// Encode returns the text frame {"type": m.MessageType(), "message": m}.
+func Encode(m Message) ([]byte, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", m.MessageType(), err)
+	}
+	return json.Marshal(frame{Type: m.MessageType(), Message: body})
+}
+
+// Decode parses a frame into a pointer to the message type its "type" names. A frame that is not
+// JSON, or whose message does not fit its type, gives an error matching ErrMalformedFrame; a frame of
+// an unknown type gives an *UnknownTypeError. Error texts never quote the frame's contents.
+func Decode(data []byte) (Message, error) {
+	var f frame
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("%w: envelope: %s", ErrMalformedFrame, jsonErrorKind(err))
+	}
+	m := newMessage(f.Type)
+	if m == nil {
+		return nil, &UnknownTypeError{Type: f.Type}
+	}
+	if len(f.Message) == 0 || string(f.Message) == "null" {
+		return nil, fmt.Errorf("%w: %s without a message", ErrMalformedFrame, f.Type)
+	}
+	if err := json.Unmarshal(f.Message, m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %s", ErrMalformedFrame, f.Type, jsonErrorKind(err))
+	}
+	return m, nil
+}
+
+// jsonErrorKind describes a decoding error without quoting the input (which may hold secrets).
+func jsonErrorKind(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("invalid JSON at offset %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q: want %s", te.Field, te.Type)
+	default:
+		return "invalid JSON"
+	}
+}

@@ -1,0 +1,290 @@
+package acs
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskdef"
+)
+
+// realisticPayload is a PayloadMessage as ACS sends it, dockerConfig strings included.
+const realisticPayload = `{
+  "type": "PayloadMessage",
+  "message": {
+    "messageId": "msg-1",
+    "clusterArn": "arn:aws:ecs:us-west-2:123456789012:cluster/default",
+    "containerInstanceArn": "arn:aws:ecs:us-west-2:123456789012:container-instance/default/abc",
+    "seqNum": 7,
+    "generatedAt": 1700000000,
+    "tasks": [{
+      "arn": "arn:aws:ecs:us-west-2:123456789012:task/default/t1",
+      "family": "web",
+      "version": "12",
+      "desiredStatus": "RUNNING",
+      "networkMode": "bridge",
+      "cpu": 0.5,
+      "memory": 1024,
+      "taskDefinitionAccountId": "123456789012",
+      "launchType": "EC2",
+      "volumes": [
+        {"name": "data", "type": "host", "host": {"sourcePath": "/srv/data"}},
+        {"name": "scratch", "type": "host", "host": {}},
+        {"name": "shared", "type": "docker", "dockerVolumeConfiguration": {"scope": "shared", "autoprovision": true, "driver": "local", "driverOpts": {"type": "tmpfs"}, "labels": {"a": "b"}}}
+      ],
+      "roleCredentials": {"credentialsId": "cred-task", "roleArn": "arn:aws:iam::123456789012:role/app", "accessKeyId": "AKIDEXAMPLE", "secretAccessKey": "SECRET", "sessionToken": "TOKEN", "expiration": "2030-01-01T00:00:00Z"},
+      "executionRoleCredentials": {"credentialsId": "cred-exec", "roleArn": "arn:aws:iam::123456789012:role/exec", "accessKeyId": "AKIDEXAMPLE2", "secretAccessKey": "SECRET2", "sessionToken": "TOKEN2", "expiration": "2030-01-01T00:00:00Z"},
+      "containers": [
+        {
+          "name": "app",
+          "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/app:1",
+          "cpu": 256,
+          "memory": 512,
+          "essential": true,
+          "entryPoint": ["/bin/app"],
+          "command": ["serve", "--port=8080"],
+          "environment": {"B": "2", "A": "1"},
+          "portMappings": [{"containerPort": 8080, "hostPort": 0, "protocol": "tcp"}, {"containerPort": 53, "hostPort": 5353, "protocol": "udp"}],
+          "mountPoints": [{"sourceVolume": "data", "containerPath": "/data", "readOnly": true}, {"sourceVolume": "scratch", "containerPath": "/tmp/s"}],
+          "links": [],
+          "dependsOn": [{"containerName": "init", "condition": "SUCCESS"}],
+          "startTimeout": 60,
+          "stopTimeout": 30,
+          "healthCheckType": "docker",
+          "dockerConfig": {
+            "config": "{\"Healthcheck\":{\"Test\":[\"CMD-SHELL\",\"curl -f http://localhost:8080/ || exit 1\"],\"Interval\":10000000000,\"Timeout\":2000000000,\"Retries\":5,\"StartPeriod\":15000000000},\"Labels\":{\"team\":\"web\"},\"User\":\"1000:1000\",\"WorkingDir\":\"/srv\"}",
+            "hostConfig": "{\"Ulimits\":[{\"Name\":\"nofile\",\"Soft\":1024,\"Hard\":4096}],\"LogConfig\":{\"Type\":\"json-file\",\"Config\":{\"max-size\":\"10m\"}},\"ReadonlyRootfs\":true,\"Init\":true,\"MemoryReservation\":268435456}",
+            "version": "1.17"
+          },
+          "registryAuthentication": {"type": "ecr", "ecrAuthData": {"registryId": "123456789012", "region": "us-west-2", "useExecutionRole": true}}
+        },
+        {
+          "name": "init",
+          "image": "busybox",
+          "memory": 32,
+          "essential": false,
+          "command": ["true"],
+          "volumesFrom": [{"sourceContainer": "app", "readOnly": true}],
+          "mountPoints": [{"sourceVolume": "shared", "containerPath": "/shared"}],
+          "dockerConfig": {"config": "{}", "hostConfig": "{\"Privileged\":true}"}
+        }
+      ]
+    }]
+  }
+}`
+
+func TestTranslateRealisticPayload(t *testing.T) {
+	m, err := Decode([]byte(realisticPayload))
+	require.NoError(t, err)
+	pm, ok := m.(*PayloadMessage)
+	require.True(t, ok, "got %T", m)
+	assert.Equal(t, "msg-1", pm.MessageID)
+	assert.EqualValues(t, 7, pm.SeqNum)
+
+	accepted, rejected := TranslatePayload(pm)
+	require.Empty(t, rejected)
+	require.Len(t, accepted, 1)
+	a := accepted[0]
+	tk := a.Task
+
+	assert.Equal(t, "arn:aws:ecs:us-west-2:123456789012:task/default/t1", tk.Arn)
+	assert.Equal(t, "web", tk.Family)
+	assert.Equal(t, 12, tk.Revision)
+	assert.Equal(t, task.NetworkBridge, tk.NetworkMode)
+	assert.Equal(t, 512, tk.CPU, "0.5 vCPU is 512 units")
+	assert.Equal(t, 1024, tk.Memory)
+	assert.Equal(t, task.TaskRunning, tk.DesiredStatus)
+	assert.Equal(t, []task.Volume{
+		{Name: "data", Host: &task.HostVolume{SourcePath: "/srv/data"}},
+		{Name: "scratch", Host: &task.HostVolume{}},
+		{Name: "shared", Docker: &task.DockerVolume{Scope: "shared", Autoprovision: true, Driver: "local", DriverOpts: map[string]string{"type": "tmpfs"}, Labels: map[string]string{"a": "b"}}},
+	}, tk.Volumes)
+
+	require.Len(t, tk.Containers, 2)
+	app := tk.Container("app")
+	require.NotNil(t, app)
+	assert.Equal(t, "123456789012.dkr.ecr.us-west-2.amazonaws.com/app:1", app.Image)
+	assert.Equal(t, 256, app.CPU)
+	assert.Equal(t, 512, app.Memory)
+	assert.Equal(t, 256, app.MemoryReservation, "from hostConfig.MemoryReservation bytes")
+	assert.True(t, app.Essential)
+	assert.Equal(t, []string{"/bin/app"}, app.EntryPoint)
+	assert.Equal(t, []string{"serve", "--port=8080"}, app.Command)
+	assert.Equal(t, []task.KeyValue{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}}, app.Environment)
+	assert.Equal(t, []task.PortMapping{{ContainerPort: 8080, Protocol: "tcp"}, {ContainerPort: 53, HostPort: 5353, Protocol: "udp"}}, app.PortMappings)
+	assert.Equal(t, []task.MountPoint{{SourceVolume: "data", ContainerPath: "/data", ReadOnly: true}, {SourceVolume: "scratch", ContainerPath: "/tmp/s"}}, app.MountPoints)
+	assert.Equal(t, []task.Dependency{{ContainerName: "init", Condition: task.ConditionSuccess}}, app.DependsOn)
+	assert.Equal(t, 60*time.Second, app.StartTimeout)
+	assert.Equal(t, 30*time.Second, app.StopTimeout)
+	assert.Equal(t, &task.HealthCheck{
+		Command:     []string{"CMD-SHELL", "curl -f http://localhost:8080/ || exit 1"},
+		Interval:    10 * time.Second,
+		Timeout:     2 * time.Second,
+		Retries:     5,
+		StartPeriod: 15 * time.Second,
+	}, app.HealthCheck)
+	assert.Equal(t, map[string]string{"team": "web"}, app.DockerLabels)
+	assert.Equal(t, "1000:1000", app.User)
+	assert.Equal(t, "/srv", app.WorkingDirectory)
+	assert.Equal(t, []task.Ulimit{{Name: "nofile", SoftLimit: 1024, HardLimit: 4096}}, app.Ulimits)
+	assert.Equal(t, &task.LogConfiguration{LogDriver: "json-file", Options: map[string]string{"max-size": "10m"}}, app.LogConfiguration)
+	assert.True(t, app.ReadonlyRootFilesystem)
+	assert.True(t, app.InitProcessEnabled)
+	assert.False(t, app.Privileged)
+	assert.Equal(t, task.ContainerRunning, app.DesiredStatus)
+
+	initC := tk.Container("init")
+	require.NotNil(t, initC)
+	assert.False(t, initC.Essential)
+	assert.True(t, initC.Privileged)
+	assert.Nil(t, initC.HealthCheck)
+	assert.Equal(t, []task.VolumeFrom{{SourceContainer: "app", ReadOnly: true}}, initC.VolumesFrom)
+
+	res := a.Resources
+	require.NotNil(t, res.RoleCredentials)
+	assert.Equal(t, "cred-task", res.RoleCredentials.CredentialsID)
+	require.NotNil(t, res.ExecutionRoleCredentials)
+	assert.Equal(t, "cred-exec", res.ExecutionRoleCredentials.CredentialsID)
+	require.Contains(t, res.RegistryAuth, "app")
+	assert.Equal(t, &ECRAuthData{RegistryID: "123456789012", Region: "us-west-2", UseExecutionRole: true}, res.RegistryAuth["app"].ECRAuthData)
+	assert.NotContains(t, res.RegistryAuth, "init")
+	assert.Equal(t, "web", a.Definition.Family)
+}
+
+func TestTranslateStoppedAndDefaults(t *testing.T) {
+	tk := &Task{
+		Arn: "arn:t2", Family: "f", Version: "1", DesiredStatus: "STOPPED", NetworkMode: "awsvpc",
+		Containers:               []*Container{{Name: "c", Image: "busybox", Memory: 64}},
+		ElasticNetworkInterfaces: []*ElasticNetworkInterface{{Ec2ID: "eni-1", MacAddress: "0a:00:00:00:00:01", IPv4Addresses: []IPv4Address{{PrivateAddress: "10.0.0.5", Primary: true}}}},
+	}
+	a, err := TranslateTask(tk)
+	require.NoError(t, err)
+	assert.Equal(t, task.TaskStopped, a.Task.DesiredStatus)
+	assert.Equal(t, task.ContainerStopped, a.Task.Containers[0].DesiredStatus)
+	assert.True(t, a.Task.Containers[0].Essential, "essential defaults to true when absent")
+	assert.Equal(t, task.NetworkAWSVPC, a.Task.NetworkMode)
+	require.Len(t, a.Resources.ENIs, 1)
+	assert.Equal(t, "eni-1", a.Resources.ENIs[0].Ec2ID)
+}
+
+func TestTranslateRejects(t *testing.T) {
+	valid := func() *Task {
+		return &Task{Arn: "arn:t", Family: "f", Version: "1", DesiredStatus: "RUNNING",
+			Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}}}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*Task)
+		want   string // substring of the error
+	}{
+		{"no containers", func(t *Task) { t.Containers = nil }, "containerDefinitions"},
+		{"no image", func(t *Task) { t.Containers[0].Image = "" }, "containerDefinitions[0].image"},
+		{"bad revision", func(t *Task) { t.Version = "latest" }, "version"},
+		{"bad desired status", func(t *Task) { t.DesiredStatus = "PAUSED" }, "desiredStatus"},
+		{"unknown dependency", func(t *Task) {
+			t.Containers[0].DependsOn = []ContainerDependency{{ContainerName: "ghost", Condition: "START"}}
+		}, "dependsOn"},
+		{"malformed docker config", func(t *Task) {
+			t.Containers[0].DockerConfig = &DockerConfig{Config: "{not json"}
+		}, "containerDefinitions[0].dockerConfig.config"},
+		{"malformed host config", func(t *Task) {
+			t.Containers[0].DockerConfig = &DockerConfig{HostConfig: `{"Ulimits":"x"}`}
+		}, "containerDefinitions[0].dockerConfig.hostConfig"},
+		{"efs volume", func(t *Task) { t.Volumes = []*Volume{{Name: "v", Type: "efs"}} }, "volumes[0].type"},
+		{"secrets", func(t *Task) { t.Containers[0].Secrets = []Secret{{Name: "S", ValueFrom: "arn:ssm"}} }, "secrets"},
+		{"missing arn", func(t *Task) { t.Arn = "" }, "arn"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tk := valid()
+			tc.mutate(tk)
+			_, err := TranslateTask(tk)
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, taskdef.ErrInvalid), "error %v should match taskdef.ErrInvalid", err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestTranslatePayloadKeepsGoodTasks(t *testing.T) {
+	good := &Task{Arn: "arn:good", Family: "f", Version: "1", DesiredStatus: "RUNNING",
+		Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}}}
+	bad := &Task{Arn: "arn:bad", Family: "f", Version: "1", DesiredStatus: "RUNNING",
+		Containers: []*Container{{Name: "c", Image: "busybox"}}} // no memory anywhere
+	accepted, rejected := TranslatePayload(&PayloadMessage{MessageID: "m", Tasks: []*Task{bad, good, nil}})
+	require.Len(t, accepted, 1)
+	assert.Equal(t, "arn:good", accepted[0].Task.Arn)
+	require.Len(t, rejected, 2)
+	assert.Equal(t, "arn:bad", rejected[0].Arn)
+	assert.Contains(t, rejected[0].Err.Error(), "memory")
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	msgs := []Message{
+		&AckRequest{Cluster: "c", ContainerInstance: "ci", MessageID: "m"},
+		&HeartbeatMessage{MessageID: "h", Healthy: true},
+		&HeartbeatAckRequest{MessageID: "h"},
+		&IAMRoleCredentialsMessage{MessageID: "m", TaskArn: "t", RoleType: RoleTypeTaskApplication, RoleCredentials: IAMRoleCredentials{CredentialsID: "id"}},
+		&IAMRoleCredentialsAckRequest{MessageID: "m", CredentialsID: "id", Expiration: "e"},
+		&AttachTaskNetworkInterfacesMessage{MessageID: "m", TaskArn: "t", WaitTimeoutMs: 5000, ElasticNetworkInterfaces: []*ElasticNetworkInterface{{Ec2ID: "eni"}}},
+		&CloseMessage{Message: "bye"},
+		&ErrorMessage{Message: "oops"},
+		&ServerException{Message: "x"},
+		&BadRequestException{Message: "x"},
+		&InvalidClusterException{Message: "x"},
+		&InvalidInstanceException{Message: "x"},
+		&AccessDeniedException{Message: "x"},
+		&InactiveInstanceException{Message: "x"},
+		&PayloadMessage{MessageID: "p", SeqNum: 3, Tasks: []*Task{{Arn: "a"}}},
+	}
+	for _, m := range msgs {
+		t.Run(m.MessageType(), func(t *testing.T) {
+			data, err := Encode(m)
+			require.NoError(t, err)
+			var env map[string]json.RawMessage
+			require.NoError(t, json.Unmarshal(data, &env))
+			assert.JSONEq(t, `"`+m.MessageType()+`"`, string(env["type"]))
+			got, err := Decode(data)
+			require.NoError(t, err)
+			assert.Equal(t, m, got)
+		})
+	}
+}
+
+func TestWireNames(t *testing.T) {
+	data, err := Encode(&IAMRoleCredentialsAckRequest{MessageID: "m", CredentialsID: "c", Expiration: "e"})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"type":"IAMRoleCredentialsAckRequest","message":{"messageId":"m","credentialsId":"c","expiration":"e"}}`, string(data))
+	data, err = Encode(&AckRequest{Cluster: "c", ContainerInstance: "i", MessageID: "m"})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"type":"AckRequest","message":{"cluster":"c","containerInstance":"i","messageId":"m"}}`, string(data))
+}
+
+func TestDecodeErrors(t *testing.T) {
+	_, err := Decode([]byte(`{"type":"PayloadMessage","message":{"messageId":"m","tasks":"secret-value"}}`))
+	require.ErrorIs(t, err, ErrMalformedFrame)
+	assert.NotContains(t, err.Error(), "secret-value")
+
+	_, err = Decode([]byte(`{not json secret-value`))
+	require.ErrorIs(t, err, ErrMalformedFrame)
+	assert.NotContains(t, err.Error(), "secret-value")
+
+	_, err = Decode([]byte(`{"type":"FancyNewMessage","message":{}}`))
+	var ute *UnknownTypeError
+	require.ErrorAs(t, err, &ute)
+	assert.Equal(t, "FancyNewMessage", ute.Type)
+}
+
+func TestCredentialsStringHidesSecrets(t *testing.T) {
+	c := IAMRoleCredentials{CredentialsID: "id", AccessKeyID: "AKID", SecretAccessKey: "SECRET", SessionToken: "TOKEN"}
+	s := c.String()
+	for _, secret := range []string{"AKID", "SECRET", "TOKEN"} {
+		assert.False(t, strings.Contains(s, secret), "%q leaks %s", s, secret)
+	}
+}
