@@ -1,0 +1,232 @@
+// Package ecsclient is Berth's client of the agent-facing ECS API: it registers the container
+// instance, discovers the ACS endpoint, drains the instance and delivers task, container and
+// attachment state changes. ECS API errors become typed errors here (see APIError and the Err*
+// classes); nothing outside this package looks at ECS error codes.
+//
+// State changes flow through a Reporter:
+//
+//	engine ──Report(snapshot)──▶ mailbox (newest snapshot per task)
+//	                                │ one worker per task, FIFO
+//	                                ▼
+//	          diff against sent ──▶ SubmitTaskStateChange (retried until accepted)
+//	                                ▼
+//	          SentStatus set ──▶ Store.SaveTask ──▶ counted as delivered
+package ecsclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/retry"
+)
+
+// DefaultPollEndpointTTL is how long DiscoverPollEndpoint caches an endpoint when Config leaves it 0.
+const DefaultPollEndpointTTL = 20 * time.Minute
+
+// DefaultCluster is the cluster ECS uses when none is named.
+const DefaultCluster = "default"
+
+// Config configures a Client. Zero values take the documented defaults.
+type Config struct {
+	// Region is the AWS region; empty means the SDK's default chain (AWS_REGION, shared config).
+	Region string
+	// Endpoint overrides the ECS endpoint (ECS_BACKEND_HOST), e.g. "https://ecs.example:443".
+	// A value without a scheme gets "https://".
+	Endpoint string
+	// Credentials signs requests; nil means the SDK's default credential chain.
+	Credentials aws.CredentialsProvider
+	// Cluster is the cluster name or ARN; empty means "default".
+	Cluster string
+	// Logger receives the client's records; nil discards them.
+	Logger *logger.Logger
+	// NewBackoff returns a fresh backoff for one retry loop; nil means 250ms → 2min, ×1.5, 20 % jitter.
+	NewBackoff func() retry.Backoff
+	// Retrier runs the retry loops; its Clock drives backoff waits.
+	Retrier retry.Retrier
+	// Now is the clock of the poll-endpoint cache; nil means time.Now.
+	Now func() time.Time
+	// PollEndpointTTL is how long a discovered poll endpoint is reused; 0 means DefaultPollEndpointTTL.
+	PollEndpointTTL time.Duration
+}
+
+// Client calls the agent-facing ECS API for one cluster. It is safe for concurrent use.
+type Client struct {
+	api        *ecs.Client
+	cluster    string
+	log        *logger.Logger
+	newBackoff func() retry.Backoff
+	retrier    retry.Retrier
+	now        func() time.Time
+	ttl        time.Duration
+
+	mu    sync.Mutex
+	polls map[string]cachedEndpoint // by container instance ARN
+}
+
+type cachedEndpoint struct {
+	endpoint string
+	expires  time.Time
+}
+
+// New builds a Client. It resolves the region and the credential chain but makes no request.
+// The SDK's own retries are off: every retry is this package's, driven by Config.NewBackoff.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	var opts []func(*awsconfig.LoadOptions) error
+	if cfg.Region != "" {
+		opts = append(opts, awsconfig.WithRegion(cfg.Region))
+	}
+	if cfg.Credentials != nil {
+		opts = append(opts, awsconfig.WithCredentialsProvider(cfg.Credentials))
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("ecs client: load aws config: %w", err)
+	}
+	if awsCfg.Region == "" {
+		return nil, errors.New("ecs client: no region configured")
+	}
+	endpoint := cfg.Endpoint
+	if endpoint != "" && !strings.Contains(endpoint, "://") {
+		endpoint = "https://" + endpoint
+	}
+	api := ecs.NewFromConfig(awsCfg, func(o *ecs.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+		}
+		o.Retryer = aws.NopRetryer{}
+	})
+	c := &Client{
+		api:        api,
+		cluster:    cfg.Cluster,
+		log:        cfg.Logger,
+		newBackoff: cfg.NewBackoff,
+		retrier:    cfg.Retrier,
+		now:        cfg.Now,
+		ttl:        cfg.PollEndpointTTL,
+		polls:      make(map[string]cachedEndpoint),
+	}
+	if c.cluster == "" {
+		c.cluster = DefaultCluster
+	}
+	if c.newBackoff == nil {
+		c.newBackoff = func() retry.Backoff {
+			return retry.NewExponentialBackoff(250*time.Millisecond, 2*time.Minute, 0.2, 1.5)
+		}
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.ttl <= 0 {
+		c.ttl = DefaultPollEndpointTTL
+	}
+	return c, nil
+}
+
+// Cluster returns the cluster the client works on.
+func (c *Client) Cluster() string { return c.cluster }
+
+// retry runs fn with a fresh backoff until it succeeds, fails permanently or ctx is done.
+func (c *Client) retry(ctx context.Context, fn func() error) error {
+	return c.retrier.Retry(ctx, c.newBackoff(), fn)
+}
+
+// DiscoverPollEndpoint returns the ACS endpoint for the instance. A result is reused for the
+// client's TTL; errors are not cached. It makes one attempt; errors are *APIError.
+func (c *Client) DiscoverPollEndpoint(ctx context.Context, instanceArn string) (string, error) {
+	now := c.now()
+	c.mu.Lock()
+	if e, ok := c.polls[instanceArn]; ok && now.Before(e.expires) {
+		c.mu.Unlock()
+		return e.endpoint, nil
+	}
+	c.mu.Unlock()
+
+	out, err := c.api.DiscoverPollEndpoint(ctx, &ecs.DiscoverPollEndpointInput{
+		Cluster:           aws.String(c.cluster),
+		ContainerInstance: aws.String(instanceArn),
+	})
+	if err != nil {
+		return "", translate("DiscoverPollEndpoint", err)
+	}
+	endpoint := aws.ToString(out.Endpoint)
+	if endpoint == "" {
+		return "", fmt.Errorf("ecs DiscoverPollEndpoint %q: response has no endpoint", instanceArn)
+	}
+	c.mu.Lock()
+	c.polls[instanceArn] = cachedEndpoint{endpoint: endpoint, expires: now.Add(c.ttl)}
+	c.mu.Unlock()
+	return endpoint, nil
+}
+
+// ForgetPollEndpoint drops the cached endpoint of the instance so the next DiscoverPollEndpoint
+// asks ECS again (for example after the ACS connection failed).
+func (c *Client) ForgetPollEndpoint(instanceArn string) {
+	c.mu.Lock()
+	delete(c.polls, instanceArn)
+	c.mu.Unlock()
+}
+
+// Drain sets the instance's status to DRAINING so ECS moves its tasks away. It retries retriable
+// errors until ctx is done; a failure ECS reports for the instance is returned as an error.
+func (c *Client) Drain(ctx context.Context, instanceArn string) error {
+	err := c.retry(ctx, func() error {
+		out, err := c.api.UpdateContainerInstancesState(ctx, &ecs.UpdateContainerInstancesStateInput{
+			Cluster:            aws.String(c.cluster),
+			ContainerInstances: []string{instanceArn},
+			Status:             types.ContainerInstanceStatusDraining,
+		})
+		if err != nil {
+			return translate("UpdateContainerInstancesState", err)
+		}
+		if len(out.Failures) > 0 {
+			f := out.Failures[0]
+			return permanent(fmt.Errorf("ecs UpdateContainerInstancesState %q: %s: %s",
+				aws.ToString(f.Arn), aws.ToString(f.Reason), aws.ToString(f.Detail)))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("drain %q: %w", instanceArn, err)
+	}
+	c.log.Info("container instance draining", "containerInstance", instanceArn)
+	return nil
+}
+
+// AttachmentStatus is the status of an attachment as ECS names it.
+type AttachmentStatus string
+
+// Attachment statuses the agent reports.
+const (
+	AttachmentAttached AttachmentStatus = "ATTACHED"
+	AttachmentDetached AttachmentStatus = "DETACHED"
+)
+
+// AttachmentStateChange is one attachment (an ENI) whose status changed.
+type AttachmentStateChange struct {
+	AttachmentArn string
+	Status        AttachmentStatus
+}
+
+// SubmitAttachmentStateChanges reports attachment changes. It makes one attempt; errors are
+// *APIError (retry.Retriable says whether to try again).
+func (c *Client) SubmitAttachmentStateChanges(ctx context.Context, changes []AttachmentStateChange) error {
+	in := &ecs.SubmitAttachmentStateChangesInput{Cluster: aws.String(c.cluster)}
+	for _, a := range changes {
+		in.Attachments = append(in.Attachments, types.AttachmentStateChange{
+			AttachmentArn: aws.String(a.AttachmentArn),
+			Status:        aws.String(string(a.Status)),
+		})
+	}
+	_, err := c.api.SubmitAttachmentStateChanges(ctx, in)
+	return translate("SubmitAttachmentStateChanges", err)
+}

@@ -1,0 +1,428 @@
+package ecsclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-agent/berth/agent/retry"
+)
+
+func baseRegistration() Registration {
+	return Registration{
+		CPU:              2048,
+		MemoryMiB:        3584,
+		ReservedPorts:    []uint16{22, 2375, 2376, 51678, 51679},
+		ReservedPortsUDP: []uint16{5353},
+		AgentVersion:     "1.2.3",
+		AgentHash:        "abc123",
+		DockerVersion:    "DockerVersion: 24.0.7",
+		DockerAPIVersion: "1.41",
+		LoggingDrivers:   []string{"json-file", "awslogs"},
+		Attributes:       map[string]string{"stack": "prod"},
+	}
+}
+
+// attrMap decodes the attributes list of a RegisterContainerInstance body.
+func attrMap(t *testing.T, body map[string]any) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	list, _ := body["attributes"].([]any)
+	for _, a := range list {
+		m := a.(map[string]any)
+		v, _ := m["value"].(string)
+		out[m["name"].(string)] = v
+	}
+	return out
+}
+
+func resource(t *testing.T, body map[string]any, name string) map[string]any {
+	t.Helper()
+	list, _ := body["totalResources"].([]any)
+	for _, r := range list {
+		if m := r.(map[string]any); m["name"] == name {
+			return m
+		}
+	}
+	t.Fatalf("resource %s missing in %v", name, body["totalResources"])
+	return nil
+}
+
+func TestRegisterContainerInstance(t *testing.T) {
+	const savedArn = "arn:aws:ecs:us-west-2:123456789012:container-instance/test/saved"
+	tests := []struct {
+		name    string
+		mod     func(*Registration)
+		wantArn string
+		check   func(t *testing.T, body map[string]any, attrs map[string]string)
+	}{
+		{
+			name:    "new instance",
+			wantArn: testInstanceArn,
+			check: func(t *testing.T, body map[string]any, attrs map[string]string) {
+				if _, ok := body["containerInstanceArn"]; ok {
+					t.Errorf("containerInstanceArn sent for a new instance: %v", body["containerInstanceArn"])
+				}
+				if _, ok := attrs[AttrTaskENI]; ok {
+					t.Errorf("task-eni registered while disabled")
+				}
+			},
+		},
+		{
+			name:    "re-registration re-uses the saved ARN",
+			mod:     func(r *Registration) { r.ContainerInstanceArn = savedArn },
+			wantArn: savedArn,
+			check: func(t *testing.T, body map[string]any, _ map[string]string) {
+				if got := body["containerInstanceArn"]; got != savedArn {
+					t.Errorf("containerInstanceArn = %v, want %s", got, savedArn)
+				}
+			},
+		},
+		{
+			name:    "task ENI enabled",
+			mod:     func(r *Registration) { r.TaskENI = true },
+			wantArn: testInstanceArn,
+			check: func(t *testing.T, _ map[string]any, attrs map[string]string) {
+				if _, ok := attrs[AttrTaskENI]; !ok {
+					t.Errorf("task-eni not registered")
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeECS(t)
+			c := newTestClient(t, f, nil)
+			reg := baseRegistration()
+			if tc.mod != nil {
+				tc.mod(&reg)
+			}
+			arn, err := c.RegisterContainerInstance(context.Background(), reg)
+			if err != nil {
+				t.Fatalf("register: %v", err)
+			}
+			if arn != tc.wantArn {
+				t.Errorf("arn = %q, want %q", arn, tc.wantArn)
+			}
+			calls := f.callsOf("RegisterContainerInstance", false)
+			if len(calls) != 1 {
+				t.Fatalf("%d register calls, want 1", len(calls))
+			}
+			body := calls[0].Body
+			if !strings.HasPrefix(calls[0].Auth, "AWS4-HMAC-SHA256 Credential=AKIDTEST/") {
+				t.Errorf("request not SigV4-signed with the static credentials: %q", calls[0].Auth)
+			}
+			if body["cluster"] != "test" {
+				t.Errorf("cluster = %v", body["cluster"])
+			}
+			if v := resource(t, body, "CPU"); v["type"] != "INTEGER" || v["integerValue"] != float64(2048) {
+				t.Errorf("CPU = %v", v)
+			}
+			if v := resource(t, body, "MEMORY"); v["type"] != "INTEGER" || v["integerValue"] != float64(3584) {
+				t.Errorf("MEMORY = %v", v)
+			}
+			if v := resource(t, body, "PORTS"); v["type"] != "STRINGSET" || fmt.Sprint(v["stringSetValue"]) != "[22 2375 2376 51678 51679]" {
+				t.Errorf("PORTS = %v", v)
+			}
+			if v := resource(t, body, "PORTS_UDP"); v["type"] != "STRINGSET" || fmt.Sprint(v["stringSetValue"]) != "[5353]" {
+				t.Errorf("PORTS_UDP = %v", v)
+			}
+			vi, _ := body["versionInfo"].(map[string]any)
+			if vi["agentVersion"] != "1.2.3" || vi["agentHash"] != "abc123" || vi["dockerVersion"] != "DockerVersion: 24.0.7" {
+				t.Errorf("versionInfo = %v", vi)
+			}
+			attrs := attrMap(t, body)
+			want := map[string]string{
+				AttrDockerRemoteAPIPrefix + "1.17":    "",
+				AttrDockerRemoteAPIPrefix + "1.29":    "",
+				AttrDockerRemoteAPIPrefix + "1.41":    "",
+				AttrLoggingDriverPrefix + "json-file": "",
+				AttrLoggingDriverPrefix + "awslogs":   "",
+				AttrContainerHealthCheck:              "",
+				AttrECRAuth:                           "",
+				AttrExecutionRoleECRPull:              "",
+				AttrContainerOrdering:                 "",
+				AttrDockerPluginLocal:                 "",
+				AttrOSType:                            "linux",
+				AttrOSFamily:                          "LINUX",
+				AttrCPUArchitecture:                   cpuArchitecture(runtime.GOARCH),
+				"stack":                               "prod",
+			}
+			for k, v := range want {
+				got, ok := attrs[k]
+				if !ok || got != v {
+					t.Errorf("attribute %s = %q (present %v), want %q", k, got, ok, v)
+				}
+			}
+			for _, absent := range []string{AttrDockerRemoteAPIPrefix + "1.16", AttrDockerRemoteAPIPrefix + "1.42"} {
+				if _, ok := attrs[absent]; ok {
+					t.Errorf("attribute %s registered", absent)
+				}
+			}
+			tc.check(t, body, attrs)
+		})
+	}
+}
+
+func TestRegisterErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		setup     func(f *fakeECS)
+		wantCalls int
+		wantErr   error // nil: success
+	}{
+		{
+			name:      "retries on 500 then succeeds",
+			setup:     func(f *fakeECS) { f.failNext("RegisterContainerInstance", 3) },
+			wantCalls: 4,
+		},
+		{
+			name: "attributes not echoed",
+			setup: func(f *fakeECS) {
+				f.handle("RegisterContainerInstance", func(map[string]any) (int, any) {
+					return http.StatusOK, map[string]any{"containerInstance": map[string]any{"containerInstanceArn": testInstanceArn}}
+				})
+			},
+			wantCalls: 1,
+			wantErr:   ErrAttributesNotEchoed,
+		},
+		{
+			name: "invalid parameter is not retried",
+			setup: func(f *fakeECS) {
+				f.handle("RegisterContainerInstance", apiError(400, "InvalidParameterException", "bad"))
+			},
+			wantCalls: 1,
+			wantErr:   ErrInvalidParameter,
+		},
+		{
+			name: "cluster not found is not retried",
+			setup: func(f *fakeECS) {
+				f.handle("RegisterContainerInstance", apiError(400, "ClusterNotFoundException", "no cluster"))
+			},
+			wantCalls: 1,
+			wantErr:   ErrClusterNotFound,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeECS(t)
+			tc.setup(f)
+			c := newTestClient(t, f, nil)
+			arn, err := c.RegisterContainerInstance(context.Background(), baseRegistration())
+			if tc.wantErr == nil {
+				if err != nil || arn != testInstanceArn {
+					t.Fatalf("register = %q, %v", arn, err)
+				}
+			} else if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if got := len(f.callsOf("RegisterContainerInstance", false)); got != tc.wantCalls {
+				t.Errorf("%d calls, want %d", got, tc.wantCalls)
+			}
+		})
+	}
+}
+
+func TestRegisterStopsAtContextEnd(t *testing.T) {
+	f := newFakeECS(t)
+	f.setDown("RegisterContainerInstance", true)
+	c := newTestClient(t, f, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-f.failed
+		cancel()
+	}()
+	_, err := c.RegisterContainerInstance(ctx, baseRegistration())
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+}
+
+func TestAttributesDockerAPIVersions(t *testing.T) {
+	tests := []struct {
+		version string
+		want    []string // minor versions registered
+		wantErr bool
+	}{
+		{version: "1.16"},
+		{version: "1.17", want: []string{"1.17"}},
+		{version: "1.20", want: []string{"1.17", "1.18", "1.19", "1.20"}},
+		{version: "1.41.0", want: nil}, // checked by count below
+		{version: "2.0", wantErr: true},
+		{version: "", wantErr: true},
+		{version: "latest", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.version, func(t *testing.T) {
+			attrs, err := Attributes(Registration{DockerAPIVersion: tc.version}, "arm64")
+			if tc.wantErr {
+				if err == nil {
+					t.Fatal("no error")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for k := range attrs {
+				if v, ok := strings.CutPrefix(k, AttrDockerRemoteAPIPrefix); ok {
+					got = append(got, v)
+				}
+			}
+			slices.Sort(got)
+			if tc.version == "1.41.0" {
+				if len(got) != 41-17+1 {
+					t.Errorf("%d versions, want %d", len(got), 41-17+1)
+				}
+			} else if !slices.Equal(got, tc.want) {
+				t.Errorf("versions = %v, want %v", got, tc.want)
+			}
+			if attrs[AttrCPUArchitecture] != "arm64" {
+				t.Errorf("cpu architecture = %q", attrs[AttrCPUArchitecture])
+			}
+		})
+	}
+	if got := cpuArchitecture("amd64"); got != "x86_64" {
+		t.Errorf("amd64 maps to %q", got)
+	}
+}
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func TestDiscoverPollEndpointCached(t *testing.T) {
+	f := newFakeECS(t)
+	clk := &fakeClock{now: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := newTestClient(t, f, func(cfg *Config) { cfg.Now = clk.Now })
+	ctx := context.Background()
+
+	for i := range 2 {
+		ep, err := c.DiscoverPollEndpoint(ctx, testInstanceArn)
+		if err != nil || ep != "https://ecs-a-1.us-west-2.amazonaws.com/" {
+			t.Fatalf("call %d: %q, %v", i, ep, err)
+		}
+		clk.Advance(time.Minute)
+	}
+	if got := len(f.callsOf("DiscoverPollEndpoint", false)); got != 1 {
+		t.Fatalf("%d requests within the TTL, want 1", got)
+	}
+	body := f.callsOf("DiscoverPollEndpoint", false)[0].Body
+	if body["cluster"] != "test" || body["containerInstance"] != testInstanceArn {
+		t.Errorf("body = %v", body)
+	}
+
+	clk.Advance(DefaultPollEndpointTTL)
+	if _, err := c.DiscoverPollEndpoint(ctx, testInstanceArn); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(f.callsOf("DiscoverPollEndpoint", false)); got != 2 {
+		t.Fatalf("%d requests after the TTL, want 2", got)
+	}
+}
+
+func TestErrorTranslation(t *testing.T) {
+	tests := []struct {
+		name      string
+		h         handlerFunc
+		class     error
+		retriable bool
+	}{
+		{"server exception", apiError(500, "ServerException", "oops"), nil, true},
+		{"bare 503", func(map[string]any) (int, any) { return 503, map[string]any{} }, nil, true},
+		{"throttled", apiError(400, "ThrottlingException", "slow down"), ErrThrottled, true},
+		{"inactive instance", apiError(400, "ClientException", "The referenced container instance is inactive."), ErrInactiveInstance, false},
+		{"inactive instance exception", apiError(400, "InactiveInstanceException", ""), ErrInactiveInstance, false},
+		{"cluster not found", apiError(400, "ClusterNotFoundException", "Cluster not found."), ErrClusterNotFound, false},
+		{"invalid parameter", apiError(400, "InvalidParameterException", "bad"), ErrInvalidParameter, false},
+		{"access denied", apiError(400, "AccessDeniedException", "no"), ErrAccessDenied, false},
+		{"other client error", apiError(400, "ClientException", "nope"), nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeECS(t)
+			f.handle("DiscoverPollEndpoint", tc.h)
+			c := newTestClient(t, f, nil)
+			_, err := c.DiscoverPollEndpoint(context.Background(), testInstanceArn)
+			var ae *APIError
+			if !errors.As(err, &ae) {
+				t.Fatalf("err = %v (%T), want *APIError", err, err)
+			}
+			var r retry.Retriable
+			if !errors.As(err, &r) || r.Retry() != tc.retriable {
+				t.Errorf("retriable = %v, want %v (%v)", ae.Retriable, tc.retriable, err)
+			}
+			if tc.class != nil && !errors.Is(err, tc.class) {
+				t.Errorf("err = %v, want class %v", err, tc.class)
+			}
+		})
+	}
+}
+
+func TestDrain(t *testing.T) {
+	t.Run("sends DRAINING", func(t *testing.T) {
+		f := newFakeECS(t)
+		f.failNext("UpdateContainerInstancesState", 1)
+		c := newTestClient(t, f, nil)
+		if err := c.Drain(context.Background(), testInstanceArn); err != nil {
+			t.Fatal(err)
+		}
+		calls := f.callsOf("UpdateContainerInstancesState", true)
+		if len(calls) != 1 {
+			t.Fatalf("%d accepted calls", len(calls))
+		}
+		b := calls[0].Body
+		if b["status"] != "DRAINING" || b["cluster"] != "test" || fmt.Sprint(b["containerInstances"]) != "["+testInstanceArn+"]" {
+			t.Errorf("body = %v", b)
+		}
+	})
+	t.Run("failure reported", func(t *testing.T) {
+		f := newFakeECS(t)
+		f.handle("UpdateContainerInstancesState", func(map[string]any) (int, any) {
+			return 200, map[string]any{"failures": []any{map[string]any{"arn": testInstanceArn, "reason": "MISSING"}}}
+		})
+		c := newTestClient(t, f, nil)
+		err := c.Drain(context.Background(), testInstanceArn)
+		if err == nil || !strings.Contains(err.Error(), "MISSING") {
+			t.Fatalf("err = %v", err)
+		}
+		if got := len(f.callsOf("UpdateContainerInstancesState", false)); got != 1 {
+			t.Errorf("%d calls, want 1", got)
+		}
+	})
+}
+
+func TestSubmitAttachmentStateChanges(t *testing.T) {
+	f := newFakeECS(t)
+	c := newTestClient(t, f, nil)
+	err := c.SubmitAttachmentStateChanges(context.Background(), []AttachmentStateChange{{AttachmentArn: "arn:att/1", Status: AttachmentAttached}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := f.callsOf("SubmitAttachmentStateChanges", true)[0].Body
+	if fmt.Sprint(b["attachments"]) != "[map[attachmentArn:arn:att/1 status:ATTACHED]]" || b["cluster"] != "test" {
+		t.Errorf("body = %v", b)
+	}
+}

@@ -1,0 +1,442 @@
+package ecsclient
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-agent/berth/agent/task"
+)
+
+const taskArn = "arn:aws:ecs:us-west-2:123456789012:task/test/t1"
+
+func intp(v int) *int { return &v }
+
+// newTask returns a task with an app container, a sidecar and (awsvpc) a pause container, all NONE.
+func newTask(arn string) *task.Task {
+	return &task.Task{
+		Arn:         arn,
+		Family:      "web",
+		Revision:    3,
+		NetworkMode: task.NetworkBridge,
+		Containers: []*task.Container{
+			{Name: "app", Image: "nginx@sha256:aaaa", Essential: true},
+			{Name: "sidecar", Image: "busybox"},
+			{Name: "~internal~ecs~pause", Image: "pause", Pause: true},
+		},
+		DesiredStatus: task.TaskRunning,
+	}
+}
+
+func running(t *task.Task) *task.Task {
+	t = t.Clone()
+	t.KnownStatus = task.TaskRunning
+	for i, c := range t.Containers {
+		c.KnownStatus = c.SteadyState()
+		c.DockerID = fmt.Sprintf("docker%d", i)
+		if !c.Pause {
+			c.NetworkBindings = []task.NetworkBinding{{BindIP: "0.0.0.0", ContainerPort: 80, HostPort: uint16(32768 + i), Protocol: "tcp"}}
+		}
+	}
+	return t
+}
+
+func stopped(t *task.Task) *task.Task {
+	t = t.Clone()
+	t.KnownStatus = task.TaskStopped
+	t.DesiredStatus = task.TaskStopped
+	t.StoppedReason = task.StopReasonEssentialExited
+	t.StoppedAt = time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
+	for i, c := range t.Containers {
+		c.KnownStatus = task.ContainerStopped
+		c.ExitCode = intp(i)
+		c.Reason = "exited " + c.Name
+	}
+	return t
+}
+
+func newTestReporter(t *testing.T, f *fakeECS, st Store) *Reporter {
+	t.Helper()
+	c := newTestClient(t, f, nil)
+	return NewReporter(c, st, ReporterConfig{NewBackoff: zeroBackoff}, nil)
+}
+
+// submission is a decoded SubmitTaskStateChange body.
+type submission struct {
+	Task, Status, Reason string
+	ExecutionStoppedAt   bool
+	Containers           map[string]map[string]any
+}
+
+func decodeSubmission(c call) submission {
+	s := submission{Containers: map[string]map[string]any{}}
+	s.Task, _ = c.Body["task"].(string)
+	s.Status, _ = c.Body["status"].(string)
+	s.Reason, _ = c.Body["reason"].(string)
+	_, s.ExecutionStoppedAt = c.Body["executionStoppedAt"]
+	list, _ := c.Body["containers"].([]any)
+	for _, x := range list {
+		m := x.(map[string]any)
+		s.Containers[m["containerName"].(string)] = m
+	}
+	return s
+}
+
+func submissions(f *fakeECS) []submission {
+	var out []submission
+	for _, c := range f.callsOf("SubmitTaskStateChange", true) {
+		out = append(out, decodeSubmission(c))
+	}
+	return out
+}
+
+func checkContainer(t *testing.T, s submission, name, status string, exitCode any) {
+	t.Helper()
+	c, ok := s.Containers[name]
+	if !ok {
+		t.Errorf("%s submission lacks container %s", s.Status, name)
+		return
+	}
+	if c["status"] != status {
+		t.Errorf("container %s status = %v, want %s", name, c["status"], status)
+	}
+	if exitCode != nil && c["exitCode"] != exitCode {
+		t.Errorf("container %s exitCode = %v, want %v", name, c["exitCode"], exitCode)
+	}
+}
+
+func TestReporterInOrderAndBatched(t *testing.T) {
+	f := newFakeECS(t)
+	st := newFakeStore()
+	r := newTestReporter(t, f, st)
+	stop := runReporter(t, r)
+
+	base := newTask(taskArn)
+	r.Report(running(base))
+	saved := st.waitSaved(t, 1)[0]
+	if saved.SentStatus != task.TaskRunning || saved.Container("app").SentStatus != task.ContainerRunning {
+		t.Errorf("after RUNNING: sent %v / app %v", saved.SentStatus, saved.Container("app").SentStatus)
+	}
+	r.Report(stopped(running(base)))
+	saved = st.waitSaved(t, 1)[0]
+	if saved.SentStatus != task.TaskStopped || saved.Container("sidecar").SentStatus != task.ContainerStopped {
+		t.Errorf("after STOPPED: sent %v / sidecar %v", saved.SentStatus, saved.Container("sidecar").SentStatus)
+	}
+
+	subs := submissions(f)
+	if len(subs) != 2 || subs[0].Status != "RUNNING" || subs[1].Status != "STOPPED" {
+		t.Fatalf("submissions = %+v, want RUNNING then STOPPED", subs)
+	}
+	run := subs[0]
+	if len(run.Containers) != 2 {
+		t.Errorf("RUNNING batch has %d containers, want 2 (pause excluded)", len(run.Containers))
+	}
+	checkContainer(t, run, "app", "RUNNING", nil)
+	checkContainer(t, run, "sidecar", "RUNNING", nil)
+	app := run.Containers["app"]
+	if app["runtimeId"] != "docker0" || app["imageDigest"] != "sha256:aaaa" {
+		t.Errorf("app = %v", app)
+	}
+	if nb := fmt.Sprint(app["networkBindings"]); nb != "[map[bindIP:0.0.0.0 containerPort:80 hostPort:32768 protocol:tcp]]" {
+		t.Errorf("app networkBindings = %s", nb)
+	}
+	stop1 := subs[1]
+	if stop1.Reason != task.StopReasonEssentialExited || !stop1.ExecutionStoppedAt {
+		t.Errorf("STOPPED submission = %+v", stop1)
+	}
+	checkContainer(t, stop1, "app", "STOPPED", float64(0))
+	checkContainer(t, stop1, "sidecar", "STOPPED", float64(1))
+	stop() // waits for the worker, which counts after saving
+	if r.Delivered() != 2 {
+		t.Errorf("Delivered = %d, want 2", r.Delivered())
+	}
+}
+
+func TestReporterContainerChangeWithoutTaskChange(t *testing.T) {
+	f := newFakeECS(t)
+	st := newFakeStore()
+	r := newTestReporter(t, f, st)
+	runReporter(t, r)
+
+	tk := running(newTask(taskArn))
+	r.Report(tk)
+	st.waitSaved(t, 1)
+	tk.Container("sidecar").KnownStatus = task.ContainerStopped
+	tk.Container("sidecar").ExitCode = intp(3)
+	r.Report(tk)
+	st.waitSaved(t, 1)
+
+	subs := submissions(f)
+	if len(subs) != 2 {
+		t.Fatalf("%d submissions, want 2", len(subs))
+	}
+	if subs[1].Status != "RUNNING" || len(subs[1].Containers) != 1 {
+		t.Fatalf("second submission = %+v, want RUNNING with only the sidecar", subs[1])
+	}
+	checkContainer(t, subs[1], "sidecar", "STOPPED", float64(3))
+}
+
+func TestReporterControlPlaneDown(t *testing.T) {
+	f := newFakeECS(t)
+	f.setDown("SubmitTaskStateChange", true)
+	st := newFakeStore()
+	r := newTestReporter(t, f, st)
+	runReporter(t, r)
+
+	base := newTask(taskArn)
+	r.Report(running(base))
+	<-f.failed // RUNNING is being retried
+	r.Report(stopped(running(base)))
+	for c := range f.failed { // wait until the newer snapshot is the one being retried
+		if decodeSubmission(c).Status == "STOPPED" {
+			break
+		}
+	}
+	f.setDown("SubmitTaskStateChange", false)
+	saved := st.waitSaved(t, 1)[0]
+
+	if all := len(f.callsOf("SubmitTaskStateChange", false)); all < 3 {
+		t.Errorf("%d attempts, want at least 3 (retried while down)", all)
+	}
+	subs := submissions(f)
+	if len(subs) != 1 || subs[0].Status != "STOPPED" {
+		t.Fatalf("accepted = %+v, want one STOPPED (newer snapshot supersedes)", subs)
+	}
+	checkContainer(t, subs[0], "app", "STOPPED", float64(0))
+	checkContainer(t, subs[0], "sidecar", "STOPPED", float64(1))
+	if saved.SentStatus != task.TaskStopped {
+		t.Errorf("saved sent status = %v", saved.SentStatus)
+	}
+}
+
+func TestReporterStraightToStopped(t *testing.T) {
+	f := newFakeECS(t)
+	st := newFakeStore()
+	r := newTestReporter(t, f, st)
+
+	tk := newTask(taskArn)
+	tk.KnownStatus, tk.DesiredStatus = task.TaskStopped, task.TaskStopped
+	tk.StoppedReason = "CannotPullContainerError: pull access denied"
+	tk.StoppedAt = time.Now()
+	app := tk.Container("app")
+	app.KnownStatus, app.Reason = task.ContainerStopped, "CannotPullContainerError: pull access denied"
+	side := tk.Container("sidecar")
+	side.KnownStatus, side.ExitCode, side.Reason = task.ContainerStopped, intp(137), "killed"
+	tk.Container("~internal~ecs~pause").KnownStatus = task.ContainerStopped
+
+	r.Report(tk) // before Run: queued
+	runReporter(t, r)
+	st.waitSaved(t, 1)
+
+	subs := submissions(f)
+	if len(subs) != 1 || subs[0].Status != "STOPPED" || subs[0].Reason != tk.StoppedReason {
+		t.Fatalf("submissions = %+v", subs)
+	}
+	checkContainer(t, subs[0], "app", "STOPPED", nil)
+	if _, ok := subs[0].Containers["app"]["exitCode"]; ok {
+		t.Errorf("app never ran but has an exit code")
+	}
+	if subs[0].Containers["app"]["reason"] != app.Reason {
+		t.Errorf("app reason = %v", subs[0].Containers["app"]["reason"])
+	}
+	checkContainer(t, subs[0], "sidecar", "STOPPED", float64(137))
+	if subs[0].Containers["sidecar"]["reason"] != "killed" {
+		t.Errorf("sidecar reason = %v", subs[0].Containers["sidecar"]["reason"])
+	}
+	if _, ok := subs[0].Containers["~internal~ecs~pause"]; ok {
+		t.Errorf("pause container reported")
+	}
+}
+
+func TestReporterNothingTwiceAcrossRestart(t *testing.T) {
+	f := newFakeECS(t)
+	st := newFakeStore()
+	base := newTask(taskArn)
+	other := newTask("arn:aws:ecs:us-west-2:123456789012:task/test/t2")
+
+	r1 := newTestReporter(t, f, st)
+	stop1 := runReporter(t, r1)
+	r1.Report(running(base))
+	r1.Report(stopped(running(other)))
+	st.waitSaved(t, 2)
+	stop1()
+	if n := len(submissions(f)); n != 2 {
+		t.Fatalf("%d submissions by the first reporter, want 2", n)
+	}
+
+	// A new process: re-Report every loaded task, plus the engine's stale copies (SentStatus unset).
+	r2 := newTestReporter(t, f, st)
+	for _, tk := range st.all() {
+		r2.Report(tk)
+	}
+	r2.Report(running(base))
+	r2.Report(stopped(running(other)))
+	stop2 := runReporter(t, r2)
+	stop2()
+	if n := len(submissions(f)); n != 2 {
+		t.Fatalf("%d submissions after restart, want still 2", n)
+	}
+
+	// The next change of t1 is sent, and only it.
+	r3 := newTestReporter(t, f, st)
+	for _, tk := range st.all() {
+		r3.Report(tk)
+	}
+	stop3 := runReporter(t, r3)
+	r3.Report(stopped(running(base)))
+	st.waitSaved(t, 1)
+	stop3()
+	subs := submissions(f)
+	if len(subs) != 3 || subs[2].Status != "STOPPED" || subs[2].Task != taskArn {
+		t.Fatalf("submissions = %+v, want a third, STOPPED for t1", subs)
+	}
+	if r2.Delivered() != 0 || r3.Delivered() != 1 {
+		t.Errorf("delivered r2=%d r3=%d", r2.Delivered(), r3.Delivered())
+	}
+}
+
+func TestReporterPersistsOnlyAfterAccept(t *testing.T) {
+	f := newFakeECS(t)
+	f.failNext("SubmitTaskStateChange", 2)
+	st := newFakeStore()
+	var mu sync.Mutex
+	var violations []string
+	st.onSave = func(saved *task.Task) {
+		accepted := submissions(f)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(accepted) == 0 {
+			violations = append(violations, "saved before any submission was accepted")
+			return
+		}
+		if last := accepted[len(accepted)-1].Status; last != saved.SentStatus.String() {
+			violations = append(violations, fmt.Sprintf("saved sent status %v, last accepted %s", saved.SentStatus, last))
+		}
+	}
+	r := newTestReporter(t, f, st)
+	runReporter(t, r)
+	base := newTask(taskArn)
+	r.Report(running(base))
+	st.waitSaved(t, 1)
+	r.Report(stopped(running(base)))
+	st.waitSaved(t, 1)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, v := range violations {
+		t.Error(v)
+	}
+	if n := len(f.callsOf("SubmitTaskStateChange", false)); n != 4 {
+		t.Errorf("%d attempts, want 4 (2 failed, 2 accepted)", n)
+	}
+}
+
+func TestReporterPerTaskOrderManyTasks(t *testing.T) {
+	f := newFakeECS(t)
+	st := newFakeStore()
+	r := newTestReporter(t, f, st)
+	runReporter(t, r)
+
+	const n = 20
+	var tasks []*task.Task
+	for i := range n {
+		tk := newTask(fmt.Sprintf("arn:aws:ecs:us-west-2:123456789012:task/test/many-%d", i))
+		tasks = append(tasks, tk)
+		r.Report(running(tk))
+	}
+	for _, tk := range tasks {
+		r.Report(stopped(running(tk)))
+	}
+	// Each task ends STOPPED-sent; count saves until all are.
+	done := map[string]bool{}
+	for len(done) < n {
+		for _, s := range st.waitSaved(t, 1) {
+			if s.SentStatus == task.TaskStopped {
+				done[s.Arn] = true
+			}
+		}
+	}
+	seen := map[string][]string{}
+	for _, s := range submissions(f) {
+		seen[s.Task] = append(seen[s.Task], s.Status)
+	}
+	for arn, statuses := range seen {
+		switch fmt.Sprint(statuses) {
+		case "[RUNNING STOPPED]", "[STOPPED]":
+		default:
+			t.Errorf("%s: submissions %v", arn, statuses)
+		}
+	}
+}
+
+func TestReporterInvalidParameterMarkedSent(t *testing.T) {
+	f := newFakeECS(t)
+	f.handle("SubmitTaskStateChange", apiError(400, "InvalidParameterException", "bad"))
+	st := newFakeStore()
+	r := newTestReporter(t, f, st)
+	runReporter(t, r)
+	r.Report(running(newTask(taskArn)))
+	saved := st.waitSaved(t, 1)[0]
+	if saved.SentStatus != task.TaskRunning {
+		t.Errorf("sent status = %v", saved.SentStatus)
+	}
+	if n := len(f.callsOf("SubmitTaskStateChange", false)); n != 1 {
+		t.Errorf("%d attempts, want 1", n)
+	}
+}
+
+func TestReporterStopsWithContext(t *testing.T) {
+	f := newFakeECS(t)
+	f.setDown("SubmitTaskStateChange", true)
+	st := newFakeStore()
+	r := newTestReporter(t, f, st)
+	stop := runReporter(t, r)
+	r.Report(running(newTask(taskArn)))
+	<-f.failed
+	stop() // returns once the worker has exited
+	if r.Delivered() != 0 || len(st.all()) != 0 {
+		t.Errorf("delivered %d, saved %d while down", r.Delivered(), len(st.all()))
+	}
+}
+
+func TestChangeFor(t *testing.T) {
+	emptyView := sentView{containers: map[string]task.ContainerStatus{}}
+	partial := running(newTask(taskArn))
+	partial.KnownStatus = task.TaskCreated
+	partial.Container("sidecar").KnownStatus = task.ContainerCreated
+
+	tests := []struct {
+		name           string
+		t              *task.Task
+		view           sentView
+		wantOK         bool
+		wantStatus     BackendStatus
+		wantContainers []string
+	}{
+		{"nothing yet", newTask(taskArn), emptyView, false, "", nil},
+		{"container running before task: PENDING", partial, emptyView, true, StatusPending, []string{"app"}},
+		{"running", running(newTask(taskArn)), emptyView, true, StatusRunning, []string{"app", "sidecar"}},
+		{"running already sent", running(newTask(taskArn)), sentView{task: task.TaskRunning, containers: map[string]task.ContainerStatus{"app": task.ContainerRunning, "sidecar": task.ContainerRunning}}, false, "", nil},
+		{"stopped after running sent", stopped(running(newTask(taskArn))), sentView{task: task.TaskRunning, containers: map[string]task.ContainerStatus{"app": task.ContainerRunning, "sidecar": task.ContainerRunning}}, true, StatusStopped, []string{"app", "sidecar"}},
+		{"stopped, sidecar stop already sent", stopped(running(newTask(taskArn))), sentView{task: task.TaskRunning, containers: map[string]task.ContainerStatus{"app": task.ContainerRunning, "sidecar": task.ContainerStopped}}, true, StatusStopped, []string{"app"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ch, _, ok := changeFor(tc.t, tc.view)
+			if ok != tc.wantOK {
+				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)
+			}
+			if !ok {
+				return
+			}
+			var names []string
+			for _, c := range ch.Containers {
+				names = append(names, c.Name)
+			}
+			if ch.Status != tc.wantStatus || fmt.Sprint(names) != fmt.Sprint(tc.wantContainers) {
+				t.Errorf("change = %s %v, want %s %v", ch.Status, names, tc.wantStatus, tc.wantContainers)
+			}
+		})
+	}
+}
