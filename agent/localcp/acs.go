@@ -1,0 +1,560 @@
+package localcp
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskdef"
+)
+
+// writeTimeout bounds one websocket write.
+const writeTimeout = 10 * time.Second
+
+// ACS frames: {"type": "<ShapeName>", "message": {...}}. Field names follow the ACS model.
+
+type acsFrame struct {
+	Type    string          `json:"type"`
+	Message json.RawMessage `json:"message"`
+}
+
+type acsPayloadMessage struct {
+	MessageID            string    `json:"messageId"`
+	ClusterArn           string    `json:"clusterArn"`
+	ContainerInstanceArn string    `json:"containerInstanceArn"`
+	SeqNum               int64     `json:"seqNum"`
+	GeneratedAt          int64     `json:"generatedAt"` // epoch milliseconds
+	Tasks                []acsTask `json:"tasks"`
+}
+
+type acsHeartbeatMessage struct {
+	MessageID string `json:"messageId"`
+	Healthy   bool   `json:"healthy"`
+}
+
+type acsAckRequest struct {
+	Cluster           string `json:"cluster"`
+	ContainerInstance string `json:"containerInstance"`
+	MessageID         string `json:"messageId"`
+}
+
+type acsTask struct {
+	Arn                     string         `json:"arn"`
+	Family                  string         `json:"family"`
+	Version                 string         `json:"version"`
+	DesiredStatus           string         `json:"desiredStatus"`
+	NetworkMode             string         `json:"networkMode"`
+	CPU                     float64        `json:"cpu,omitempty"`    // vCPUs
+	Memory                  int            `json:"memory,omitempty"` // MiB
+	Containers              []acsContainer `json:"containers"`
+	Volumes                 []acsVolume    `json:"volumes"`
+	LaunchType              string         `json:"launchType"`
+	TaskDefinitionAccountID string         `json:"taskDefinitionAccountId"`
+}
+
+type acsContainer struct {
+	Name            string            `json:"name"`
+	Image           string            `json:"image"`
+	CPU             int               `json:"cpu"`
+	Memory          int               `json:"memory"`
+	Essential       bool              `json:"essential"`
+	EntryPoint      []string          `json:"entryPoint,omitempty"`
+	Command         []string          `json:"command,omitempty"`
+	Environment     map[string]string `json:"environment"`
+	PortMappings    []acsPortMapping  `json:"portMappings"`
+	MountPoints     []acsMountPoint   `json:"mountPoints"`
+	VolumesFrom     []acsVolumeFrom   `json:"volumesFrom"`
+	Links           []string          `json:"links"`
+	DependsOn       []acsDependency   `json:"dependsOn,omitempty"`
+	StartTimeout    int               `json:"startTimeout,omitempty"` // seconds
+	StopTimeout     int               `json:"stopTimeout,omitempty"`  // seconds
+	HealthCheckType string            `json:"healthCheckType,omitempty"`
+	DockerConfig    acsDockerConfig   `json:"dockerConfig"`
+	Privileged      bool              `json:"privileged,omitempty"`
+}
+
+type acsPortMapping struct {
+	ContainerPort int    `json:"containerPort"`
+	HostPort      int    `json:"hostPort"`
+	Protocol      string `json:"protocol"`
+}
+
+type acsMountPoint struct {
+	SourceVolume  string `json:"sourceVolume"`
+	ContainerPath string `json:"containerPath"`
+	ReadOnly      bool   `json:"readOnly"`
+}
+
+type acsVolumeFrom struct {
+	SourceContainer string `json:"sourceContainer"`
+	ReadOnly        bool   `json:"readOnly"`
+}
+
+type acsDependency struct {
+	ContainerName string `json:"containerName"`
+	Condition     string `json:"condition"`
+}
+
+// acsDockerConfig carries Docker's container config and host config as JSON strings.
+type acsDockerConfig struct {
+	Config     string `json:"config,omitempty"`
+	HostConfig string `json:"hostConfig,omitempty"`
+	Version    string `json:"version,omitempty"`
+}
+
+type acsVolume struct {
+	Name                      string                        `json:"name"`
+	Type                      string                        `json:"type"`
+	Host                      *acsHostVolume                `json:"host,omitempty"`
+	DockerVolumeConfiguration *acsDockerVolumeConfiguration `json:"dockerVolumeConfiguration,omitempty"`
+}
+
+type acsHostVolume struct {
+	SourcePath string `json:"sourcePath"`
+}
+
+type acsDockerVolumeConfiguration struct {
+	Scope         string            `json:"scope"`
+	Autoprovision bool              `json:"autoprovision"`
+	Driver        string            `json:"driver,omitempty"`
+	DriverOpts    map[string]string `json:"driverOpts,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+}
+
+// Docker's container and host config, limited to what a task definition sets beyond the ACS fields.
+
+type dockerConfig struct {
+	Healthcheck *dockerHealthcheck `json:"Healthcheck,omitempty"`
+	Labels      map[string]string  `json:"Labels,omitempty"`
+	User        string             `json:"User,omitempty"`
+	WorkingDir  string             `json:"WorkingDir,omitempty"`
+}
+
+type dockerHealthcheck struct {
+	Test        []string      `json:"Test"`
+	Interval    time.Duration `json:"Interval,omitempty"`
+	Timeout     time.Duration `json:"Timeout,omitempty"`
+	StartPeriod time.Duration `json:"StartPeriod,omitempty"`
+	Retries     int           `json:"Retries,omitempty"`
+}
+
+type dockerHostConfig struct {
+	Ulimits           []dockerUlimit   `json:"Ulimits,omitempty"`
+	LogConfig         *dockerLogConfig `json:"LogConfig,omitempty"`
+	Privileged        bool             `json:"Privileged,omitempty"`
+	ReadonlyRootfs    bool             `json:"ReadonlyRootfs,omitempty"`
+	Init              *bool            `json:"Init,omitempty"`
+	MemoryReservation int64            `json:"MemoryReservation,omitempty"` // bytes
+}
+
+type dockerUlimit struct {
+	Name string `json:"Name"`
+	Soft int64  `json:"Soft"`
+	Hard int64  `json:"Hard"`
+}
+
+type dockerLogConfig struct {
+	Type   string            `json:"Type"`
+	Config map[string]string `json:"Config,omitempty"`
+}
+
+// acsTaskOf renders a stored task as ACS sends it, through taskdef's translation to the task model.
+func acsTaskOf(t *taskRecord, desired string) (acsTask, error) {
+	def, err := taskdef.Parse(t.Definition)
+	if err != nil {
+		return acsTask{}, fmt.Errorf("task %s: stored definition: %w", t.Arn, err)
+	}
+	def.Revision = t.Revision
+	m := def.NewTask(t.Arn)
+	out := acsTask{
+		Arn:                     t.Arn,
+		Family:                  m.Family,
+		Version:                 fmt.Sprint(t.Revision),
+		DesiredStatus:           desired,
+		NetworkMode:             string(m.NetworkMode),
+		CPU:                     float64(m.CPU) / 1024,
+		Memory:                  m.Memory,
+		Containers:              make([]acsContainer, 0, len(m.Containers)),
+		Volumes:                 make([]acsVolume, 0, len(m.Volumes)),
+		LaunchType:              "EC2",
+		TaskDefinitionAccountID: accountID,
+	}
+	for _, v := range m.Volumes {
+		out.Volumes = append(out.Volumes, acsVolumeOf(v))
+	}
+	for _, c := range m.Containers {
+		ac, err := acsContainerOf(c)
+		if err != nil {
+			return acsTask{}, fmt.Errorf("task %s: container %q: %w", t.Arn, c.Name, err)
+		}
+		out.Containers = append(out.Containers, ac)
+	}
+	return out, nil
+}
+
+func acsVolumeOf(v task.Volume) acsVolume {
+	if d := v.Docker; d != nil {
+		return acsVolume{Name: v.Name, Type: "docker", DockerVolumeConfiguration: &acsDockerVolumeConfiguration{
+			Scope: d.Scope, Autoprovision: d.Autoprovision, Driver: d.Driver,
+			DriverOpts: maps.Clone(d.DriverOpts), Labels: maps.Clone(d.Labels),
+		}}
+	}
+	out := acsVolume{Name: v.Name, Type: "host", Host: &acsHostVolume{}}
+	if v.Host != nil {
+		out.Host.SourcePath = v.Host.SourcePath
+	}
+	return out
+}
+
+func acsContainerOf(c *task.Container) (acsContainer, error) {
+	out := acsContainer{
+		Name:         c.Name,
+		Image:        c.Image,
+		CPU:          c.CPU,
+		Memory:       c.Memory,
+		Essential:    c.Essential,
+		EntryPoint:   slices.Clone(c.EntryPoint),
+		Command:      slices.Clone(c.Command),
+		Environment:  make(map[string]string, len(c.Environment)),
+		PortMappings: []acsPortMapping{},
+		MountPoints:  []acsMountPoint{},
+		VolumesFrom:  []acsVolumeFrom{},
+		Links:        []string{},
+		StartTimeout: int(c.StartTimeout / time.Second),
+		StopTimeout:  int(c.StopTimeout / time.Second),
+		Privileged:   c.Privileged,
+	}
+	for _, kv := range c.Environment {
+		out.Environment[kv.Name] = kv.Value
+	}
+	for _, p := range c.PortMappings {
+		out.PortMappings = append(out.PortMappings, acsPortMapping{ContainerPort: int(p.ContainerPort), HostPort: int(p.HostPort), Protocol: p.Protocol})
+	}
+	for _, mp := range c.MountPoints {
+		out.MountPoints = append(out.MountPoints, acsMountPoint{SourceVolume: mp.SourceVolume, ContainerPath: mp.ContainerPath, ReadOnly: mp.ReadOnly})
+	}
+	for _, vf := range c.VolumesFrom {
+		out.VolumesFrom = append(out.VolumesFrom, acsVolumeFrom{SourceContainer: vf.SourceContainer, ReadOnly: vf.ReadOnly})
+	}
+	for _, d := range c.DependsOn {
+		out.DependsOn = append(out.DependsOn, acsDependency{ContainerName: d.ContainerName, Condition: string(d.Condition)})
+	}
+	cfg := dockerConfig{Labels: maps.Clone(c.DockerLabels), User: c.User, WorkingDir: c.WorkingDirectory}
+	if hc := c.HealthCheck; hc != nil {
+		out.HealthCheckType = "docker"
+		cfg.Healthcheck = &dockerHealthcheck{Test: slices.Clone(hc.Command), Interval: hc.Interval, Timeout: hc.Timeout, StartPeriod: hc.StartPeriod, Retries: hc.Retries}
+	}
+	host := dockerHostConfig{
+		Privileged:        c.Privileged,
+		ReadonlyRootfs:    c.ReadonlyRootFilesystem,
+		MemoryReservation: int64(c.MemoryReservation) << 20,
+	}
+	if c.InitProcessEnabled {
+		host.Init = new(true)
+	}
+	for _, u := range c.Ulimits {
+		host.Ulimits = append(host.Ulimits, dockerUlimit{Name: u.Name, Soft: u.SoftLimit, Hard: u.HardLimit})
+	}
+	if lc := c.LogConfiguration; lc != nil {
+		host.LogConfig = &dockerLogConfig{Type: lc.LogDriver, Config: maps.Clone(lc.Options)}
+	}
+	cb, err := json.Marshal(cfg)
+	if err != nil {
+		return acsContainer{}, fmt.Errorf("encode docker config: %w", err)
+	}
+	hb, err := json.Marshal(host)
+	if err != nil {
+		return acsContainer{}, fmt.Errorf("encode docker host config: %w", err)
+	}
+	out.DockerConfig = acsDockerConfig{Config: string(cb), HostConfig: string(hb)}
+	return out, nil
+}
+
+// acsConn is one agent's ACS websocket. Only its handler goroutine writes to ws.
+type acsConn struct {
+	ws          *websocket.Conn
+	instanceArn string
+	clusterArn  string
+	kick        chan struct{} // capacity 1: "look for tasks to send"
+	closeOnce   sync.Once
+
+	mu       sync.Mutex
+	inflight map[string]string      // task ARN → desired status sent on this connection, not yet acked
+	messages map[string][]sentState // message ID → what it carried
+}
+
+type sentState struct {
+	taskArn string
+	desired string
+}
+
+func (c *acsConn) close() { c.closeOnce.Do(func() { _ = c.ws.Close() }) }
+
+// kick asks the connection of the agent on instance, if any, to send what it has not received.
+func (s *Server) kick(instanceArn string) {
+	if instanceArn == "" {
+		return
+	}
+	s.connMu.Lock()
+	c := s.conns[instanceArn]
+	s.connMu.Unlock()
+	if c != nil {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// connected reports whether the agent of the instance has an ACS connection open.
+func (s *Server) connected(instanceArn string) bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	_, ok := s.conns[instanceArn]
+	return ok
+}
+
+var upgrader = websocket.Upgrader{
+	// The agent is not a browser; SigV4 headers are accepted without verification (loopback only).
+	CheckOrigin: func(*http.Request) bool { return true },
+}
+
+// serveACS runs one agent's ACS session: payloads for its tasks, heartbeats, acks.
+func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	instanceArn := q.Get("containerInstanceArn")
+	var known bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		known = tx.Bucket(bucketInstances).Get([]byte(instanceArn)) != nil
+		return nil
+	})
+	if err != nil || instanceArn == "" {
+		http.Error(w, "containerInstanceArn is required", http.StatusBadRequest)
+		return
+	}
+	ws, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		s.log.Warn("ACS upgrade failed", "err", err)
+		return
+	}
+	c := &acsConn{
+		ws:          ws,
+		instanceArn: instanceArn,
+		clusterArn:  q.Get("clusterArn"),
+		kick:        make(chan struct{}, 1),
+		inflight:    map[string]string{},
+		messages:    map[string][]sentState{},
+	}
+	if !known {
+		_ = c.write("InvalidInstanceException", map[string]string{"message": "unknown container instance " + instanceArn + "; register it first"})
+		c.close()
+		return
+	}
+
+	s.connMu.Lock()
+	select {
+	case <-s.closing:
+		s.connMu.Unlock()
+		c.close()
+		return
+	default:
+	}
+	if old := s.conns[instanceArn]; old != nil {
+		old.close()
+	}
+	s.conns[instanceArn] = c
+	s.wg.Add(1)
+	s.connMu.Unlock()
+	s.log.Info("agent connected", "containerInstance", instanceArn, "agentVersion", q.Get("agentVersion"), "seqNum", q.Get("seqNum"))
+
+	defer s.wg.Done()
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		s.readACS(c)
+	}()
+	defer func() {
+		c.close()
+		<-readerDone
+		s.connMu.Lock()
+		if s.conns[instanceArn] == c {
+			delete(s.conns, instanceArn)
+		}
+		s.connMu.Unlock()
+		s.log.Info("agent disconnected", "containerInstance", instanceArn)
+	}()
+
+	c.kick <- struct{}{}
+	heartbeat := s.clock.After(s.heartbeat)
+	for {
+		select {
+		case <-readerDone:
+			return
+		case <-s.closing:
+			return
+		case <-c.kick:
+			if err := s.deliver(c); err != nil {
+				s.log.Warn("ACS send failed", "containerInstance", instanceArn, "err", err)
+				return
+			}
+		case <-heartbeat:
+			heartbeat = s.clock.After(s.heartbeat)
+			if err := c.write("HeartbeatMessage", acsHeartbeatMessage{MessageID: newUUID(), Healthy: true}); err != nil {
+				s.log.Debug("ACS heartbeat failed", "containerInstance", instanceArn, "err", err)
+				return
+			}
+		}
+	}
+}
+
+// write sends one frame.
+func (c *acsConn) write(typ string, msg any) error {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", typ, err)
+	}
+	frame, err := json.Marshal(acsFrame{Type: typ, Message: b})
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", typ, err)
+	}
+	_ = c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if err := c.ws.WriteMessage(websocket.TextMessage, frame); err != nil {
+		return fmt.Errorf("send %s: %w", typ, err)
+	}
+	return nil
+}
+
+// readACS handles the agent's frames until the connection fails or closes.
+func (s *Server) readACS(c *acsConn) {
+	for {
+		_, data, err := c.ws.ReadMessage()
+		if err != nil {
+			return
+		}
+		var f acsFrame
+		if err := json.Unmarshal(data, &f); err != nil {
+			s.log.Warn("ACS frame unreadable", "containerInstance", c.instanceArn, "err", err)
+			continue
+		}
+		switch f.Type {
+		case "AckRequest":
+			var a acsAckRequest
+			if err := json.Unmarshal(f.Message, &a); err != nil {
+				s.log.Warn("ACS ack unreadable", "containerInstance", c.instanceArn, "err", err)
+				continue
+			}
+			if err := s.acked(c, a.MessageID); err != nil {
+				s.log.Error("recording ACS ack failed", "containerInstance", c.instanceArn, "messageId", a.MessageID, "err", err)
+			}
+		case "HeartbeatAckRequest", "IAMRoleCredentialsAckRequest":
+			// Nothing to do: any frame shows the agent is alive.
+		default:
+			s.log.Debug("ACS frame ignored", "containerInstance", c.instanceArn, "type", f.Type)
+		}
+	}
+}
+
+// deliver sends one PayloadMessage with every task of the instance whose desired status the agent
+// has neither acknowledged nor been sent on this connection.
+func (s *Server) deliver(c *acsConn) error {
+	var (
+		msg  acsPayloadMessage
+		sent []sentState
+	)
+	c.mu.Lock()
+	inflight := maps.Clone(c.inflight)
+	c.mu.Unlock()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var cluster string
+		err := each(tx, bucketTasks, "", s.badRecord, func(t *taskRecord) error {
+			if t.ContainerInstanceArn != c.instanceArn || t.DesiredStatus == t.AckedDesired || inflight[t.Arn] == t.DesiredStatus {
+				return nil
+			}
+			at, err := acsTaskOf(t, t.DesiredStatus)
+			if err != nil {
+				s.log.Error("task cannot be sent", "task", t.Arn, "err", err)
+				return nil
+			}
+			cluster = t.ClusterName
+			msg.Tasks = append(msg.Tasks, at)
+			sent = append(sent, sentState{taskArn: t.Arn, desired: t.DesiredStatus})
+			return nil
+		})
+		if err != nil || len(sent) == 0 {
+			return err
+		}
+		seq, err := nextSeqNum(tx)
+		if err != nil {
+			return err
+		}
+		msg.SeqNum = seq
+		msg.ClusterArn = s.clusterArn(cluster)
+		return nil
+	})
+	if err != nil || len(sent) == 0 {
+		return err
+	}
+	msg.MessageID = newUUID()
+	msg.ContainerInstanceArn = c.instanceArn
+	msg.GeneratedAt = s.clock.Now().UnixMilli()
+	c.mu.Lock()
+	for _, st := range sent {
+		c.inflight[st.taskArn] = st.desired
+	}
+	c.messages[msg.MessageID] = sent
+	c.mu.Unlock()
+	arns := make([]string, 0, len(sent))
+	for _, st := range sent {
+		arns = append(arns, st.taskArn+"="+st.desired)
+	}
+	s.log.Info("payload sent", "containerInstance", c.instanceArn, "messageId", msg.MessageID, "seqNum", msg.SeqNum, "tasks", strings.Join(arns, ","))
+	return c.write("PayloadMessage", msg)
+}
+
+// acked records that the agent accepted the payload with messageID.
+func (s *Server) acked(c *acsConn, messageID string) error {
+	c.mu.Lock()
+	sent, ok := c.messages[messageID]
+	delete(c.messages, messageID)
+	c.mu.Unlock()
+	if !ok {
+		s.log.Debug("ack for an unknown message", "containerInstance", c.instanceArn, "messageId", messageID)
+		return nil
+	}
+	// Record the ack before forgetting what is in flight, so that deliver never sees neither.
+	defer func() {
+		c.mu.Lock()
+		for _, st := range sent {
+			if c.inflight[st.taskArn] == st.desired {
+				delete(c.inflight, st.taskArn)
+			}
+		}
+		c.mu.Unlock()
+	}()
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for _, st := range sent {
+			t := &taskRecord{}
+			if err := get(tx, bucketTasks, st.taskArn, t); err != nil {
+				s.log.Warn("ack for a task that is gone", "task", st.taskArn, "err", err)
+				continue
+			}
+			if !advances(t.AckedDesired, st.desired) {
+				continue
+			}
+			t.AckedDesired = st.desired
+			if err := put(tx, bucketTasks, t.Arn, t); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

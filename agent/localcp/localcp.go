@@ -1,0 +1,217 @@
+// Package localcp is Berth's embedded, ECS-compatible control plane for local mode. It serves the
+// ECS JSON 1.1 API on POST / (what the agent's ECS API client and the AWS CLI speak) and the ACS
+// websocket on /ws (what the agent's ACS client speaks), and keeps its state in its own bbolt file.
+//
+// It places every task on the cluster's container instance (in local mode there is one, the agent's)
+// and delivers it over ACS. A task's life as this control plane sees it:
+//
+//	RunTask ──▶ PENDING (desired RUNNING) ──agent reports──▶ RUNNING ──agent reports──▶ STOPPED
+//	               │   no instance yet: waits, delivered once one registers             ▲
+//	               └── StopTask: desired STOPPED, sent to the agent ────────────────────┘
+//	                   (a task never placed on an instance stops at once)
+//
+// A task is sent in a PayloadMessage whenever its desired status differs from the one the agent last
+// acknowledged; un-acknowledged payloads are sent again on the next connection.
+package localcp
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/berth-agent/berth/agent/logger"
+)
+
+// DefaultHeartbeatInterval is how often an ACS HeartbeatMessage is sent when Config leaves it zero.
+const DefaultHeartbeatInterval = 30 * time.Second
+
+// DefaultCluster is the cluster that always exists.
+const DefaultCluster = "default"
+
+// accountID is the account in every ARN this control plane makes.
+const accountID = "000000000000"
+
+// Clock supplies the current time and the heartbeat timer.
+type Clock interface {
+	Now() time.Time
+	// After returns a channel that receives once at least d has elapsed.
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Config configures a Server.
+type Config struct {
+	// DBPath is the bbolt file holding the control plane's state, e.g. ECS_DATADIR/localcp.db.
+	DBPath string
+	// Region goes into every ARN; empty means AWS_DEFAULT_REGION, or "local" when that is unset too.
+	Region string
+	// HeartbeatInterval is the ACS heartbeat period; zero means DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// Clock is the time source; nil means the wall clock.
+	Clock Clock
+}
+
+// Server is the embedded control plane. Its methods and handler are safe for concurrent use.
+type Server struct {
+	db        *bolt.DB
+	log       *logger.Logger
+	clock     Clock
+	region    string
+	heartbeat time.Duration
+	ops       map[string]opFunc
+
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup // ACS connections
+
+	connMu sync.Mutex
+	conns  map[string]*acsConn // by container instance ARN
+}
+
+// New opens (or creates) the state file and returns a Server ready to serve; the default cluster
+// exists afterwards. A nil log discards logging.
+func New(cfg Config, log *logger.Logger) (*Server, error) {
+	if cfg.DBPath == "" {
+		return nil, errors.New("localcp: no database path")
+	}
+	if log == nil {
+		log = logger.Nop()
+	}
+	s := &Server{
+		log:       log.With("component", "localcp"),
+		clock:     cfg.Clock,
+		region:    cmp.Or(cfg.Region, os.Getenv("AWS_DEFAULT_REGION"), "local"),
+		heartbeat: cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval),
+		closing:   make(chan struct{}),
+		conns:     make(map[string]*acsConn),
+	}
+	if s.clock == nil {
+		s.clock = realClock{}
+	}
+	db, err := openDB(cfg.DBPath)
+	if err != nil {
+		return nil, fmt.Errorf("localcp: %w", err)
+	}
+	s.db = db
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := s.ensureCluster(tx, DefaultCluster)
+		return err
+	}); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("localcp: create the default cluster: %w", err)
+	}
+	s.ops = map[string]opFunc{
+		"CreateCluster":                 op(s.createCluster),
+		"DescribeClusters":              op(s.describeClusters),
+		"ListClusters":                  op(s.listClusters),
+		"RegisterTaskDefinition":        s.registerTaskDefinition,
+		"DescribeTaskDefinition":        op(s.describeTaskDefinition),
+		"ListTaskDefinitions":           op(s.listTaskDefinitions),
+		"ListTaskDefinitionFamilies":    op(s.listTaskDefinitionFamilies),
+		"DeregisterTaskDefinition":      op(s.deregisterTaskDefinition),
+		"RunTask":                       op(s.runTask),
+		"StartTask":                     op(s.startTask),
+		"StopTask":                      op(s.stopTask),
+		"DescribeTasks":                 op(s.describeTasks),
+		"ListTasks":                     op(s.listTasks),
+		"RegisterContainerInstance":     op(s.registerContainerInstance),
+		"ListContainerInstances":        op(s.listContainerInstances),
+		"DescribeContainerInstances":    op(s.describeContainerInstances),
+		"UpdateContainerInstancesState": op(s.updateContainerInstancesState),
+		"DiscoverPollEndpoint":          op(s.discoverPollEndpoint),
+		"SubmitTaskStateChange":         op(s.submitTaskStateChange),
+		"SubmitContainerStateChange":    op(s.submitContainerStateChange),
+		"SubmitAttachmentStateChanges":  op(s.submitAttachmentStateChanges),
+	}
+	return s, nil
+}
+
+// Handler returns the HTTP handler: the ACS websocket on /ws, the ECS API on everything else.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The ACS client joins the discovered endpoint and "ws", which may give "//ws".
+		if strings.Trim(r.URL.Path, "/") == "ws" {
+			s.serveACS(w, r)
+			return
+		}
+		s.serveAPI(w, r)
+	})
+}
+
+// Close disconnects every ACS client, waits for their handlers and closes the state file. It is
+// idempotent. API requests still in flight after Close fail.
+func (s *Server) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.connMu.Lock()
+		for _, c := range s.conns {
+			c.close()
+		}
+		s.connMu.Unlock()
+		s.wg.Wait()
+		err = s.db.Close()
+	})
+	return err
+}
+
+// newID returns 32 random hex digits, the form of ECS task and container instance IDs.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newUUID returns a random version 4 UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func (s *Server) arn(resource string) string {
+	return fmt.Sprintf("arn:aws:ecs:%s:%s:%s", s.region, accountID, resource)
+}
+
+func (s *Server) clusterArn(name string) string { return s.arn("cluster/" + name) }
+
+func (s *Server) taskDefArn(family string, rev int) string {
+	return s.arn(fmt.Sprintf("task-definition/%s:%d", family, rev))
+}
+
+// lastSegment returns what follows the last "/" of an ARN, or the whole string.
+func lastSegment(s string) string {
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// clusterName turns a cluster name or ARN (or "") into a name.
+func clusterName(s string) string {
+	if s == "" {
+		return DefaultCluster
+	}
+	if strings.HasPrefix(s, "arn:") {
+		if _, after, ok := strings.Cut(s, ":cluster/"); ok {
+			return after
+		}
+	}
+	return s
+}

@@ -1,0 +1,704 @@
+package localcp
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/berth-agent/berth/agent/taskdef"
+)
+
+// maxRunCount is the most tasks one RunTask call starts, as in ECS.
+const maxRunCount = 10
+
+// statusRank orders task and container statuses so that reports never move a status backwards.
+var statusRank = map[string]int{
+	"PROVISIONING": 1, "PENDING": 2, "ACTIVATING": 3, "RUNNING": 4,
+	"DEACTIVATING": 5, "STOPPING": 6, "DEPROVISIONING": 7, "STOPPED": 8,
+}
+
+// advances reports whether moving from status from to status to goes forward.
+func advances(from, to string) bool { return statusRank[to] > statusRank[from] }
+
+type runTaskRequest struct {
+	Cluster            string        `json:"cluster"`
+	TaskDefinition     string        `json:"taskDefinition"`
+	Count              int           `json:"count"`
+	StartedBy          string        `json:"startedBy"`
+	Group              string        `json:"group"`
+	Overrides          *taskOverride `json:"overrides"`
+	LaunchType         string        `json:"launchType"`
+	ContainerInstances []string      `json:"containerInstances"` // StartTask
+	Tags               []tag         `json:"tags"`
+}
+
+func (s *Server) runTask(_ *http.Request, req *runTaskRequest) (any, error) {
+	if req.Count == 0 {
+		req.Count = 1
+	}
+	if req.Count < 1 || req.Count > maxRunCount {
+		return nil, invalidParameter("count must be between 1 and %d.", maxRunCount)
+	}
+	if lt := strings.ToUpper(req.LaunchType); lt != "" && lt != "EC2" && lt != "EXTERNAL" {
+		return nil, unsupported("launch type %s is not supported by Berth's local control plane; use EC2", req.LaunchType)
+	}
+	return s.startTasks(req, false)
+}
+
+func (s *Server) startTask(_ *http.Request, req *runTaskRequest) (any, error) {
+	if len(req.ContainerInstances) == 0 {
+		return nil, invalidParameter("containerInstances can not be empty.")
+	}
+	if len(req.ContainerInstances) > maxRunCount {
+		return nil, invalidParameter("containerInstances can have at most %d items.", maxRunCount)
+	}
+	return s.startTasks(req, true)
+}
+
+// startTasks creates the tasks of a RunTask (placed on the cluster's instance) or StartTask (one on
+// each given instance) and sends them to the agents.
+func (s *Server) startTasks(req *runTaskRequest, explicit bool) (any, error) {
+	var tasks []*taskRecord
+	failures := []failure{}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		cl, err := s.cluster(tx, req.Cluster)
+		if err != nil {
+			return err
+		}
+		td, err := s.findTaskDef(tx, req.TaskDefinition, "TaskDefinition not found.")
+		if err != nil {
+			return err
+		}
+		if td.Status != "ACTIVE" {
+			return clientError("TaskDefinition is inactive")
+		}
+		def, err := effectiveDefinition(td, req.Overrides)
+		if err != nil {
+			return err
+		}
+		var targets []string
+		if explicit {
+			for _, ref := range req.ContainerInstances {
+				ci, err := s.findInstance(tx, cl.Name, ref)
+				if errors.Is(err, errNoRecord) {
+					failures = append(failures, failure{Arn: ref, Reason: "MISSING"})
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				if ci.Status != "ACTIVE" {
+					failures = append(failures, failure{Arn: ci.Arn, Reason: "DRAINING", Detail: "the container instance is draining; no new tasks are placed on it"})
+					continue
+				}
+				targets = append(targets, ci.Arn)
+			}
+		} else {
+			target, fails, err := s.place(tx, cl.Name)
+			if err != nil {
+				return err
+			}
+			if len(fails) > 0 {
+				failures = append(failures, fails...)
+			} else {
+				for range req.Count {
+					targets = append(targets, target)
+				}
+			}
+		}
+		for _, inst := range targets {
+			t, err := s.newTask(cl.Name, td, def, req, inst)
+			if err != nil {
+				return err
+			}
+			if err := put(tx, bucketTasks, t.Arn, t); err != nil {
+				return err
+			}
+			tasks = append(tasks, t)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]taskOut, 0, len(tasks))
+	for _, t := range tasks {
+		s.log.Info("task created", "task", t.Arn, "taskDefinition", t.TaskDefinitionArn, "containerInstance", t.ContainerInstanceArn)
+		out = append(out, s.taskOut(t))
+		s.kick(t.ContainerInstanceArn)
+	}
+	return map[string]any{"tasks": out, "failures": failures}, nil
+}
+
+// place picks the instance a RunTask task goes to: an ACTIVE one of the cluster, preferring one whose
+// agent is connected, then the most recently registered. With no instance at all it returns "" and
+// the task waits for one; with only DRAINING instances it returns one failure per instance.
+func (s *Server) place(tx *bolt.Tx, cluster string) (string, []failure, error) {
+	var best *instanceRecord
+	var fails []failure
+	err := each(tx, bucketInstances, "", s.badRecord, func(ci *instanceRecord) error {
+		if ci.ClusterName != cluster {
+			return nil
+		}
+		if ci.Status != "ACTIVE" {
+			fails = append(fails, failure{Arn: ci.Arn, Reason: "DRAINING", Detail: "the container instance is draining; no new tasks are placed on it"})
+			return nil
+		}
+		if best == nil || better(s.connected(ci.Arn), ci, s.connected(best.Arn), best) {
+			best = ci
+		}
+		return nil
+	})
+	if err != nil || best != nil {
+		return arnOf(best), nil, err
+	}
+	return "", fails, nil
+}
+
+func better(aConn bool, a *instanceRecord, bConn bool, b *instanceRecord) bool {
+	if aConn != bConn {
+		return aConn
+	}
+	return a.RegisteredAt.After(b.RegisteredAt)
+}
+
+func arnOf(ci *instanceRecord) string {
+	if ci == nil {
+		return ""
+	}
+	return ci.Arn
+}
+
+// effectiveDefinition decodes a stored revision through taskdef and applies RunTask overrides.
+func effectiveDefinition(td *taskDefRecord, o *taskOverride) (*taskdef.Definition, error) {
+	def, err := taskdef.Parse(td.Definition)
+	if err != nil {
+		return nil, fmt.Errorf("stored task definition %s:%d: %w", td.Family, td.Revision, err)
+	}
+	if o == nil {
+		return def, nil
+	}
+	if o.CPU != "" {
+		if err := def.CPU.UnmarshalJSON([]byte(strconv.Quote(o.CPU))); err != nil {
+			return nil, invalidParameter("overrides.cpu: %v", err)
+		}
+	}
+	if o.Memory != "" {
+		if err := def.Memory.UnmarshalJSON([]byte(strconv.Quote(o.Memory))); err != nil {
+			return nil, invalidParameter("overrides.memory: %v", err)
+		}
+	}
+	if o.TaskRoleArn != "" {
+		def.TaskRoleArn = o.TaskRoleArn
+	}
+	if o.ExecutionRoleArn != "" {
+		def.ExecutionRoleArn = o.ExecutionRoleArn
+	}
+	for _, co := range o.ContainerOverrides {
+		i := slices.IndexFunc(def.ContainerDefinitions, func(c taskdef.ContainerDefinition) bool { return c.Name == co.Name })
+		if i < 0 {
+			return nil, invalidParameter("Override for container named %s is not a container in the TaskDefinition.", co.Name)
+		}
+		c := &def.ContainerDefinitions[i]
+		if co.Command != nil {
+			c.Command = slices.Clone(co.Command)
+		}
+		for _, kv := range co.Environment {
+			j := slices.IndexFunc(c.Environment, func(e taskdef.KeyValue) bool { return e.Name == kv.Name })
+			if j >= 0 {
+				c.Environment[j].Value = kv.Value
+			} else {
+				c.Environment = append(c.Environment, taskdef.KeyValue{Name: kv.Name, Value: kv.Value})
+			}
+		}
+		if co.CPU != nil {
+			c.CPU = *co.CPU
+		}
+		if co.Memory != nil {
+			c.Memory = co.Memory
+		}
+		if co.MemoryReservation != nil {
+			c.MemoryReservation = co.MemoryReservation
+		}
+	}
+	if err := def.Validate(); err != nil {
+		return nil, invalidParameter("overrides make the task definition invalid: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return def, nil
+}
+
+// newTask makes the record of a new task of def on instance inst ("" when not placed yet).
+func (s *Server) newTask(cluster string, td *taskDefRecord, def *taskdef.Definition, req *runTaskRequest, inst string) (*taskRecord, error) {
+	canon, err := taskdef.Canonical(def)
+	if err != nil {
+		return nil, err
+	}
+	id := newID()
+	t := &taskRecord{
+		Arn:                  s.arn(fmt.Sprintf("task/%s/%s", cluster, id)),
+		ID:                   id,
+		ClusterName:          cluster,
+		TaskDefinitionArn:    s.taskDefArn(td.Family, td.Revision),
+		Family:               td.Family,
+		Revision:             td.Revision,
+		Definition:           canon,
+		Overrides:            req.Overrides,
+		ContainerInstanceArn: inst,
+		StartedBy:            req.StartedBy,
+		Group:                req.Group,
+		TaskCPU:              int(def.CPU),
+		TaskMemory:           int(def.Memory),
+		Version:              1,
+		LastStatus:           "PENDING",
+		DesiredStatus:        "RUNNING",
+		CreatedAt:            s.clock.Now(),
+	}
+	if t.Group == "" {
+		t.Group = "family:" + td.Family
+	}
+	cpu, mem := 0, 0
+	for _, c := range def.ContainerDefinitions {
+		m := 0
+		if c.Memory != nil {
+			m = *c.Memory
+		} else if c.MemoryReservation != nil {
+			m = *c.MemoryReservation
+		}
+		cpu += c.CPU
+		mem += m
+		t.Containers = append(t.Containers, containerRecord{
+			Arn:        s.arn(fmt.Sprintf("container/%s/%s/%s", cluster, id, newUUID())),
+			Name:       c.Name,
+			Image:      c.Image,
+			CPU:        c.CPU,
+			Memory:     m,
+			Essential:  c.Essential == nil || *c.Essential,
+			LastStatus: "PENDING",
+		})
+	}
+	t.CPU = max(int(def.CPU), cpu)
+	t.Memory = max(int(def.Memory), mem)
+	return t, nil
+}
+
+// taskOut renders a task the way describe-tasks prints it.
+func (s *Server) taskOut(t *taskRecord) taskOut {
+	out := taskOut{
+		TaskArn:              t.Arn,
+		ClusterArn:           s.clusterArn(t.ClusterName),
+		TaskDefinitionArn:    t.TaskDefinitionArn,
+		ContainerInstanceArn: t.ContainerInstanceArn,
+		LastStatus:           t.LastStatus,
+		DesiredStatus:        t.DesiredStatus,
+		StartedBy:            t.StartedBy,
+		Version:              t.Version,
+		StoppedReason:        t.StoppedReason,
+		StopCode:             t.StopCode,
+		PullStartedAt:        ts(t.PullStartedAt),
+		PullStoppedAt:        ts(t.PullStoppedAt),
+		ExecutionStoppedAt:   ts(t.ExecutionStoppedAt),
+		CreatedAt:            ts(t.CreatedAt),
+		StartedAt:            ts(t.StartedAt),
+		StoppingAt:           ts(t.StoppingAt),
+		StoppedAt:            ts(t.StoppedAt),
+		Group:                t.Group,
+		LaunchType:           "EC2",
+		Attachments:          []struct{}{},
+		Tags:                 []tag{},
+	}
+	if t.Overrides != nil {
+		out.Overrides = *t.Overrides
+	}
+	if out.Overrides.ContainerOverrides == nil {
+		out.Overrides.ContainerOverrides = []containerOverride{}
+	}
+	if t.TaskCPU > 0 {
+		out.CPU = strconv.Itoa(t.TaskCPU)
+	}
+	if t.TaskMemory > 0 {
+		out.Memory = strconv.Itoa(t.TaskMemory)
+	}
+	if !t.StartedAt.IsZero() {
+		out.Connectivity = "CONNECTED"
+		out.ConnectivityAt = ts(t.StartedAt)
+	}
+	for _, c := range t.Containers {
+		co := containerOut{
+			ContainerArn:    c.Arn,
+			TaskArn:         t.Arn,
+			Name:            c.Name,
+			Image:           c.Image,
+			ImageDigest:     c.ImageDigest,
+			RuntimeID:       c.RuntimeID,
+			LastStatus:      c.LastStatus,
+			ExitCode:        c.ExitCode,
+			Reason:          c.Reason,
+			NetworkBindings: c.NetworkBindings,
+			CPU:             strconv.Itoa(c.CPU),
+		}
+		if co.NetworkBindings == nil {
+			co.NetworkBindings = []networkBinding{}
+		}
+		if c.Memory > 0 {
+			co.Memory = strconv.Itoa(c.Memory)
+		}
+		out.Containers = append(out.Containers, co)
+	}
+	return out
+}
+
+// findTask returns the task ref names (an ARN or an ID) in cluster, or errNoRecord.
+func (s *Server) findTask(tx *bolt.Tx, cluster, ref string) (*taskRecord, error) {
+	t := &taskRecord{}
+	if strings.HasPrefix(ref, "arn:") {
+		if err := get(tx, bucketTasks, ref, t); err != nil {
+			return nil, err
+		}
+	} else {
+		t = nil
+		id := lastSegment(ref)
+		err := each(tx, bucketTasks, "", s.badRecord, func(r *taskRecord) error {
+			if r.ID == id {
+				t = r
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if t == nil {
+			return nil, errNoRecord
+		}
+	}
+	if t.ClusterName != cluster {
+		return nil, errNoRecord
+	}
+	return t, nil
+}
+
+type stopTaskRequest struct {
+	Cluster string `json:"cluster"`
+	Task    string `json:"task"`
+	Reason  string `json:"reason"`
+}
+
+func (s *Server) stopTask(_ *http.Request, req *stopTaskRequest) (any, error) {
+	if req.Task == "" {
+		return nil, invalidParameter("task can not be blank.")
+	}
+	var t *taskRecord
+	changed := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		cl, err := s.cluster(tx, req.Cluster)
+		if err != nil {
+			return err
+		}
+		t, err = s.findTask(tx, cl.Name, req.Task)
+		if errors.Is(err, errNoRecord) {
+			return invalidParameter("The referenced task was not found.")
+		}
+		if err != nil {
+			return err
+		}
+		if t.DesiredStatus == "STOPPED" {
+			return nil
+		}
+		changed = true
+		now := s.clock.Now()
+		t.DesiredStatus = "STOPPED"
+		t.StoppedReason = req.Reason
+		if t.StoppedReason == "" {
+			t.StoppedReason = "Task stopped by user"
+		}
+		t.StopCode = "UserInitiated"
+		t.StoppingAt = now
+		t.Version++
+		if t.ContainerInstanceArn == "" {
+			// Never placed: nothing runs it, so it stops here.
+			s.markStopped(t, now)
+			t.AckedDesired = "STOPPED"
+		}
+		return put(tx, bucketTasks, t.Arn, t)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if changed {
+		s.log.Info("task stop requested", "task", t.Arn, "reason", t.StoppedReason)
+		s.kick(t.ContainerInstanceArn)
+	}
+	return map[string]any{"task": s.taskOut(t)}, nil
+}
+
+// markStopped records that t has stopped at now.
+func (s *Server) markStopped(t *taskRecord, now time.Time) {
+	t.LastStatus = "STOPPED"
+	t.DesiredStatus = "STOPPED"
+	if t.StoppedAt.IsZero() {
+		t.StoppedAt = now
+	}
+	if t.StoppingAt.IsZero() {
+		t.StoppingAt = now
+	}
+	if t.ExecutionStoppedAt.IsZero() {
+		t.ExecutionStoppedAt = now
+	}
+	for i := range t.Containers {
+		t.Containers[i].LastStatus = "STOPPED"
+	}
+}
+
+type describeTasksRequest struct {
+	Cluster string   `json:"cluster"`
+	Tasks   []string `json:"tasks"`
+}
+
+func (s *Server) describeTasks(_ *http.Request, req *describeTasksRequest) (any, error) {
+	if len(req.Tasks) == 0 {
+		return nil, invalidParameter("Tasks cannot be empty.")
+	}
+	tasks, failures := []taskOut{}, []failure{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		cl, err := s.cluster(tx, req.Cluster)
+		if err != nil {
+			return err
+		}
+		for _, ref := range req.Tasks {
+			t, err := s.findTask(tx, cl.Name, ref)
+			if errors.Is(err, errNoRecord) {
+				arn := ref
+				if !strings.HasPrefix(arn, "arn:") {
+					arn = s.arn(fmt.Sprintf("task/%s/%s", cl.Name, ref))
+				}
+				failures = append(failures, failure{Arn: arn, Reason: "MISSING"})
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			tasks = append(tasks, s.taskOut(t))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"tasks": tasks, "failures": failures}, nil
+}
+
+type listTasksRequest struct {
+	Cluster           string `json:"cluster"`
+	Family            string `json:"family"`
+	DesiredStatus     string `json:"desiredStatus"`
+	ContainerInstance string `json:"containerInstance"`
+	StartedBy         string `json:"startedBy"`
+}
+
+func (s *Server) listTasks(_ *http.Request, req *listTasksRequest) (any, error) {
+	desired := strings.ToUpper(req.DesiredStatus)
+	if desired == "" {
+		desired = "RUNNING"
+	}
+	if desired != "RUNNING" && desired != "PENDING" && desired != "STOPPED" {
+		return nil, invalidParameter("desiredStatus must be one of RUNNING, PENDING, STOPPED.")
+	}
+	var tasks []*taskRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		cl, err := s.cluster(tx, req.Cluster)
+		if err != nil {
+			return err
+		}
+		return each(tx, bucketTasks, "", s.badRecord, func(t *taskRecord) error {
+			switch {
+			case t.ClusterName != cl.Name,
+				req.Family != "" && t.Family != req.Family,
+				req.StartedBy != "" && t.StartedBy != req.StartedBy,
+				req.ContainerInstance != "" && lastSegment(t.ContainerInstanceArn) != lastSegment(req.ContainerInstance):
+				return nil
+			}
+			// ECS lists PENDING tasks under desired status RUNNING; PENDING asks for tasks not yet
+			// running.
+			switch desired {
+			case "PENDING":
+				if t.DesiredStatus != "RUNNING" || t.LastStatus != "PENDING" {
+					return nil
+				}
+			default:
+				if t.DesiredStatus != desired {
+					return nil
+				}
+			}
+			tasks = append(tasks, t)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(tasks, func(a, b *taskRecord) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	arns := make([]string, 0, len(tasks))
+	for _, t := range tasks {
+		arns = append(arns, t.Arn)
+	}
+	return map[string]any{"taskArns": arns}, nil
+}
+
+// State changes reported by the agent.
+
+type containerStateChange struct {
+	ContainerName   string           `json:"containerName"`
+	ImageDigest     string           `json:"imageDigest"`
+	RuntimeID       string           `json:"runtimeId"`
+	Status          string           `json:"status"`
+	ExitCode        *int             `json:"exitCode"`
+	Reason          string           `json:"reason"`
+	NetworkBindings []networkBinding `json:"networkBindings"`
+}
+
+type submitTaskStateChangeRequest struct {
+	Cluster            string                 `json:"cluster"`
+	Task               string                 `json:"task"`
+	Status             string                 `json:"status"`
+	Reason             string                 `json:"reason"`
+	Containers         []containerStateChange `json:"containers"`
+	PullStartedAt      timestamp              `json:"pullStartedAt"`
+	PullStoppedAt      timestamp              `json:"pullStoppedAt"`
+	ExecutionStoppedAt timestamp              `json:"executionStoppedAt"`
+}
+
+type submitContainerStateChangeRequest struct {
+	Cluster string `json:"cluster"`
+	Task    string `json:"task"`
+	containerStateChange
+}
+
+var ack = map[string]string{"acknowledgment": "true"}
+
+// updateTask applies fn to the task the agent reported on, in one transaction.
+func (s *Server) updateTask(cluster, ref string, fn func(t *taskRecord, now time.Time)) (*taskRecord, error) {
+	var t *taskRecord
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		cl, err := s.cluster(tx, cluster)
+		if err != nil {
+			return err
+		}
+		t, err = s.findTask(tx, cl.Name, ref)
+		if errors.Is(err, errNoRecord) {
+			return invalidParameter("The referenced task was not found: %s", ref)
+		}
+		if err != nil {
+			return err
+		}
+		fn(t, s.clock.Now())
+		t.Version++
+		return put(tx, bucketTasks, t.Arn, t)
+	})
+	return t, err
+}
+
+func (s *Server) submitTaskStateChange(_ *http.Request, req *submitTaskStateChangeRequest) (any, error) {
+	if req.Task == "" {
+		return nil, invalidParameter("task can not be blank.")
+	}
+	t, err := s.updateTask(req.Cluster, req.Task, func(t *taskRecord, now time.Time) {
+		for _, cc := range req.Containers {
+			applyContainerChange(t, &cc)
+		}
+		if !req.PullStartedAt.IsZero() {
+			t.PullStartedAt = req.PullStartedAt.time()
+		}
+		if !req.PullStoppedAt.IsZero() {
+			t.PullStoppedAt = req.PullStoppedAt.time()
+		}
+		if !req.ExecutionStoppedAt.IsZero() {
+			t.ExecutionStoppedAt = req.ExecutionStoppedAt.time()
+		}
+		if !advances(t.LastStatus, req.Status) {
+			return
+		}
+		t.LastStatus = req.Status
+		switch req.Status {
+		case "RUNNING":
+			if t.StartedAt.IsZero() {
+				t.StartedAt = now
+			}
+		case "STOPPED":
+			if t.StoppedReason == "" {
+				t.StoppedReason = req.Reason
+				t.StopCode = "TaskFailedToStart"
+				if !t.StartedAt.IsZero() || slices.ContainsFunc(t.Containers, func(c containerRecord) bool { return c.Essential && c.ExitCode != nil }) {
+					t.StopCode = "EssentialContainerExited"
+					if t.StoppedReason == "" {
+						t.StoppedReason = "Essential container in task exited"
+					}
+				}
+			}
+			// The agent stopped it itself: nothing more to send.
+			t.AckedDesired = "STOPPED"
+			s.markStopped(t, now)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Debug("task state change", "task", t.Arn, "status", req.Status, "lastStatus", t.LastStatus)
+	return ack, nil
+}
+
+func (s *Server) submitContainerStateChange(_ *http.Request, req *submitContainerStateChangeRequest) (any, error) {
+	if req.Task == "" || req.ContainerName == "" {
+		return nil, invalidParameter("task and containerName are required.")
+	}
+	_, err := s.updateTask(req.Cluster, req.Task, func(t *taskRecord, _ time.Time) {
+		applyContainerChange(t, &req.containerStateChange)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ack, nil
+}
+
+// applyContainerChange records a reported container state on the container of t it names.
+func applyContainerChange(t *taskRecord, cc *containerStateChange) {
+	i := slices.IndexFunc(t.Containers, func(c containerRecord) bool { return c.Name == cc.ContainerName })
+	if i < 0 {
+		return
+	}
+	c := &t.Containers[i]
+	if advances(c.LastStatus, cc.Status) {
+		c.LastStatus = cc.Status
+	}
+	if cc.RuntimeID != "" {
+		c.RuntimeID = cc.RuntimeID
+	}
+	if cc.ImageDigest != "" {
+		c.ImageDigest = cc.ImageDigest
+	}
+	if cc.ExitCode != nil {
+		c.ExitCode = new(*cc.ExitCode)
+	}
+	if cc.Reason != "" {
+		c.Reason = cc.Reason
+	}
+	if len(cc.NetworkBindings) > 0 {
+		c.NetworkBindings = slices.Clone(cc.NetworkBindings)
+	}
+}
+
+type submitAttachmentStateChangesRequest struct {
+	Cluster     string            `json:"cluster"`
+	Attachments []json.RawMessage `json:"attachments"`
+}
+
+// submitAttachmentStateChanges acknowledges ENI attachment reports; local mode attaches no ENIs.
+func (s *Server) submitAttachmentStateChanges(_ *http.Request, req *submitAttachmentStateChangesRequest) (any, error) {
+	s.log.Debug("attachment state changes", "count", len(req.Attachments))
+	return ack, nil
+}
