@@ -167,6 +167,10 @@ func (e *Engine) AddTask(t *task.Task) error {
 		w.setDesired(t.DesiredStatus, "")
 		return nil
 	}
+	if err := e.store.SaveTask(e.ctx, t); err != nil { // accepted means saved: an ACS ack may follow
+		e.mu.Unlock()
+		return fmt.Errorf("save task %s: %w", t.Arn, err)
+	}
 	w := newWorker(e, t)
 	e.workers[t.Arn] = w
 	for _, c := range t.Containers {
@@ -177,11 +181,35 @@ func (e *Engine) AddTask(t *task.Task) error {
 	ctx := e.ctx
 	e.wg.Add(1)
 	e.mu.Unlock()
+	e.notify(t)
 	go func() {
 		defer e.wg.Done()
 		w.run(ctx)
 	}()
 	return nil
+}
+
+// MarkSent records what the control plane has been told of a task — its and its containers'
+// SentStatus, which never move backwards — through the task's worker, so the worker never saves over
+// it, and returns once it is saved or ctx ends. A task the engine no longer holds is ignored.
+func (e *Engine) MarkSent(ctx context.Context, t *task.Task) error {
+	e.mu.Lock()
+	w, ok := e.workers[t.Arn]
+	e.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	req := sentRequest{t: t.Clone(), saved: make(chan struct{})}
+	w.mu.Lock()
+	w.sent = append(w.sent, req)
+	w.mu.Unlock()
+	w.poke()
+	select {
+	case <-req.saved:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // StopTask sets a task's desired status to STOPPED with the given reason. It reports whether the

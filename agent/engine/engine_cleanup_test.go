@@ -33,3 +33,27 @@ func TestCleanupStoppedSkipsTheWait(t *testing.T) {
 	assert.Contains(t, h.docker.removedIDs(), stoppedID)
 	assert.NotNil(t, h.engine.Task(running), "a running task is left alone")
 }
+
+func TestMarkSentIsSavedAndNeverMovesBack(t *testing.T) {
+	h := newHarness(t, testConfig())
+	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/sent"
+	h.add(newTask(arn, ctr("app")))
+	running := h.waitStatus(arn, task.TaskRunning)
+
+	sent := running.Clone()
+	sent.SentStatus = task.TaskRunning
+	sent.Containers[0].SentStatus = task.ContainerRunning
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, h.engine.MarkSent(ctx, sent))
+	saved := h.store.snapshot()
+	require.Len(t, saved, 1)
+	assert.Equal(t, task.TaskRunning, saved[0].SentStatus, "saved before MarkSent returns")
+	assert.Equal(t, task.ContainerRunning, saved[0].Containers[0].SentStatus)
+
+	older := running.Clone() // a stale copy must not move the sent status back
+	require.NoError(t, h.engine.MarkSent(ctx, older))
+	assert.Equal(t, task.TaskRunning, h.engine.Task(arn).SentStatus)
+
+	require.NoError(t, h.engine.MarkSent(ctx, &task.Task{Arn: "arn:unknown"}), "an unknown task is ignored")
+}

@@ -26,18 +26,44 @@ type worker struct {
 	log *logger.Logger
 	t   *task.Task // owned by run
 
-	mu          sync.Mutex
-	desired     task.TaskStatus
-	reason      string
-	events      []dockerclient.Event
-	inspect     bool
-	snap        *task.Task
-	cancelStart context.CancelFunc
-	wake        chan struct{}
-	cleanNow    chan struct{} // closed to clean a stopped task up without waiting
-	cleanOnce   sync.Once
+	mu           sync.Mutex
+	desired      task.TaskStatus
+	reason       string
+	events       []dockerclient.Event
+	inspect      bool
+	snap         *task.Task
+	cancelStart  context.CancelFunc
+	wake         chan struct{}
+	cleanNow     chan struct{} // closed to clean a stopped task up without waiting
+	pendingSaved []sentRequest // sent statuses applied, released after the next successful save (run only)
+	cleanOnce    sync.Once
 
 	waitingSince map[string]time.Time // container name → when its dependsOn wait began (run only)
+	sent         []sentRequest        // sent statuses to record, from MarkSent
+}
+
+// sentRequest asks the worker to record what the control plane was told, and to say when it is saved.
+type sentRequest struct {
+	t     *task.Task
+	saved chan struct{}
+}
+
+// applySent records sent statuses (never moving them backwards) and releases their requests once the
+// caller's commit has saved them; it reports whether anything changed.
+func (w *worker) applySent(reqs []sentRequest) bool {
+	if len(reqs) == 0 {
+		return false
+	}
+	for _, r := range reqs {
+		w.t.SentStatus = max(w.t.SentStatus, r.t.SentStatus)
+		for _, sc := range r.t.Containers {
+			if c := w.t.Container(sc.Name); c != nil {
+				c.SentStatus = max(c.SentStatus, sc.SentStatus)
+			}
+		}
+	}
+	w.pendingSaved = append(w.pendingSaved, reqs...)
+	return true
 }
 
 func newWorker(e *Engine, t *task.Task) *worker {
@@ -134,6 +160,10 @@ func (w *worker) commit(ctx context.Context) {
 		return
 	}
 	w.e.hook(HookSaved, t)
+	for _, r := range w.pendingSaved {
+		close(r.saved)
+	}
+	w.pendingSaved = nil
 	w.mu.Lock()
 	w.snap = t.Clone()
 	w.mu.Unlock()
@@ -169,13 +199,22 @@ func (w *worker) run(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	// The wait counts from when the task stopped, which may have been before an agent restart.
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(time.Until(w.t.StoppedAt.Add(w.e.cfg.CleanupWait))):
-	case <-w.cleanNow:
-		w.log.Info("cleaning up a stopped task early to free disk space")
+	// The wait counts from when the task stopped, which may have been before an agent restart. The
+	// worker keeps draining its mailbox meanwhile (sent statuses still arrive).
+	timer := time.NewTimer(time.Until(w.t.StoppedAt.Add(w.e.cfg.CleanupWait)))
+	defer timer.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			waiting = false
+		case <-w.cleanNow:
+			w.log.Info("cleaning up a stopped task early to free disk space")
+			waiting = false
+		case <-w.wake:
+			w.drain(ctx)
+		}
 	}
 	w.cleanup(ctx)
 }
@@ -450,10 +489,10 @@ func (w *worker) pause() *task.Container {
 // drain applies queued Docker events and, if asked, re-inspects every container.
 func (w *worker) drain(ctx context.Context) {
 	w.mu.Lock()
-	events, inspect := w.events, w.inspect
-	w.events, w.inspect = nil, false
+	events, inspect, sent := w.events, w.inspect, w.sent
+	w.events, w.inspect, w.sent = nil, false, nil
 	w.mu.Unlock()
-	changed := false
+	changed := w.applySent(sent)
 	for _, ev := range events {
 		c := w.byDockerID(ev.ID)
 		if c == nil {
