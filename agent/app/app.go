@@ -80,7 +80,8 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return fmt.Errorf("docker client: %w", err)
 	}
 	defer client.Close()
-	if err := waitForDocker(ctx, client, log); err != nil {
+	dockerVersion, err := waitForDocker(ctx, client, log)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting: nothing was started
 		}
@@ -105,6 +106,12 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		Hook:         opts.Hook,
 	}, m.Docker(client), recordingPuller{next: m.Puller(client.Puller()), images: client, store: store, log: log, nowFunc: time.Now},
 		auth, store, log)
+	cp, err := newControlPlane(ctx, cfg, eng, log)
+	if err != nil {
+		return err
+	}
+	defer cp.close()
+	eng.Subscribe(cp.reporter.Report)
 	// The engine outlives SIGTERM only as long as --stop-tasks-on-exit needs it to.
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
@@ -112,6 +119,13 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	defer eng.Wait()
+	// The reporter runs as long as the engine, so the stops of --stop-tasks-on-exit are reported too.
+	reporterDone := make(chan struct{})
+	go func() {
+		defer close(reporterDone)
+		cp.reporter.Run(engineCtx)
+	}()
+	defer func() { <-reporterDone }()
 	defer stopEngine()
 	log.Info("task engine started", "cpu_units", resources.CPU, "memory_mib", resources.MemoryMiB)
 
@@ -125,6 +139,19 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if cni != nil {
 		removeNetworkLeftovers(ctx, cni, eng.Tasks, log)
 	}
+	for _, t := range eng.Tasks() {
+		cp.reporter.Report(t) // what was not sent before a restart is sent now; what was is not sent again
+	}
+	cpDone := make(chan struct{})
+	go func() {
+		defer close(cpDone)
+		if err := cp.register(ctx, store, resources, dockerVersion.Version, dockerVersion.APIVersion); err == nil {
+			cp.run(ctx, eng, dockerVersion.Version)
+		} else if ctx.Err() == nil {
+			log.Error("no control plane: tasks from it will not arrive", "error", err)
+		}
+	}()
+	defer func() { <-cpDone }()
 
 	rootDir, err := client.RootDir(ctx)
 	if err != nil {
@@ -150,7 +177,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		defer func() { <-done }()
 	}
 
-	if err := serveIntrospection(ctx, cfg, eng, m, log); err != nil {
+	if err := serveIntrospection(ctx, cfg, eng, m, cp, log); err != nil {
 		return err
 	}
 	if opts.StopTasksOnExit {
@@ -220,13 +247,13 @@ func stopAllTasks(eng *engine.Engine, cfg *config.Config, log *logger.Logger) {
 }
 
 // serveIntrospection serves the introspection API until ctx ends, then shuts it down.
-func serveIntrospection(ctx context.Context, cfg *config.Config, eng *engine.Engine, m *metrics.Metrics, log *logger.Logger) error {
+func serveIntrospection(ctx context.Context, cfg *config.Config, eng *engine.Engine, m *metrics.Metrics, cp *controlPlane, log *logger.Logger) error {
 	ln, err := net.Listen("tcp", cfg.IntrospectionAddr)
 	if err != nil {
 		return fmt.Errorf("introspection API on %s: %w", cfg.IntrospectionAddr, err)
 	}
 	srv := &http.Server{
-		Handler:           handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster}, eng, m.Handler()),
+		Handler:           handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp}, eng, m.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	served := make(chan error, 1)
@@ -251,19 +278,22 @@ func serveIntrospection(ctx context.Context, cfg *config.Config, eng *engine.Eng
 	return nil
 }
 
-// waitForDocker returns once the Docker Engine answers, logging while it does not (the agent may
-// start before the Engine does). It returns ctx's error if ctx ends first.
-func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger.Logger) error {
+// waitForDocker returns the Engine's version once it answers, logging while it does not (the agent
+// may start before the Engine does). It returns ctx's error if ctx ends first.
+func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger.Logger) (dockerclient.VersionInfo, error) {
 	backoff := retry.NewExponentialBackoff(time.Second, 10*time.Second, 0.2, 2)
-	return retry.Retrier{OnRetry: func(attempt int, err error, delay time.Duration) {
+	var v dockerclient.VersionInfo
+	err := retry.Retrier{OnRetry: func(attempt int, err error, delay time.Duration) {
 		log.Warn("the Docker Engine does not answer; retrying", "attempt", attempt, "retry_in", delay.Round(time.Millisecond), "error", err)
 	}}.Retry(ctx, backoff, func() error {
-		v, err := client.Version(ctx)
+		var err error
+		v, err = client.Version(ctx)
 		if err == nil {
 			log.Info("Docker Engine answers", "version", v.Version, "api_version", v.APIVersion)
 		}
 		return err
 	})
+	return v, err
 }
 
 // requireTimeout bounds the start-up check of ECS_REGISTRY_REQUIRE, so the agent exits within 15 s
@@ -327,11 +357,12 @@ func valueText(v any) string {
 // agentMetadata answers /v1/metadata.
 type agentMetadata struct {
 	cluster string
+	cp      *controlPlane
 }
 
 var _ handlers.MetadataSource = agentMetadata{}
 
 // Metadata returns the cluster and version; the instance ARN is null until registration exists.
 func (m agentMetadata) Metadata() handlers.Metadata {
-	return handlers.Metadata{Cluster: m.cluster, Version: version.Get().String()}
+	return handlers.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: version.Get().String()}
 }

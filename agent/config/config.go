@@ -132,8 +132,9 @@ type Config struct {
 
 	Registry Registry
 
-	StaticTasksDir    string
-	IntrospectionAddr string
+	StaticTasksDir        string
+	IntrospectionAddr     string
+	LocalControlPlaneAddr string
 
 	// EnvFile and JSONFile are the configuration files that were read (or would have been).
 	EnvFile  string

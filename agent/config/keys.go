@@ -162,6 +162,8 @@ func keyTable() []key {
 
 		{name: "ECS_STATIC_TASKS_DIR", def: "", berth: true, doc: "directory of task definitions kept running on this host",
 			field: func(c *Config) field { return stringField{p: &c.StaticTasksDir} }},
+		{name: "ECS_LOCAL_CONTROL_PLANE_ADDR", def: "127.0.0.1:51677", berth: true, doc: "local mode: listen address of the embedded control plane (ECS API on POST /, ACS on /ws)",
+			field: func(c *Config) field { return stringField{p: &c.LocalControlPlaneAddr} }},
 		{name: "ECS_INTROSPECTION_ADDR", def: "127.0.0.1:51678", berth: true, doc: "listen address of the introspection API",
 			field: func(c *Config) field { return stringField{p: &c.IntrospectionAddr} }},
 

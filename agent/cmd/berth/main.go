@@ -29,6 +29,8 @@ commands:
   config       print the effective configuration as JSON with each value's source; exit 1 if invalid
   healthcheck  ask the running agent's introspection API; exit 0 healthy, 1 not
   ps           list the running agent's tasks and containers
+  run FILE     register a task definition with the embedded control plane, run it, follow it to RUNNING
+  stop TASK    stop a task (ARN or ID) through the embedded control plane, follow it to STOPPED
   pull IMAGE   pull an image through the agent's pull path and print each attempt; exit 1 on failure
   version      print version, git hash and Go version
 
@@ -59,6 +61,10 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return runPull(ctx, args, environ, stdout, stderr)
 	case "ps":
 		return runPs(ctx, args, environ, stdout, stderr)
+	case "run":
+		return runControlCommand(ctx, "run", args, environ, stdout, stderr, app.RunTaskFile)
+	case "stop":
+		return runControlCommand(ctx, "stop", args, environ, stdout, stderr, app.StopTask)
 	case "version":
 		fmt.Fprintln(stdout, version.Get().String())
 		return 0
@@ -198,6 +204,29 @@ func runPull(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 	}
 	if err := app.Pull(ctx, res, rest[0], stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "berth pull: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runControlCommand runs `berth run FILE` or `berth stop TASK` against the embedded control plane.
+func runControlCommand(ctx context.Context, name string, args, environ []string, stdout, stderr io.Writer,
+	do func(context.Context, *config.Config, string, io.Writer, time.Duration) error) int {
+	wait := 5 * time.Minute
+	res, rest, err := loadConfigArgs(name, 1, args, environ, stderr, func(fs *flag.FlagSet) {
+		fs.DurationVar(&wait, "wait", wait, "how long to follow the task")
+	})
+	if code, ok := flagExit(err); ok {
+		return code
+	}
+	if err != nil {
+		for _, e := range splitErrors(err) {
+			fmt.Fprintf(stderr, "berth: invalid configuration: %v\n", e)
+		}
+		return 1
+	}
+	if err := do(ctx, res.Config, rest[0], stdout, wait); err != nil {
+		fmt.Fprintf(stderr, "berth %s: %v\n", name, err)
 		return 1
 	}
 	return 0

@@ -1,0 +1,197 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/taskdef"
+)
+
+// ecsTarget prefixes every ECS API operation in the X-Amz-Target header.
+const ecsTarget = "AmazonEC2ContainerServiceV20141113."
+
+// localAPI calls the embedded control plane's ECS JSON 1.1 API, as the AWS CLI does.
+type localAPI struct {
+	addr string
+	http *http.Client
+}
+
+// apiError is an ECS error answer: its exception name and message.
+type apiError struct {
+	Type    string `json:"__type"`
+	Message string `json:"message"`
+}
+
+func (e *apiError) Error() string { return e.Type + ": " + e.Message }
+
+// call sends one operation and decodes its answer into out.
+func (a localAPI) call(ctx context.Context, op string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+a.addr+"/", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Amz-Target", ecsTarget+op)
+	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: is the agent running in local mode? %w", op, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e apiError
+		if json.Unmarshal(data, &e) != nil || e.Type == "" {
+			return fmt.Errorf("%s: %s", op, resp.Status)
+		}
+		e.Type = e.Type[strings.LastIndexByte(e.Type, '#')+1:]
+		return fmt.Errorf("%s: %w", op, &e)
+	}
+	return json.Unmarshal(data, out)
+}
+
+// describedTask is the part of DescribeTasks' answer `berth run` and `berth stop` print.
+type describedTask struct {
+	TaskArn       string `json:"taskArn"`
+	LastStatus    string `json:"lastStatus"`
+	DesiredStatus string `json:"desiredStatus"`
+	StoppedReason string `json:"stoppedReason"`
+	Containers    []struct {
+		Name       string `json:"name"`
+		LastStatus string `json:"lastStatus"`
+		ExitCode   *int   `json:"exitCode"`
+		Reason     string `json:"reason"`
+	} `json:"containers"`
+}
+
+// RunTaskFile registers the task definition in file with the embedded control plane, runs it, and
+// follows it until it is RUNNING (nil) or STOPPED (an error with the reason), printing each change.
+func RunTaskFile(ctx context.Context, cfg *config.Config, file string, out io.Writer, wait time.Duration) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	def, err := taskdef.Parse(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	for _, w := range def.Warnings {
+		fmt.Fprintf(out, "warning: %s\n", w)
+	}
+	canonical, err := taskdef.Canonical(def)
+	if err != nil {
+		return err
+	}
+	api := localAPI{addr: cfg.LocalControlPlaneAddr, http: &http.Client{Timeout: 30 * time.Second}}
+	var registered struct {
+		TaskDefinition struct {
+			TaskDefinitionArn string `json:"taskDefinitionArn"`
+		} `json:"taskDefinition"`
+	}
+	if err := api.call(ctx, "RegisterTaskDefinition", json.RawMessage(canonical), &registered); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "registered %s\n", registered.TaskDefinition.TaskDefinitionArn)
+	var ran struct {
+		Tasks    []describedTask `json:"tasks"`
+		Failures []struct {
+			Reason string `json:"reason"`
+		} `json:"failures"`
+	}
+	if err := api.call(ctx, "RunTask", map[string]any{"cluster": cfg.Cluster, "taskDefinition": registered.TaskDefinition.TaskDefinitionArn,
+		"startedBy": "berth run"}, &ran); err != nil {
+		return err
+	}
+	if len(ran.Tasks) == 0 {
+		reason := "no task was placed"
+		if len(ran.Failures) > 0 {
+			reason = ran.Failures[0].Reason
+		}
+		return fmt.Errorf("run task: %s", reason)
+	}
+	arn := ran.Tasks[0].TaskArn
+	fmt.Fprintf(out, "started %s\n", arn)
+	return follow(ctx, api, cfg.Cluster, arn, "RUNNING", out, wait)
+}
+
+// StopTask asks the embedded control plane to stop a task (its ARN or ID) and follows it to STOPPED.
+func StopTask(ctx context.Context, cfg *config.Config, taskID string, out io.Writer, wait time.Duration) error {
+	api := localAPI{addr: cfg.LocalControlPlaneAddr, http: &http.Client{Timeout: 30 * time.Second}}
+	var stopped struct {
+		Task describedTask `json:"task"`
+	}
+	if err := api.call(ctx, "StopTask", map[string]any{"cluster": cfg.Cluster, "task": taskID, "reason": "Stopped with berth stop"}, &stopped); err != nil {
+		return err
+	}
+	return follow(ctx, api, cfg.Cluster, stopped.Task.TaskArn, "STOPPED", out, wait)
+}
+
+// follow polls DescribeTasks until the task's last status is want, printing each change; a task that
+// stops while another status was wanted is an error with its reason.
+func follow(ctx context.Context, api localAPI, cluster, arn, want string, out io.Writer, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	last := ""
+	for {
+		var described struct {
+			Tasks []describedTask `json:"tasks"`
+		}
+		if err := api.call(ctx, "DescribeTasks", map[string]any{"cluster": cluster, "tasks": []string{arn}}, &described); err != nil {
+			return err
+		}
+		if len(described.Tasks) == 1 {
+			t := described.Tasks[0]
+			if t.LastStatus != last {
+				last = t.LastStatus
+				fmt.Fprintf(out, "%s: %s\n", arn[strings.LastIndexByte(arn, '/')+1:], last)
+				for _, c := range t.Containers {
+					fmt.Fprintf(out, "  %-16s %-9s%s\n", c.Name, c.LastStatus, containerDetail(c.ExitCode, c.Reason))
+				}
+			}
+			switch {
+			case t.LastStatus == want:
+				if t.StoppedReason != "" {
+					fmt.Fprintf(out, "stopped reason: %s\n", t.StoppedReason)
+				}
+				return nil
+			case t.LastStatus == "STOPPED":
+				return fmt.Errorf("task stopped: %s", t.StoppedReason)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("task %s is %s, not %s, after %s", arn, last, want, wait)
+		case <-tick.C:
+		}
+	}
+}
+
+func containerDetail(code *int, reason string) string {
+	var parts []string
+	if code != nil {
+		parts = append(parts, fmt.Sprintf("exit %d", *code))
+	}
+	if reason != "" {
+		parts = append(parts, reason)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
