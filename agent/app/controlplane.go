@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
@@ -48,30 +51,72 @@ type controlPlane struct {
 // starts the embedded control plane on ECS_LOCAL_CONTROL_PLANE_ADDR. Nothing is registered yet.
 func newControlPlane(ctx context.Context, cfg *config.Config, eng *engine.Engine, log *logger.Logger) (*controlPlane, error) {
 	cp := &controlPlane{cfg: cfg, log: log.With("control_plane", string(cfg.Mode))}
-	endpoint := cfg.BackendHost
 	if cfg.Mode == config.ModeLocal {
 		if err := cp.startLocal(cfg, log); err != nil {
 			return nil, err
 		}
+	}
+	client, creds, region, err := newECSClient(ctx, cfg, cp.log)
+	if err != nil {
+		cp.close()
+		return nil, err
+	}
+	cp.client, cp.creds, cp.region = client, creds, region
+	cp.reporter = ecsclient.NewReporter(client, sentStore{eng: eng}, ecsclient.ReporterConfig{}, cp.log)
+	return cp, nil
+}
+
+// newECSClient builds the ECS API client for the configured mode: the embedded control plane with
+// throwaway credentials in local mode, the SDK's configuration and ECS_BACKEND_HOST in ecs mode.
+func newECSClient(ctx context.Context, cfg *config.Config, log *logger.Logger) (*ecsclient.Client, aws.CredentialsProvider, string, error) {
+	endpoint, region := cfg.BackendHost, cfg.AWSRegion
+	var creds aws.CredentialsProvider
+	if cfg.Mode == config.ModeLocal {
 		endpoint = "http://" + cfg.LocalControlPlaneAddr
-		cp.creds = credentials.NewStaticCredentialsProvider("berth-local", "berth-local", "")
-		cp.region = localRegion
+		creds, region = credentials.NewStaticCredentialsProvider("berth-local", "berth-local", ""), localRegion
 	} else {
 		awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.AWSRegion))
 		if err != nil {
-			return nil, fmt.Errorf("AWS configuration: %w", err)
+			return nil, nil, "", fmt.Errorf("AWS configuration: %w", err)
 		}
-		cp.creds, cp.region = awsCfg.Credentials, cfg.AWSRegion
+		creds = awsCfg.Credentials
 	}
-	client, err := ecsclient.New(ctx, ecsclient.Config{Region: cp.region, Endpoint: endpoint, Credentials: cp.creds,
-		Cluster: cfg.Cluster, Logger: cp.log})
+	client, err := ecsclient.New(ctx, ecsclient.Config{Region: region, Endpoint: endpoint, Credentials: creds,
+		Cluster: cfg.Cluster, Logger: log})
 	if err != nil {
-		cp.close()
-		return nil, fmt.Errorf("ECS client: %w", err)
+		return nil, nil, "", fmt.Errorf("ECS client: %w", err)
 	}
-	cp.client = client
-	cp.reporter = ecsclient.NewReporter(client, sentStore{eng: eng}, ecsclient.ReporterConfig{}, cp.log)
-	return cp, nil
+	return client, creds, region, nil
+}
+
+// Drain sets the running agent's container instance to DRAINING, so the control plane places no new
+// task on it. The instance ARN comes from the agent's /v1/metadata.
+func Drain(ctx context.Context, cfg *config.Config, out io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+cfg.IntrospectionAddr+"/v1/metadata", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("is the agent running? %w", err)
+	}
+	defer resp.Body.Close()
+	var meta handlers.Metadata
+	if err := json.NewDecoder(resp.Body).Decode(&meta); err != nil {
+		return fmt.Errorf("agent metadata: %w", err)
+	}
+	if meta.ContainerInstanceArn == nil {
+		return fmt.Errorf("the agent has not registered a container instance yet")
+	}
+	client, _, _, err := newECSClient(ctx, cfg, logger.Nop())
+	if err != nil {
+		return err
+	}
+	if err := client.Drain(ctx, *meta.ContainerInstanceArn); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s is DRAINING\n", *meta.ContainerInstanceArn)
+	return nil
 }
 
 // startLocal serves the embedded control plane, with its state beside the agent's.

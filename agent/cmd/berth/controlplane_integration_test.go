@@ -123,6 +123,15 @@ func TestIntegrationAWSCLIAgainstTheAgent(t *testing.T) {
 	out, err = awsCLI(t, endpoint, "describe-task-definition", "--task-definition", "no-such-family")
 	require.Error(t, err)
 	assert.Contains(t, out, "An error occurred (ClientException) when calling the DescribeTaskDefinition operation")
+
+	drain := exec.Command(bin, "drain")
+	drain.Env = agent.environ
+	drained, err := drain.CombinedOutput()
+	require.NoError(t, err, string(drained))
+	assert.Contains(t, string(drained), "is DRAINING")
+	out, err = awsCLI(t, endpoint, "run-task", "--cluster", cluster, "--task-definition", "web-cli")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "DRAINING", "a draining instance gets no new task")
 	agent.stop()
 }
 
@@ -182,4 +191,36 @@ func TestIntegrationECSModeAgainstAStandIn(t *testing.T) {
 	waitTaskStatus(t, endpoint, env.cluster, ran.Tasks[0].TaskArn, "RUNNING")
 	agent.waitTasks(10*time.Second, "the agent runs it", familyRunning("ecsmode", 1))
 	agent.stop()
+}
+
+// TestIntegrationStateChangeSurvivesAKill kills the agent after it saved RUNNING and before it reported
+// it; after the restart the control plane learns that the task runs.
+func TestIntegrationStateChangeSurvivesAKill(t *testing.T) {
+	bin := buildBerth(t)
+	env := newRecoveryEnv(t, bin)
+	cpAddr := freeAddr(t)
+	endpoint := "http://" + cpAddr
+	first := env.start("ECS_LOCAL_CONTROL_PLANE_ADDR="+cpAddr, "BERTH_TEST_CRASH_AT=saved:RUNNING@reported")
+	require.Eventually(t, func() bool {
+		out, err := awsCLI(t, endpoint, "list-container-instances", "--cluster", env.cluster)
+		return err == nil && strings.Contains(out, "container-instance")
+	}, 30*time.Second, 200*time.Millisecond)
+	def := fmt.Sprintf(`{"family": "reported", "containerDefinitions": [{"name": "c", "image": %q, "memory": 16, "command": ["sleep"]}]}`, testappImage)
+	defFile := filepath.Join(t.TempDir(), "def.json")
+	require.NoError(t, os.WriteFile(defFile, []byte(def), 0o600))
+	out, err := awsCLI(t, endpoint, "register-task-definition", "--cli-input-json", "file://"+defFile)
+	require.NoError(t, err, out)
+	out, err = awsCLI(t, endpoint, "run-task", "--cluster", env.cluster, "--task-definition", "reported")
+	require.NoError(t, err, out)
+	var ran struct {
+		Tasks []cliTask `json:"tasks"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &ran), out)
+	require.Len(t, ran.Tasks, 1)
+	first.waitKilled(60 * time.Second)
+
+	env.start("ECS_LOCAL_CONTROL_PLANE_ADDR=" + cpAddr)
+	running := waitTaskStatus(t, endpoint, env.cluster, ran.Tasks[0].TaskArn, "RUNNING")
+	assert.Equal(t, "RUNNING", running.Containers[0].LastStatus)
+	assert.Len(t, clusterContainers(t, env.cluster), 1, "the task's container was adopted, not duplicated")
 }

@@ -30,6 +30,7 @@ commands:
   healthcheck  ask the running agent's introspection API; exit 0 healthy, 1 not
   ps           list the running agent's tasks and containers
   run FILE     register a task definition with the embedded control plane, run it, follow it to RUNNING
+  drain        set this host's container instance to DRAINING: the control plane places no new task
   stop TASK    stop a task (ARN or ID) through the embedded control plane, follow it to STOPPED
   pull IMAGE   pull an image through the agent's pull path and print each attempt; exit 1 on failure
   version      print version, git hash and Go version
@@ -61,6 +62,20 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return runPull(ctx, args, environ, stdout, stderr)
 	case "ps":
 		return runPs(ctx, args, environ, stdout, stderr)
+	case "drain":
+		res, err := loadConfig("drain", args, environ, stderr)
+		if code, ok := flagExit(err); ok {
+			return code
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "berth: invalid configuration: %v\n", err)
+			return 1
+		}
+		if err := app.Drain(ctx, res.Config, stdout); err != nil {
+			fmt.Fprintf(stderr, "berth drain: %v\n", err)
+			return 1
+		}
+		return 0
 	case "run":
 		return runControlCommand(ctx, "run", args, environ, stdout, stderr, app.RunTaskFile)
 	case "stop":
