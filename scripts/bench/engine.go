@@ -27,11 +27,7 @@ const benchCluster = "berth-bench"
 // once. The image is local and the engine uses prefer-cached, so both sides do the same Docker work:
 // create, start, inspect.
 func (b *bench) engineStart(ctx context.Context) {
-	client, err := dockerclient.NewClient(dockerclient.Config{Endpoint: os.Getenv("DOCKER_HOST"),
-		Pull: dockerclient.PullConfig{Behavior: dockerclient.BehaviorPreferCached}})
-	if err != nil {
-		fail("docker client: %v", err)
-	}
+	client := newPrefersCached()
 	defer client.Close()
 	if _, err := client.PullImage(ctx, testImage, nil); err != nil {
 		fail("the test image must be in the local registry (make images): %v", err)
@@ -56,6 +52,16 @@ func (b *bench) engineStart(ctx context.Context) {
 		fmt.Printf("    Berth engine     p50 %8s  p99 %8s\n", bp50.Round(time.Millisecond), bp99.Round(time.Millisecond))
 		fmt.Printf("    ratio Berth/bare p50 %.3f    p99 %.3f   goal <= 1.10\n", float64(bp50)/float64(kp50), float64(bp99)/float64(kp99))
 	}
+}
+
+// newPrefersCached is a Docker client whose pulls use the local image, as both sides of a comparison do.
+func newPrefersCached() *dockerclient.Client {
+	client, err := dockerclient.NewClient(dockerclient.Config{Endpoint: os.Getenv("DOCKER_HOST"),
+		Pull: dockerclient.PullConfig{Behavior: dockerclient.BehaviorPreferCached}})
+	if err != nil {
+		fail("docker client: %v", err)
+	}
+	return client
 }
 
 // berthRound adds n tasks at once to a fresh engine and returns each one's time to RUNNING.

@@ -10,6 +10,8 @@
 //	        concurrency: p50 and p99 for 1 task at a time and for 50 at once, and the ratios.
 //	memory  resident memory of the berth binary idle and with 100 running tasks.
 //	awsvpc  time to RUNNING of an awsvpc task vs the same task in bridge mode, and CNI ADD's share.
+//	cp      RunTask returned -> DescribeTasks RUNNING through the real agent vs the engine alone, and
+//	        the state changes per second delivered to the embedded control plane.
 package main
 
 import (
@@ -31,7 +33,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "run one section: pull, engine, memory or awsvpc")
+	only := flag.String("only", "", "run one section: pull, engine, memory, awsvpc or cp")
 	rounds := flag.Int("pull-rounds", 7, "measured pulls per side")
 	faultPulls := flag.Int("fault-pulls", 100, "pulls through the faulty proxy")
 	flag.Parse()
@@ -57,6 +59,9 @@ func main() {
 	}
 	if *only == "" || *only == "awsvpc" {
 		b.awsvpcStart(ctx, 10)
+	}
+	if *only == "" || *only == "cp" {
+		b.controlPlane(ctx, 10)
 	}
 }
 
