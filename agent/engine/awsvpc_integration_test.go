@@ -58,7 +58,7 @@ func itNetwork(t *testing.T) (*ecscni.Client, string) {
 
 func awsvpcHarness(t *testing.T, mutate ...func(*AWSVPCConfig)) (*itHarness, string) {
 	cni, state := itNetwork(t)
-	local, err := cnitypes.ParseCIDR("172.31.251.0/24")
+	local, err := cnitypes.ParseCIDR("172.31.253.0/24") // apart from ecscni's own tests
 	require.NoError(t, err)
 	h := newITHarness(t, func(c *Config) {
 		c.AWSVPC = AWSVPCConfig{Network: cni, ENIs: ecscni.ENIWatcher{}, PauseImage: itPauseImage, LocalSubnet: (*cnitypes.IPNet)(local)}
@@ -68,6 +68,25 @@ func awsvpcHarness(t *testing.T, mutate ...func(*AWSVPCConfig)) (*itHarness, str
 	})
 	_, err = h.client.InspectImage(t.Context(), itPauseImage)
 	require.NoError(t, err, "the pause image must be built (make images)")
+	// Stop every task before the harness ends the engine, so that CNI DEL runs and no address, NAT rule
+	// or cache entry outlives the test (the harness's own cleanup only removes containers).
+	t.Cleanup(func() {
+		for _, tk := range h.eng.Tasks() {
+			h.eng.StopTask(tk.Arn, "test over")
+		}
+		deadline := time.Now().Add(time.Minute)
+		for time.Now().Before(deadline) {
+			stopped := true
+			for _, tk := range h.eng.Tasks() {
+				stopped = stopped && tk.KnownStatus == task.TaskStopped && (tk.AWSVPC == nil || tk.AWSVPC.TornDown)
+			}
+			if stopped {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Error("awsvpc tasks did not stop and release their networking within a minute")
+	})
 	return h, state
 }
 
@@ -101,7 +120,7 @@ func TestIntegrationAWSVPCLocalMode(t *testing.T) {
 	require.NotNil(t, tk.Container("client").ExitCode)
 	assert.Equal(t, 0, *tk.Container("client").ExitCode, "the client reached the server over localhost")
 	require.NotNil(t, tk.AWSVPC)
-	assert.True(t, netContains(t, "172.31.251.0/24", tk.AWSVPC.IPv4), "eth0 is on the local subnet: %s", tk.AWSVPC.IPv4)
+	assert.True(t, netContains(t, "172.31.253.0/24", tk.AWSVPC.IPv4), "eth0 is on the local subnet: %s", tk.AWSVPC.IPv4)
 	assert.True(t, netContains(t, "169.254.180.0/22", tk.AWSVPC.BridgeIPv4), "ecs-eth0 is on the task bridge: %s", tk.AWSVPC.BridgeIPv4)
 	assert.Equal(t, task.ContainerResourcesProvisioned, tk.Container(PauseContainerName).KnownStatus)
 
