@@ -111,7 +111,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	defer cp.close()
-	eng.Subscribe(cp.reporter.Report)
+	eng.Subscribe(cp.report)
 	// The engine outlives SIGTERM only as long as --stop-tasks-on-exit needs it to.
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
@@ -123,7 +123,13 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	reporterDone := make(chan struct{})
 	go func() {
 		defer close(reporterDone)
+		attachDone := make(chan struct{})
+		go func() {
+			defer close(attachDone)
+			cp.attach.Run(engineCtx)
+		}()
 		cp.reporter.Run(engineCtx)
+		<-attachDone
 	}()
 	defer func() { <-reporterDone }()
 	defer stopEngine()
@@ -140,7 +146,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		removeNetworkLeftovers(ctx, cni, eng.Tasks, log)
 	}
 	for _, t := range eng.Tasks() {
-		cp.reporter.Report(t) // what was not sent before a restart is sent now; what was is not sent again
+		cp.report(t) // what was not sent before a restart is sent now; what was is not sent again
 	}
 	cpDone := make(chan struct{})
 	go func() {

@@ -40,6 +40,7 @@ type controlPlane struct {
 	log      *logger.Logger
 	client   *ecsclient.Client
 	reporter *ecsclient.Reporter
+	attach   *attachmentReporter
 	creds    aws.CredentialsProvider
 	region   string
 	local    *http.Server // the embedded control plane, local mode only
@@ -63,7 +64,14 @@ func newControlPlane(ctx context.Context, cfg *config.Config, eng *engine.Engine
 	}
 	cp.client, cp.creds, cp.region = client, creds, region
 	cp.reporter = ecsclient.NewReporter(client, sentStore{eng: eng}, ecsclient.ReporterConfig{}, cp.log)
+	cp.attach = newAttachmentReporter(client, cp.log)
 	return cp, nil
+}
+
+// report hears every saved task change.
+func (cp *controlPlane) report(t *task.Task) {
+	cp.reporter.Report(t)
+	cp.attach.Report(t)
 }
 
 // newECSClient builds the ECS API client for the configured mode: the embedded control plane with
@@ -157,7 +165,7 @@ func (cp *controlPlane) register(ctx context.Context, store state.Store, resourc
 	reg := ecsclient.Registration{CPU: resources.CPU, MemoryMiB: resources.MemoryMiB,
 		ReservedPorts: resources.ReservedTCP, ReservedPortsUDP: resources.ReservedUDP,
 		AgentVersion: version.Get().Version, AgentHash: version.Get().GitHash, DockerVersion: dockerVersion,
-		DockerAPIVersion: apiVersion, LoggingDrivers: []string{"json-file", "none"}, TaskENI: cp.cfg.TaskENIEnabled,
+		DockerAPIVersion: apiVersion, LoggingDrivers: cp.cfg.AvailableLoggingDrivers, TaskENI: cp.cfg.TaskENIEnabled,
 		Attributes: cp.cfg.InstanceAttributes}
 	saved, ok, err := store.Registration(ctx)
 	if err != nil {

@@ -120,7 +120,9 @@ type Config struct {
 	ReservedPorts      []uint16
 	ReservedPortsUDP   []uint16
 	InstanceAttributes map[string]string
-	PrivilegedDisabled bool
+	// AvailableLoggingDrivers keeps the operator's order, for the registered capabilities.
+	AvailableLoggingDrivers []string
+	PrivilegedDisabled      bool
 
 	TaskENIEnabled                 bool
 	CNIPluginsPath                 string

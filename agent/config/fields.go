@@ -396,3 +396,42 @@ func (f subnetField) parse(v value) (string, error) {
 }
 
 func (f subnetField) show() any { return (&net.IPNet{IP: f.p.IP, Mask: f.p.Mask}).String() }
+
+// listField is an ordered list of distinct strings, each checked.
+type listField struct {
+	p     *[]string
+	check func(string) error
+}
+
+func (f listField) parse(v value) (string, error) {
+	items, err := listOf(v)
+	if err != nil {
+		return "", err
+	}
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		if err := f.check(it); err != nil {
+			return "", err
+		}
+		if !slices.Contains(out, it) {
+			out = append(out, it)
+		}
+	}
+	*f.p = out
+	return "", nil
+}
+
+func (f listField) show() any { return *f.p }
+
+// loggingDrivers returns the Docker logging drivers ECS knows.
+func loggingDrivers() []string {
+	return []string{"json-file", "syslog", "journald", "gelf", "fluentd", "awslogs", "splunk",
+		"logentries", "sumologic", "awsfirelens", "none"}
+}
+
+func checkLoggingDriver(s string) error {
+	if !slices.Contains(loggingDrivers(), s) {
+		return fmt.Errorf("unknown logging driver %q (known: %s)", s, strings.Join(loggingDrivers(), ", "))
+	}
+	return nil
+}

@@ -131,6 +131,8 @@ func keyTable() []key {
 			field: func(c *Config) field { return portsField{p: &c.ReservedPorts} }},
 		{name: "ECS_RESERVED_PORTS_UDP", jsonName: "ReservedPortsUDP", def: "[]", doc: "UDP host ports tasks may not use",
 			field: func(c *Config) field { return portsField{p: &c.ReservedPortsUDP} }},
+		{name: "ECS_AVAILABLE_LOGGING_DRIVERS", jsonName: "AvailableLoggingDrivers", def: `["json-file","none"]`, doc: "logging drivers registered as capabilities; tasks may use these",
+			field: func(c *Config) field { return listField{p: &c.AvailableLoggingDrivers, check: checkLoggingDriver} }},
 		{name: "ECS_INSTANCE_ATTRIBUTES", jsonName: "InstanceAttributes", def: "{}", doc: "JSON object of string attributes registered with the instance",
 			field: func(c *Config) field { return attributesField{p: &c.InstanceAttributes} }},
 		{name: "ECS_DISABLE_PRIVILEGED", jsonName: "PrivilegedDisabled", def: "false", doc: "refuse privileged containers",

@@ -1253,3 +1253,34 @@ func TestAWSVPCLocalSubnet(t *testing.T) {
 		})
 	}
 }
+
+func TestAvailableLoggingDrivers(t *testing.T) {
+	tests := []struct {
+		value   string
+		want    []string
+		wantErr string
+	}{
+		{value: "", want: []string{"json-file", "none"}},
+		{value: `["awslogs","json-file","awslogs"]`, want: []string{"awslogs", "json-file"}},
+		{value: "journald,syslog", want: []string{"journald", "syslog"}},
+		{value: `["json-file","graylog"]`, wantErr: `unknown logging driver "graylog"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			f := newFiles(t, "", "")
+			var env []string
+			if tt.value != "" {
+				env = append(env, "ECS_AVAILABLE_LOGGING_DRIVERS="+tt.value)
+			}
+			res, err := Load(Sources{Environ: f.environ(env...)})
+			if tt.wantErr != "" {
+				require.ErrorIs(t, err, ErrInvalid)
+				assert.Contains(t, err.Error(), "ECS_AVAILABLE_LOGGING_DRIVERS (env)")
+				assert.Contains(t, err.Error(), tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, res.Config.AvailableLoggingDrivers)
+		})
+	}
+}
