@@ -203,9 +203,18 @@ func TestIntegrationAWSVPCENI(t *testing.T) {
 		return nil
 	}))
 
+	pauseInfo, err := h.client.InspectContainer(t.Context(), running.Container(PauseContainerName).DockerID)
+	require.NoError(t, err)
+	appInfo, err := h.client.InspectContainer(t.Context(), running.Container("c").DockerID)
+	require.NoError(t, err)
+	resolv, err := os.ReadFile(appInfo.ResolvConfPath)
+	require.NoError(t, err)
+	assert.Equal(t, pauseInfo.ResolvConfPath, appInfo.ResolvConfPath, "the task's containers share the pause container's resolv.conf")
+	assert.Contains(t, string(resolv), "nameserver 10.77.0.2", "the ENI's DNS servers are the task's")
+
 	require.True(t, h.eng.StopTask(eniTask.Arn, "done"))
 	h.waitTask(t, eniTask.Arn, 30*time.Second, "stop", itStopped)
-	_, err := netlink.LinkByName(name)
+	_, err = netlink.LinkByName(name)
 	assert.NoError(t, err, "the ENI is back in the host namespace")
 }
 

@@ -2,6 +2,7 @@ package localcp
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/berth-agent/berth/agent/acs"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
@@ -20,13 +22,14 @@ import (
 // writeTimeout bounds one websocket write.
 const writeTimeout = 10 * time.Second
 
-// ACS frames: {"type": "<ShapeName>", "message": {...}}. Field names follow the ACS model.
+// Frames are encoded and decoded by agent/acs (acs.Encode, acs.Decode), with its message types
+// wherever their JSON is exactly what this package sends. The payload types below stay here because
+// the embedded control plane writes fields that agent/acs omits when empty ("cpu":0, "memory":0,
+// "environment":{}, "portMappings":[], "hostPort":0, "readOnly":false, "volumes":[],
+// "sourcePath":"", "autoprovision":false), and its wire format must not change; acs decodes both
+// forms alike.
 
-type acsFrame struct {
-	Type    string          `json:"type"`
-	Message json.RawMessage `json:"message"`
-}
-
+// acsPayloadMessage is acs.PayloadMessage as this package sends it.
 type acsPayloadMessage struct {
 	MessageID            string    `json:"messageId"`
 	ClusterArn           string    `json:"clusterArn"`
@@ -36,16 +39,8 @@ type acsPayloadMessage struct {
 	Tasks                []acsTask `json:"tasks"`
 }
 
-type acsHeartbeatMessage struct {
-	MessageID string `json:"messageId"`
-	Healthy   bool   `json:"healthy"`
-}
-
-type acsAckRequest struct {
-	Cluster           string `json:"cluster"`
-	ContainerInstance string `json:"containerInstance"`
-	MessageID         string `json:"messageId"`
-}
+// MessageType makes acsPayloadMessage an acs.Message.
+func (*acsPayloadMessage) MessageType() string { return acs.TypePayloadMessage }
 
 type acsTask struct {
 	Arn                     string         `json:"arn"`
@@ -62,24 +57,24 @@ type acsTask struct {
 }
 
 type acsContainer struct {
-	Name            string            `json:"name"`
-	Image           string            `json:"image"`
-	CPU             int               `json:"cpu"`
-	Memory          int               `json:"memory"`
-	Essential       bool              `json:"essential"`
-	EntryPoint      []string          `json:"entryPoint,omitempty"`
-	Command         []string          `json:"command,omitempty"`
-	Environment     map[string]string `json:"environment"`
-	PortMappings    []acsPortMapping  `json:"portMappings"`
-	MountPoints     []acsMountPoint   `json:"mountPoints"`
-	VolumesFrom     []acsVolumeFrom   `json:"volumesFrom"`
-	Links           []string          `json:"links"`
-	DependsOn       []acsDependency   `json:"dependsOn,omitempty"`
-	StartTimeout    int               `json:"startTimeout,omitempty"` // seconds
-	StopTimeout     int               `json:"stopTimeout,omitempty"`  // seconds
-	HealthCheckType string            `json:"healthCheckType,omitempty"`
-	DockerConfig    acsDockerConfig   `json:"dockerConfig"`
-	Privileged      bool              `json:"privileged,omitempty"`
+	Name            string                    `json:"name"`
+	Image           string                    `json:"image"`
+	CPU             int                       `json:"cpu"`
+	Memory          int                       `json:"memory"`
+	Essential       bool                      `json:"essential"`
+	EntryPoint      []string                  `json:"entryPoint,omitempty"`
+	Command         []string                  `json:"command,omitempty"`
+	Environment     map[string]string         `json:"environment"`
+	PortMappings    []acsPortMapping          `json:"portMappings"`
+	MountPoints     []acsMountPoint           `json:"mountPoints"`
+	VolumesFrom     []acsVolumeFrom           `json:"volumesFrom"`
+	Links           []string                  `json:"links"`
+	DependsOn       []acs.ContainerDependency `json:"dependsOn,omitempty"`
+	StartTimeout    int                       `json:"startTimeout,omitempty"` // seconds
+	StopTimeout     int                       `json:"stopTimeout,omitempty"`  // seconds
+	HealthCheckType string                    `json:"healthCheckType,omitempty"`
+	DockerConfig    acs.DockerConfig          `json:"dockerConfig"`
+	Privileged      bool                      `json:"privileged,omitempty"`
 }
 
 type acsPortMapping struct {
@@ -97,18 +92,6 @@ type acsMountPoint struct {
 type acsVolumeFrom struct {
 	SourceContainer string `json:"sourceContainer"`
 	ReadOnly        bool   `json:"readOnly"`
-}
-
-type acsDependency struct {
-	ContainerName string `json:"containerName"`
-	Condition     string `json:"condition"`
-}
-
-// acsDockerConfig carries Docker's container config and host config as JSON strings.
-type acsDockerConfig struct {
-	Config     string `json:"config,omitempty"`
-	HostConfig string `json:"hostConfig,omitempty"`
-	Version    string `json:"version,omitempty"`
 }
 
 type acsVolume struct {
@@ -246,7 +229,7 @@ func acsContainerOf(c *task.Container) (acsContainer, error) {
 		out.VolumesFrom = append(out.VolumesFrom, acsVolumeFrom{SourceContainer: vf.SourceContainer, ReadOnly: vf.ReadOnly})
 	}
 	for _, d := range c.DependsOn {
-		out.DependsOn = append(out.DependsOn, acsDependency{ContainerName: d.ContainerName, Condition: string(d.Condition)})
+		out.DependsOn = append(out.DependsOn, acs.ContainerDependency{ContainerName: d.ContainerName, Condition: string(d.Condition)})
 	}
 	cfg := dockerConfig{Labels: maps.Clone(c.DockerLabels), User: c.User, WorkingDir: c.WorkingDirectory}
 	if hc := c.HealthCheck; hc != nil {
@@ -275,7 +258,7 @@ func acsContainerOf(c *task.Container) (acsContainer, error) {
 	if err != nil {
 		return acsContainer{}, fmt.Errorf("encode docker host config: %w", err)
 	}
-	out.DockerConfig = acsDockerConfig{Config: string(cb), HostConfig: string(hb)}
+	out.DockerConfig = acs.DockerConfig{Config: string(cb), HostConfig: string(hb)}
 	return out, nil
 }
 
@@ -355,7 +338,7 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 		messages:    map[string][]sentState{},
 	}
 	if !known {
-		_ = c.write("InvalidInstanceException", map[string]string{"message": "unknown container instance " + instanceArn + "; register it first"})
+		_ = c.write(&acs.InvalidInstanceException{Message: "unknown container instance " + instanceArn + "; register it first"})
 		c.close()
 		return
 	}
@@ -408,7 +391,7 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 			}
 		case <-heartbeat:
 			heartbeat = s.clock.After(s.heartbeat)
-			if err := c.write("HeartbeatMessage", acsHeartbeatMessage{MessageID: newUUID(), Healthy: true}); err != nil {
+			if err := c.write(&acs.HeartbeatMessage{MessageID: newUUID(), Healthy: true}); err != nil {
 				s.log.Debug("ACS heartbeat failed", "containerInstance", instanceArn, "err", err)
 				return
 			}
@@ -417,18 +400,14 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 }
 
 // write sends one frame.
-func (c *acsConn) write(typ string, msg any) error {
-	b, err := json.Marshal(msg)
+func (c *acsConn) write(m acs.Message) error {
+	frame, err := acs.Encode(m)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", typ, err)
-	}
-	frame, err := json.Marshal(acsFrame{Type: typ, Message: b})
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", typ, err)
+		return err
 	}
 	_ = c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := c.ws.WriteMessage(websocket.TextMessage, frame); err != nil {
-		return fmt.Errorf("send %s: %w", typ, err)
+		return fmt.Errorf("send %s: %w", m.MessageType(), err)
 	}
 	return nil
 }
@@ -440,25 +419,24 @@ func (s *Server) readACS(c *acsConn) {
 		if err != nil {
 			return
 		}
-		var f acsFrame
-		if err := json.Unmarshal(data, &f); err != nil {
+		m, err := acs.Decode(data)
+		if unknown := (*acs.UnknownTypeError)(nil); errors.As(err, &unknown) {
+			s.log.Debug("ACS frame ignored", "containerInstance", c.instanceArn, "type", unknown.Type)
+			continue
+		}
+		if err != nil {
 			s.log.Warn("ACS frame unreadable", "containerInstance", c.instanceArn, "err", err)
 			continue
 		}
-		switch f.Type {
-		case "AckRequest":
-			var a acsAckRequest
-			if err := json.Unmarshal(f.Message, &a); err != nil {
-				s.log.Warn("ACS ack unreadable", "containerInstance", c.instanceArn, "err", err)
-				continue
+		switch m := m.(type) {
+		case *acs.AckRequest:
+			if err := s.acked(c, m.MessageID); err != nil {
+				s.log.Error("recording ACS ack failed", "containerInstance", c.instanceArn, "messageId", m.MessageID, "err", err)
 			}
-			if err := s.acked(c, a.MessageID); err != nil {
-				s.log.Error("recording ACS ack failed", "containerInstance", c.instanceArn, "messageId", a.MessageID, "err", err)
-			}
-		case "HeartbeatAckRequest", "IAMRoleCredentialsAckRequest":
+		case *acs.HeartbeatAckRequest, *acs.IAMRoleCredentialsAckRequest:
 			// Nothing to do: any frame shows the agent is alive.
 		default:
-			s.log.Debug("ACS frame ignored", "containerInstance", c.instanceArn, "type", f.Type)
+			s.log.Debug("ACS frame ignored", "containerInstance", c.instanceArn, "type", m.MessageType())
 		}
 	}
 }
@@ -517,7 +495,7 @@ func (s *Server) deliver(c *acsConn) error {
 		arns = append(arns, st.taskArn+"="+st.desired)
 	}
 	s.log.Info("payload sent", "containerInstance", c.instanceArn, "messageId", msg.MessageID, "seqNum", msg.SeqNum, "tasks", strings.Join(arns, ","))
-	return c.write("PayloadMessage", msg)
+	return c.write(&msg)
 }
 
 // acked records that the agent accepted the payload with messageID.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-agent/berth/agent/acs"
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -67,7 +68,7 @@ func (c *acsClient) send(typ string, msg any) {
 
 func (c *acsClient) ack(p acsPayloadMessage) {
 	c.t.Helper()
-	c.send("AckRequest", acsAckRequest{Cluster: p.ClusterArn, ContainerInstance: p.ContainerInstanceArn, MessageID: p.MessageID})
+	c.send("AckRequest", acs.AckRequest{Cluster: p.ClusterArn, ContainerInstance: p.ContainerInstanceArn, MessageID: p.MessageID})
 }
 
 func TestACS(t *testing.T) {
@@ -109,7 +110,7 @@ func TestACS(t *testing.T) {
 	assert.Equal(t, 2*time.Second, cfg.Healthcheck.Timeout)
 	assert.Equal(t, 3, cfg.Healthcheck.Retries)
 	assert.False(t, c1.Essential)
-	assert.Equal(t, []acsDependency{{ContainerName: "web", Condition: "HEALTHY"}}, c1.DependsOn)
+	assert.Equal(t, []acs.ContainerDependency{{ContainerName: "web", Condition: "HEALTHY"}}, c1.DependsOn)
 	assert.Equal(t, []string{"sleep"}, c1.Command)
 
 	// Connected now: DescribeContainerInstances says so.
@@ -132,7 +133,7 @@ func TestACS(t *testing.T) {
 	h.clock.ticks <- h.clock.Now()
 	typ, msg := agent.read()
 	require.Equal(t, "HeartbeatMessage", typ)
-	var hb acsHeartbeatMessage
+	var hb acs.HeartbeatMessage
 	require.NoError(t, json.Unmarshal(msg, &hb))
 	assert.True(t, hb.Healthy)
 	agent.send("HeartbeatAckRequest", map[string]string{"messageId": hb.MessageID})
