@@ -64,3 +64,13 @@ func TestAttachmentReporter(t *testing.T) {
 	cancel()
 	<-done
 }
+
+func TestControlPlaneSkipsStaticTasks(t *testing.T) {
+	fake := &fakeAttachments{}
+	cp := &controlPlane{attach: newAttachmentReporter(fake, logger.Nop())}
+	eni := &task.ENI{AttachmentArn: "arn:att", MAC: "0a:00:00:00:00:02"}
+	cp.report(&task.Task{Arn: "static", Static: true, ENI: eni, AWSVPC: &task.AWSVPC{}})
+	cp.attach.mu.Lock()
+	defer cp.attach.mu.Unlock()
+	assert.Empty(t, cp.attach.pending, "a static task is not reported to the control plane")
+}

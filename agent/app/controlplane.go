@@ -68,8 +68,12 @@ func newControlPlane(ctx context.Context, cfg *config.Config, eng *engine.Engine
 	return cp, nil
 }
 
-// report hears every saved task change.
+// report hears every saved task change and passes on those of the control plane's tasks; static
+// tasks are the host's own and no control plane knows them.
 func (cp *controlPlane) report(t *task.Task) {
+	if t.Static {
+		return
+	}
 	cp.reporter.Report(t)
 	cp.attach.Report(t)
 }

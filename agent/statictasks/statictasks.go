@@ -200,6 +200,7 @@ func (w *Watcher) apply(name string) {
 	}
 	t := def.NewTask(arn)
 	t.CreatedAt = time.Now()
+	t.Static = true
 	if t.Revision == 0 {
 		t.Revision = 1 // a file is its family's one and only revision
 	}

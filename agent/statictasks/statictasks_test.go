@@ -67,6 +67,7 @@ func TestWatcher(t *testing.T) {
 	assert.Equal(t, "web", r.tasks[first].Family)
 	assert.Equal(t, task.TaskRunning, r.tasks[first].DesiredStatus)
 	assert.Equal(t, 1, r.tasks[first].Revision, "a file without a revision is revision 1")
+	assert.True(t, r.tasks[first].Static, "marked as the host's own")
 
 	w.Scan()
 	assert.Len(t, r.calls, 1, "an unchanged file is left alone")

@@ -218,6 +218,8 @@ type Task struct {
 	Memory      int          `json:"memory,omitempty"` // MiB for the whole task, 0 when unset
 	Volumes     []Volume     `json:"volumes,omitempty"`
 	Containers  []*Container `json:"containers"`
+	// Static marks a task of ECS_STATIC_TASKS_DIR: the host's own, unknown to any control plane.
+	Static bool `json:"static,omitempty"`
 	// ENI is the interface ECS attached for an awsvpc task; nil in local mode.
 	ENI *ENI `json:"eni,omitempty"`
 	// AWSVPC is set once the task's network namespace is set up.
