@@ -152,7 +152,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	go func() {
 		defer close(cpDone)
 		if err := cp.register(ctx, store, resources, dockerVersion.Version, dockerVersion.APIVersion); err == nil {
-			cp.run(ctx, eng, dockerVersion.Version)
+			cp.run(ctx, eng, store, dockerVersion.Version)
 		} else if ctx.Err() == nil {
 			log.Error("no control plane: tasks from it will not arrive", "error", err)
 		}

@@ -190,10 +190,15 @@ func (cp *controlPlane) register(ctx context.Context, store state.Store, resourc
 }
 
 // run keeps the ACS session open until ctx ends: discover the endpoint, connect, hand payloads to the
-// engine.
-func (cp *controlPlane) run(ctx context.Context, eng *engine.Engine, dockerVersion string) {
+// engine. The sequence number of the last payload handled survives restarts in the state store.
+func (cp *controlPlane) run(ctx context.Context, eng *engine.Engine, store state.Store, dockerVersion string) {
 	arn := *cp.arn.Load()
-	h := &acsHandler{eng: eng, reporter: cp.reporter, log: cp.log}
+	h := &acsHandler{eng: eng, reporter: cp.reporter, store: store, log: cp.log}
+	if seq, err := store.SeqNum(ctx); err != nil {
+		cp.log.Warn("the saved ACS sequence number cannot be read; starting from 0", "error", err)
+	} else {
+		h.seq.Store(seq)
+	}
 	backoffWait := time.Second
 	for ctx.Err() == nil {
 		endpoint, err := cp.client.DiscoverPollEndpoint(ctx, arn)
@@ -226,6 +231,7 @@ func (s sentStore) SaveTask(ctx context.Context, t *task.Task) error { return s.
 type acsHandler struct {
 	eng      *engine.Engine
 	reporter *ecsclient.Reporter
+	store    state.Store
 	log      *logger.Logger
 	seq      atomic.Int64
 	mu       sync.Mutex
@@ -259,6 +265,9 @@ func (h *acsHandler) HandlePayload(ctx context.Context, p acs.Payload) error {
 		h.log.Warn("task rejected", "task", r.Arn, "error", r.Err)
 		h.reporter.Report(&task.Task{Arn: r.Arn, DesiredStatus: task.TaskStopped, KnownStatus: task.TaskStopped,
 			StoppedReason: "TaskDefinitionError: " + r.Err.Error(), StoppedAt: time.Now()})
+	}
+	if err := h.store.SaveSeqNum(ctx, p.SeqNum); err != nil {
+		return fmt.Errorf("save the ACS sequence number: %w", err)
 	}
 	h.seq.Store(p.SeqNum)
 	return nil

@@ -10,6 +10,7 @@
 //	meta                      bucket
 //	  schema_version          decimal string, e.g. "1"
 //	  registration            JSON of Registration (absent until the agent has registered)
+//	  acs_seq_num             decimal string: the seqNum of the last ACS payload handled (absent: 0)
 //	tasks                     bucket
 //	  <task ARN>              JSON of task.Task; its "arn" field equals the key
 //	images                    bucket
@@ -285,6 +286,38 @@ func (b *Bolt) Registration(ctx context.Context) (Registration, bool, error) {
 		return Registration{}, false, err
 	}
 	return r, found, nil
+}
+
+// SaveSeqNum records the last ACS sequence number handled; durable when it returns.
+func (b *Bolt) SaveSeqNum(ctx context.Context, seq int64) error {
+	return b.update(ctx, "save ACS sequence number", func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketMeta)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(keySeqNum), []byte(strconv.FormatInt(seq, 10)))
+	})
+}
+
+// SeqNum returns the saved ACS sequence number, 0 when none was saved. One that does not decode is a
+// *RecordError.
+func (b *Bolt) SeqNum(ctx context.Context) (int64, error) {
+	var seq int64
+	err := b.view(ctx, "load ACS sequence number", func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketMeta)
+		if err != nil {
+			return err
+		}
+		data := bk.Get([]byte(keySeqNum))
+		if data == nil {
+			return nil
+		}
+		if seq, err = strconv.ParseInt(string(data), 10, 64); err != nil {
+			return &RecordError{Bucket: bucketMeta, Key: keySeqNum, Err: err}
+		}
+		return nil
+	})
+	return seq, err
 }
 
 // SaveImage stores img, replacing any earlier record with the same Ref; durable when it returns.

@@ -95,6 +95,7 @@ func TestBoltPersistsAcrossReopen(t *testing.T) {
 	}
 	require.NoError(t, b.SaveImage(ctx, ImageRecord{Ref: "gone:1"}))
 	require.NoError(t, b.DeleteImage(ctx, "gone:1"))
+	require.NoError(t, b.SaveSeqNum(ctx, 7))
 	require.NoError(t, b.Close())
 
 	b = openTestBolt(t, path)
@@ -108,6 +109,9 @@ func TestBoltPersistsAcrossReopen(t *testing.T) {
 	gotImgs, err := b.Images(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, imgs, gotImgs)
+	seq, err := b.SeqNum(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), seq)
 }
 
 func TestBoltLockedByAnotherHolder(t *testing.T) {

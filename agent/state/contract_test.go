@@ -91,6 +91,18 @@ func arns(ts []*task.Task) []string {
 func testStoreContract(t *testing.T, open func(t *testing.T) Store) {
 	ctx := context.Background()
 
+	t.Run("ACS sequence number", func(t *testing.T) {
+		s := open(t)
+		seq, err := s.SeqNum(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, seq, "none saved yet")
+		require.NoError(t, s.SaveSeqNum(ctx, 41))
+		require.NoError(t, s.SaveSeqNum(ctx, 42))
+		seq, err = s.SeqNum(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, int64(42), seq)
+	})
+
 	t.Run("tasks save replace delete", func(t *testing.T) {
 		s := open(t)
 		got, err := s.Tasks(ctx)

@@ -22,6 +22,7 @@ type Memory struct {
 	tasks  map[string][]byte
 	images map[string][]byte
 	reg    *Registration
+	seq    int64
 }
 
 // NewMemory returns an empty in-memory store.
@@ -106,6 +107,25 @@ func (m *Memory) Registration(ctx context.Context) (Registration, bool, error) {
 		return Registration{}, false, nil
 	}
 	return *m.reg, true, nil
+}
+
+// SaveSeqNum records the last ACS sequence number handled.
+func (m *Memory) SaveSeqNum(ctx context.Context, seq int64) error {
+	if err := m.lock(ctx, "save ACS sequence number"); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	m.seq = seq
+	return nil
+}
+
+// SeqNum returns the saved ACS sequence number, 0 when none was saved.
+func (m *Memory) SeqNum(ctx context.Context) (int64, error) {
+	if err := m.lock(ctx, "load ACS sequence number"); err != nil {
+		return 0, err
+	}
+	defer m.mu.Unlock()
+	return m.seq, nil
 }
 
 // SaveImage stores img, replacing any earlier record with the same Ref.

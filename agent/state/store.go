@@ -25,6 +25,10 @@ type Store interface {
 	SaveRegistration(ctx context.Context, r Registration) error
 	// Registration returns the saved registration, or false when none has been saved.
 	Registration(ctx context.Context) (Registration, bool, error)
+	// SaveSeqNum records the sequence number of the last ACS payload handled.
+	SaveSeqNum(ctx context.Context, seq int64) error
+	// SeqNum returns the saved ACS sequence number, 0 when none has been saved.
+	SeqNum(ctx context.Context) (int64, error)
 	// SaveImage inserts img or replaces the record with the same Ref.
 	SaveImage(ctx context.Context, img ImageRecord) error
 	// DeleteImage removes the record with the given ref; an unknown ref is a no-op.
@@ -80,6 +84,7 @@ const (
 
 	keySchemaVersion = "schema_version"
 	keyRegistration  = "registration"
+	keySeqNum        = "acs_seq_num"
 )
 
 func encodeTask(t *task.Task) ([]byte, error) {
