@@ -10,7 +10,7 @@ LDFLAGS := -X $(PKG)/agent/version.GitHash=$(GIT_HASH)
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision images cni-plugins lint fmt vet clean bench
+.PHONY: all build run test unit integration provision images cni-plugins lint fmt vet staticcheck clean bench
 
 all: build
 
@@ -51,7 +51,7 @@ bench: images cni-plugins
 unit:
 	$(GO) test -race -count=1 ./...
 
-lint: fmt vet
+lint: fmt vet staticcheck
 
 fmt:
 	@out=$$(gofmt -l agent misc scripts); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -59,6 +59,13 @@ fmt:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
+
+# Pinned, fetched through the Go module proxy like any module.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+staticcheck:
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags integration ./...
 
 clean:
 	rm -rf bin

@@ -341,7 +341,7 @@ func (c *Client) RemoveContainer(ctx context.Context, opts docker.RemoveContaine
 func (c *Client) InspectContainer(ctx context.Context, id string) (*docker.Container, error) {
 	ctx, cancel := withTimeout(ctx, "inspect container", c.timeouts.Inspect)
 	defer cancel()
-	ctr, err := c.docker.InspectContainerWithContext(id, ctx)
+	ctr, err := c.docker.InspectContainerWithOptions(docker.InspectContainerOptions{ID: id, Context: ctx})
 	if err != nil {
 		if isNoSuchContainer(err) {
 			return nil, &NotFoundError{Kind: "container", Name: id, Err: err}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -43,8 +42,7 @@ func sleeperImage(t *testing.T, c *Client, name string) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(sleeperSource), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module sleeper\n\ngo 1.22\n"), 0o644))
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	cmd := exec.CommandContext(t.Context(), goBin, "build", "-o", "sleeper", ".")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", "sleeper", ".")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS=-buildvcs=false")
 	out, err := cmd.CombinedOutput()

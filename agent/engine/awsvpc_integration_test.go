@@ -167,8 +167,8 @@ func TestIntegrationAWSVPCENI(t *testing.T) {
 	_, _ = rand.Read(hw[2:])
 	name := fmt.Sprintf("bteng%x", []byte(hw[3:]))
 	// An interface with no peer stands in for the ENI: dummy where the kernel has it, else ifb.
-	if out, err := exec.Command("ip", "link", "add", name, "address", hw.String(), "type", "dummy").CombinedOutput(); err != nil {
-		out, err = exec.Command("ip", "link", "add", name, "address", hw.String(), "type", "ifb").CombinedOutput()
+	if err := exec.Command("ip", "link", "add", name, "address", hw.String(), "type", "dummy").Run(); err != nil {
+		out, err := exec.Command("ip", "link", "add", name, "address", hw.String(), "type", "ifb").CombinedOutput()
 		require.NoError(t, err, "add a stand-in ENI: %s", out)
 	}
 	t.Cleanup(func() {

@@ -362,11 +362,6 @@ func (f *fakeDocker) removedVolumeNames() []string {
 	return append([]string(nil), f.removedVolumes...)
 }
 
-func (f *fakeDocker) inspectCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.inspects
-}
 
 // fakePuller implements Puller with per-image errors, an optional gate and call counts.
 type fakePuller struct {

@@ -160,6 +160,7 @@ func (p *Provider) fetchToken(ctx context.Context, req tokenRequest) (token, err
 	})
 	in := &ecr.GetAuthorizationTokenInput{}
 	if req.key.account != "" {
+		//lint:ignore SA1019 ECR still honours it; it keeps the token request explicit about the registry it is cached for.
 		in.RegistryIds = []string{req.key.account}
 	}
 	out, err := client.GetAuthorizationToken(ctx, in)

@@ -146,7 +146,7 @@ func clusterContainers(t *testing.T, cluster string) dockerState {
 	require.NoError(t, err)
 	out := dockerState{}
 	for _, c := range list {
-		ci, err := dc.InspectContainer(c.ID)
+		ci, err := dc.InspectContainerWithOptions(docker.InspectContainerOptions{ID: c.ID})
 		require.NoError(t, err)
 		out[c.ID] = struct {
 			running bool
