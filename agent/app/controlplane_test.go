@@ -26,7 +26,7 @@ func TestACSHandlerSavesTheSequenceNumberBeforeTheAck(t *testing.T) {
 
 func TestTaskENI(t *testing.T) {
 	got := taskENI([]*acs.ElasticNetworkInterface{{MacAddress: "0a:1b:2c:3d:4e:5f", AttachmentArn: "arn:att",
-		IPv4Addresses: []acs.IPv4Address{{PrivateAddress: "10.0.1.9"}, {PrivateAddress: "10.0.1.5", Primary: true}},
+		IPv4Addresses:            []acs.IPv4Address{{PrivateAddress: "10.0.1.9"}, {PrivateAddress: "10.0.1.5", Primary: true}},
 		SubnetGatewayIPv4Address: "10.0.1.1/24", DomainNameServers: []string{"10.0.0.2"}, DomainName: []string{"ec2.internal"}}})
 	assert.Equal(t, &task.ENI{AttachmentArn: "arn:att", MAC: "0a:1b:2c:3d:4e:5f", IPv4CIDR: "10.0.1.5/24", Gateway: "10.0.1.1",
 		DNSServers: []string{"10.0.0.2"}, SearchDomains: []string{"ec2.internal"}}, got)

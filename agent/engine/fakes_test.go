@@ -362,7 +362,6 @@ func (f *fakeDocker) removedVolumeNames() []string {
 	return append([]string(nil), f.removedVolumes...)
 }
 
-
 // fakePuller implements Puller with per-image errors, an optional gate and call counts.
 type fakePuller struct {
 	mu    sync.Mutex
