@@ -448,7 +448,7 @@ func TestGarbageAndUnknownFramesSkipped(t *testing.T) {
 	f := newFakeACS(t)
 	h := newFakeHandler()
 	cfg := testConfig(f)
-	var logs syncBuffer
+	var logs logger.Buffer
 	log, err := logger.New(logger.Config{Level: logger.LevelDebug}, &logs)
 	require.NoError(t, err)
 	cfg.Logger = log
@@ -470,23 +470,6 @@ func TestGarbageAndUnknownFramesSkipped(t *testing.T) {
 	assert.Contains(t, out, "FancyNewMessage")
 	assert.Contains(t, out, "malformed")
 	assert.NotContains(t, out, "SECRETVALUE")
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestDropMidPayloadReconnects(t *testing.T) {

@@ -1,7 +1,6 @@
 package dockerclient
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -245,28 +244,10 @@ func (a *fakeAuth) counts() (calls, invalidated int) {
 	return a.calls, a.invalidated
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testLogger returns a debug-level logger writing logfmt to the returned buffer.
-func testLogger(t *testing.T) (*logger.Logger, *syncBuffer) {
+func testLogger(t *testing.T) (*logger.Logger, *logger.Buffer) {
 	t.Helper()
-	buf := &syncBuffer{}
+	buf := &logger.Buffer{}
 	l, err := logger.New(logger.Config{Level: logger.LevelDebug}, buf)
 	require.NoError(t, err)
 	t.Cleanup(l.Close)

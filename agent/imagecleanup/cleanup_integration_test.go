@@ -197,7 +197,7 @@ func TestIntegrationCycle(t *testing.T) {
 	assert.Empty(t, removed)
 	assert.True(t, e.exists(t, used))
 	assert.True(t, images.has(used))
-	assert.Len(t, buf.lines("level=debug", "a container uses the image; kept", "image="+used), 1, buf.String())
+	assert.Len(t, logLines(buf, "level=debug", "a container uses the image; kept", "image="+used), 1, buf.String())
 }
 
 func TestIntegrationPressure(t *testing.T) {
@@ -297,6 +297,6 @@ func TestIntegrationPressure(t *testing.T) {
 	assert.True(t, images.has(used))
 	assert.False(t, e.exists(t, unused), "the unused image is gone from the engine")
 	assert.NotContains(t, d.names(), used)
-	assert.NotEmpty(t, buf.lines("level=warn", "disk usage above high water mark"), buf.String())
-	assert.NotEmpty(t, buf.lines("level=info", "disk pressure cleanup finished", "containers_removed=1", "images_removed=1"), buf.String())
+	assert.NotEmpty(t, logLines(buf, "level=warn", "disk usage above high water mark"), buf.String())
+	assert.NotEmpty(t, logLines(buf, "level=info", "disk pressure cleanup finished", "containers_removed=1", "images_removed=1"), buf.String())
 }

@@ -268,10 +268,10 @@ func TestCycleLogs(t *testing.T) {
 	_, err := h.cleaner(Config{}, log).Cycle(t.Context())
 	require.ErrorIs(t, err, errEngine)
 
-	assert.Len(t, buf.lines("level=info", "removed unused image", "image=nginx:1", "image_id=sha256:n", "age=3h0m0s"), 1, buf.String())
-	assert.Len(t, buf.lines("level=debug", "image=busy:1", "kept"), 1, buf.String())
-	assert.Len(t, buf.lines("level=warn", "image=bad:1", "engine exploded"), 1, buf.String())
-	assert.Len(t, buf.lines("level=info", "image cleanup cycle finished", "removed=1", "candidates=3",
+	assert.Len(t, logLines(buf, "level=info", "removed unused image", "image=nginx:1", "image_id=sha256:n", "age=3h0m0s"), 1, buf.String())
+	assert.Len(t, logLines(buf, "level=debug", "image=busy:1", "kept"), 1, buf.String())
+	assert.Len(t, logLines(buf, "level=warn", "image=bad:1", "engine exploded"), 1, buf.String())
+	assert.Len(t, logLines(buf, "level=info", "image cleanup cycle finished", "removed=1", "candidates=3",
 		"kept_used_by_container=1", "failed=1"), 1, buf.String())
 }
 
@@ -430,14 +430,14 @@ func TestPressureNothingToRemoveStops(t *testing.T) {
 	c := x.cleaner(Config{PressureInterval: time.Hour}, log)
 	stop := runInBackground(t, c)
 	require.Eventually(t, func() bool {
-		return len(buf.lines("disk pressure cleanup found nothing to remove")) == 1
+		return len(logLines(buf, "disk pressure cleanup found nothing to remove")) == 1
 	}, 5*time.Second, time.Millisecond)
 	stop()
 	events, _, records := x.snapshot()
 	assert.Equal(t, []string{"reclaim"}, events, "one round, then stop")
 	assert.Equal(t, []string{"used"}, records)
 	assert.Equal(t, 1, x.samples)
-	assert.Len(t, buf.lines("level=warn", "disk usage above high water mark", "usage_percent=97", "high_water_percent=85"), 1, buf.String())
+	assert.Len(t, logLines(buf, "level=warn", "disk usage above high water mark", "usage_percent=97", "high_water_percent=85"), 1, buf.String())
 }
 
 func TestPressureRepeatedSamplesLogQuietly(t *testing.T) {
@@ -450,20 +450,20 @@ func TestPressureRepeatedSamplesLogQuietly(t *testing.T) {
 	ctx := t.Context()
 	c.checkPressure(ctx, &st)
 	c.checkPressure(ctx, &st)
-	assert.Len(t, buf.lines("level=warn", "disk usage above high water mark"), 1, buf.String())
-	assert.Len(t, buf.lines("level=debug", "disk usage above high water mark"), 1, buf.String())
+	assert.Len(t, logLines(buf, "level=warn", "disk usage above high water mark"), 1, buf.String())
+	assert.Len(t, logLines(buf, "level=debug", "disk usage above high water mark"), 1, buf.String())
 	assert.Equal(t, 2, x.count("reclaim"), "every sample above high water tries again")
 
 	x.mu.Lock()
 	usage = 0.5
 	x.mu.Unlock()
 	c.checkPressure(ctx, &st)
-	assert.Len(t, buf.lines("level=info", "back below high water"), 1, buf.String())
+	assert.Len(t, logLines(buf, "level=info", "back below high water"), 1, buf.String())
 	x.mu.Lock()
 	usage = 0.9
 	x.mu.Unlock()
 	c.checkPressure(ctx, &st)
-	assert.Len(t, buf.lines("level=warn", "disk usage above high water mark"), 2, "a new episode warns again")
+	assert.Len(t, logLines(buf, "level=warn", "disk usage above high water mark"), 2, "a new episode warns again")
 }
 
 func TestPressureLogsWhatItFreed(t *testing.T) {
@@ -472,9 +472,9 @@ func TestPressureLogsWhatItFreed(t *testing.T) {
 	x.usage = func(x *host) float64 { return 0.8 + 0.05*float64(x.engine.Len()) + 0.05*float64(x.containers) }
 	log, buf := debugLog(t)
 	x.cleaner(Config{}, log).checkPressure(t.Context(), &pressureState{})
-	assert.Len(t, buf.lines("level=info", "disk pressure cleanup finished", "containers_removed=1", "images_removed=1",
+	assert.Len(t, logLines(buf, "level=info", "disk pressure cleanup finished", "containers_removed=1", "images_removed=1",
 		"usage_before_percent=90", "usage_after_percent=80", "images=a:1"), 1, buf.String())
-	assert.Len(t, buf.lines("level=warn", "still above low water"), 1, buf.String())
+	assert.Len(t, logLines(buf, "level=warn", "still above low water"), 1, buf.String())
 }
 
 func TestPressureUsageErrors(t *testing.T) {
@@ -484,8 +484,8 @@ func TestPressureUsageErrors(t *testing.T) {
 	var st pressureState
 	c.checkPressure(t.Context(), &st)
 	c.checkPressure(t.Context(), &st)
-	assert.Len(t, buf.lines("level=warn", "sample disk usage", "engine exploded"), 1, buf.String())
-	assert.Len(t, buf.lines("level=debug", "sample disk usage"), 1, buf.String())
+	assert.Len(t, logLines(buf, "level=warn", "sample disk usage", "engine exploded"), 1, buf.String())
+	assert.Len(t, logLines(buf, "level=debug", "sample disk usage"), 1, buf.String())
 	events, _, _ := x.snapshot()
 	assert.Empty(t, events)
 }

@@ -1,7 +1,6 @@
 package imagecleanup
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -174,28 +173,10 @@ func (h *host) cleaner(cfg Config, log *logger.Logger) *Cleaner {
 	return New(cfg, h, h.inUse, h, h.reclaim, h.diskUsage, log)
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// lines returns the log lines that contain every one of the given substrings.
-func (s *syncBuffer) lines(subs ...string) []string {
+// logLines returns the lines of buf that contain every one of the given substrings.
+func logLines(buf *logger.Buffer, subs ...string) []string {
 	var out []string
-	for _, l := range strings.Split(s.String(), "\n") {
+	for _, l := range strings.Split(buf.String(), "\n") {
 		ok := l != ""
 		for _, sub := range subs {
 			ok = ok && strings.Contains(l, sub)
@@ -208,9 +189,9 @@ func (s *syncBuffer) lines(subs ...string) []string {
 }
 
 // debugLog returns a debug-level logger writing to a buffer.
-func debugLog(t *testing.T) (*logger.Logger, *syncBuffer) {
+func debugLog(t *testing.T) (*logger.Logger, *logger.Buffer) {
 	t.Helper()
-	var buf syncBuffer
+	var buf logger.Buffer
 	l, err := logger.New(logger.Config{Level: "debug"}, &buf)
 	require.NoError(t, err)
 	t.Cleanup(l.Close)

@@ -19,26 +19,14 @@ import (
 var fixedTime = time.Date(2026, 11, 30, 4, 15, 45, 123456789, time.UTC)
 
 // newTest builds a logger writing to a buffer with a fixed clock.
-func newTest(t *testing.T, cfg Config) (*Logger, *bytes.Buffer) {
+func newTest(t *testing.T, cfg Config) (*Logger, *Buffer) {
 	t.Helper()
-	var buf bytes.Buffer
-	l, err := New(cfg, &syncBuffer{b: &buf})
+	var buf Buffer
+	l, err := New(cfg, &buf)
 	require.NoError(t, err)
 	l.core.now = func() time.Time { return fixedTime }
 	t.Cleanup(l.Close)
 	return l, &buf
-}
-
-// syncBuffer guards a bytes.Buffer for the concurrency test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
 }
 
 func lines(s string) []string {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
 	"github.com/berth-agent/berth/agent/set"
 )
@@ -31,7 +32,7 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // defaultExclude is the agent's default ECS_REGISTRY_ECR_EXCLUDE_ACCOUNTS.
 func defaultExclude() set.Set[string] { return set.Of("602401143452", "918309763551") }
 
-func newProvider(t *testing.T, cfg Config) (*Provider, *syncBuffer) {
+func newProvider(t *testing.T, cfg Config) (*Provider, *logger.Buffer) {
 	t.Helper()
 	log, buf := newLogger(t)
 	if cfg.ExcludeAccounts.Len() == 0 {
@@ -92,7 +93,7 @@ func TestECRTokenCacheRefreshInvalidate(t *testing.T) {
 	assert.Equal(t, []string{"us-east-1", "us-east-1", "us-east-1"}, ecr.regions)
 	assert.Equal(t, [][]string{{account}, {account}, {account}}, ecr.registry)
 	assert.Zero(t, imds.total.Load(), "region and credentials are configured: IMDS is not asked")
-	assert.Len(t, buf.lines("level=warn"), 0)
+	assert.Len(t, logLines(buf, "level=warn"), 0)
 	assertNoSecrets(t, "log", buf.String())
 }
 
@@ -113,7 +114,7 @@ func TestECRRefreshFailureKeepsValidToken(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, wantECRAuth(account), got)
 	assert.Equal(t, int64(2), ecr.requests.Load())
-	assert.Len(t, buf.lines("level=warn"), 1)
+	assert.Len(t, logLines(buf, "level=warn"), 1)
 
 	clock.Advance(30 * time.Minute) // expired: no fallback
 	_, err = p.Auth(context.Background(), ecrImage)
@@ -148,7 +149,7 @@ func TestECRConcurrentAuthSharesOneRequest(t *testing.T) {
 		assert.Equal(t, wantECRAuth(account), results[i])
 	}
 	assert.Equal(t, int64(1), ecr.requests.Load())
-	assert.Len(t, buf.lines("AWS is reachable"), 1, "detection ran once")
+	assert.Len(t, logLines(buf, "AWS is reachable"), 1, "detection ran once")
 }
 
 func TestECRErrors(t *testing.T) {
@@ -268,10 +269,10 @@ func TestAWSUnreachableWarnsOnce(t *testing.T) {
 			}
 			wg.Wait()
 			assert.Less(t, time.Since(start), 3*time.Second)
-			warnings := buf.lines("level=warn")
+			warnings := logLines(buf, "level=warn")
 			require.Len(t, warnings, 1, buf.String())
 			assert.Contains(t, warnings[0], "ECR credentials are unavailable")
-			assert.Len(t, buf.lines(""), 1, "nothing else is logged")
+			assert.Len(t, logLines(buf, ""), 1, "nothing else is logged")
 			assert.Zero(t, ecr.requests.Load())
 			assertNoSecrets(t, "log", buf.String())
 		})
@@ -323,10 +324,10 @@ func TestImagesOutsideTheFiltersCauseNoAWSWork(t *testing.T) {
 			assert.Zero(t, got)
 			assert.Zero(t, imds.total.Load(), "IMDS")
 			assert.Zero(t, ecr.requests.Load(), "ECR")
-			debug := buf.lines("level=debug")
+			debug := logLines(buf, "level=debug")
 			require.Len(t, debug, 1, buf.String())
 			assert.Contains(t, debug[0], tt.wantDebug)
-			assert.Len(t, buf.lines(""), 1)
+			assert.Len(t, logLines(buf, ""), 1)
 		})
 	}
 }
@@ -341,7 +342,7 @@ func TestDetectedRegionIsTheOnlyIncludedRegion(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, got)
 	assert.Zero(t, ecr.requests.Load())
-	assert.Len(t, buf.lines("region is not this host's region"), 1)
+	assert.Len(t, logLines(buf, "region is not this host's region"), 1)
 
 	got, err = p.Auth(context.Background(), ecrImage)
 	require.NoError(t, err)
@@ -396,7 +397,7 @@ func TestCheckRequired(t *testing.T) {
 				assertNoSecrets(t, "error", err.Error())
 			}
 			assert.Zero(t, ecr.requests.Load())
-			assert.Empty(t, buf.lines("level=warn"))
+			assert.Empty(t, logLines(buf, "level=warn"))
 			assertNoSecrets(t, "log", buf.String())
 		})
 	}
@@ -423,7 +424,7 @@ func TestCheckRequiredCountsAsDetection(t *testing.T) {
 	assert.Equal(t, afterCheck, imds.total.Load(), "Auth does not detect again")
 	assert.Equal(t, int64(1), ecr.requests.Load())
 	assert.Equal(t, []string{"AKIDIMDS"}, ecr.accessKeyIDs())
-	assert.Len(t, buf.lines("AWS is reachable"), 1)
+	assert.Len(t, logLines(buf, "AWS is reachable"), 1)
 	assertNoSecrets(t, "log", buf.String())
 }
 
@@ -504,7 +505,7 @@ func TestForTask(t *testing.T) {
 				assert.Zero(t, override.requests.Load())
 			}
 			assert.Zero(t, def.requests.Load(), "the task's endpoint is used, not the default")
-			assert.Empty(t, buf.lines("level=warn"))
+			assert.Empty(t, logLines(buf, "level=warn"))
 			assertNoSecrets(t, "log", buf.String())
 		})
 	}

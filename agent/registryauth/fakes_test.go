@@ -1,7 +1,6 @@
 package registryauth
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -241,28 +240,10 @@ func (f *fakeECR) serve(w http.ResponseWriter, r *http.Request) {
 		ecrToken64, float64(expiresAt.UnixMilli())/1000, account)
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// lines returns the log lines containing substr (all lines when substr is "").
-func (s *syncBuffer) lines(substr string) []string {
+// logLines returns the lines of buf containing substr (all lines when substr is "").
+func logLines(buf *logger.Buffer, substr string) []string {
 	var out []string
-	for _, l := range strings.Split(strings.TrimSpace(s.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		if l != "" && strings.Contains(l, substr) {
 			out = append(out, l)
 		}
@@ -271,9 +252,9 @@ func (s *syncBuffer) lines(substr string) []string {
 }
 
 // newLogger returns a debug-level logger writing logfmt lines to a buffer.
-func newLogger(t *testing.T) (*logger.Logger, *syncBuffer) {
+func newLogger(t *testing.T) (*logger.Logger, *logger.Buffer) {
 	t.Helper()
-	buf := &syncBuffer{}
+	buf := &logger.Buffer{}
 	l, err := logger.New(logger.Config{Level: "debug"}, buf)
 	require.NoError(t, err)
 	t.Cleanup(l.Close)

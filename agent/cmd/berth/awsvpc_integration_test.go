@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/logger"
+
 	"github.com/berth-agent/berth/agent/handlers"
 )
 
@@ -38,7 +40,7 @@ func TestIntegrationMissingCNIPluginExits(t *testing.T) {
 	cmd.Env = append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
 		"ECS_INTROSPECTION_ADDR="+freeAddr(t), "ECS_DATADIR="+t.TempDir(), "ECS_ENABLE_TASK_ENI=true",
 		"ECS_CNI_PLUGINS_PATH="+partial)
-	var stderr lockedBuffer
+	var stderr logger.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
 	var exitErr *exec.ExitError

@@ -14,32 +14,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/logger"
 )
-
-// lockedBuffer is a bytes.Buffer safe to read while a child process writes to it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // buildBerth compiles the real binary once per test.
 func buildBerth(t *testing.T) string {
@@ -90,7 +73,7 @@ func TestIntegrationAgentLifecycle(t *testing.T) {
 
 	agent := exec.Command(bin, "agent")
 	agent.Env = environ
-	var stdout, stderr lockedBuffer
+	var stdout, stderr logger.Buffer
 	agent.Stdout, agent.Stderr = &stdout, &stderr
 	require.NoError(t, agent.Start())
 	exited := make(chan error, 1)
@@ -181,7 +164,7 @@ func TestIntegrationRegistryRequireExits(t *testing.T) {
 				"AWS_EC2_METADATA_SERVICE_ENDPOINT=http://"+freeAddr(t), "AWS_EC2_METADATA_DISABLED=false",
 				"AWS_CONFIG_FILE="+filepath.Join(dir, "config"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "credentials"),
 				"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_REGION=", "AWS_DEFAULT_REGION=")
-			var stderr lockedBuffer
+			var stderr logger.Buffer
 			cmd.Stderr = &stderr
 			start := time.Now()
 			err := cmd.Run()
@@ -206,7 +189,7 @@ func TestIntegrationExampleWebTask(t *testing.T) {
 		"ECS_DATADIR="+t.TempDir())
 	agent := exec.Command(bin, "agent")
 	agent.Env = environ
-	var stdout, stderr lockedBuffer
+	var stdout, stderr logger.Buffer
 	agent.Stdout, agent.Stderr = &stdout, &stderr
 	require.NoError(t, agent.Start())
 	exited := make(chan error, 1)

@@ -18,6 +18,8 @@ import (
 	docker "github.com/fsouza/go-dockerclient"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/logger"
 	"go.etcd.io/bbolt"
 
 	"github.com/berth-agent/berth/agent/engine"
@@ -34,7 +36,7 @@ type agentRun struct {
 	addr    string
 	cmd     *exec.Cmd
 	exited  chan error
-	out     *lockedBuffer
+	out     *logger.Buffer
 }
 
 // recoveryEnv is a data directory, static task directory and cluster shared by the runs of one test.
@@ -61,7 +63,7 @@ func (e *recoveryEnv) start(extra ...string) *agentRun {
 		"ECS_INTROSPECTION_ADDR="+addr, "ECS_CLUSTER="+e.cluster, "ECS_STATIC_TASKS_DIR="+e.tasksDir,
 		"ECS_DATADIR="+e.dataDir, "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached", "ECS_CONTAINER_STOP_TIMEOUT=2s")
 	environ = append(environ, extra...)
-	r := &agentRun{t: e.t, bin: e.bin, environ: environ, addr: addr, exited: make(chan error, 1), out: &lockedBuffer{}}
+	r := &agentRun{t: e.t, bin: e.bin, environ: environ, addr: addr, exited: make(chan error, 1), out: &logger.Buffer{}}
 	r.cmd = exec.Command(e.bin, "agent")
 	r.cmd.Env = environ
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
@@ -370,7 +372,7 @@ func TestIntegrationGracefulStop(t *testing.T) {
 	}
 	second.stop()
 
-	third := &agentRun{t: t, bin: bin, exited: make(chan error, 1), out: &lockedBuffer{}}
+	third := &agentRun{t: t, bin: bin, exited: make(chan error, 1), out: &logger.Buffer{}}
 	third.addr = freeAddr(t)
 	third.cmd = exec.Command(bin, "agent", "--stop-tasks-on-exit")
 	third.cmd.Env = append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
