@@ -14,27 +14,7 @@ import (
 // TestPayloadRoundTrip is the contract between this package and agent/acs: a task definition sent in
 // a PayloadMessage and decoded by the agent's ACS client gives the same task as the definition itself.
 func TestPayloadRoundTrip(t *testing.T) {
-	full := `{"family":"full","networkMode":"host","cpu":"512","memory":"1 GB",
-	"volumes":[{"name":"scratch"},{"name":"data","host":{"sourcePath":"/srv/data"}},
-	           {"name":"named","dockerVolumeConfiguration":{"scope":"shared","autoprovision":true,"driver":"local","labels":{"a":"b"}}}],
-	"containerDefinitions":[
-	 {"name":"db","image":"postgres:16","cpu":256,"memoryReservation":128,"essential":true,
-	  "entryPoint":["/bin/sh","-c"],"command":["exec postgres"],
-	  "environment":[{"name":"PGDATA","value":"/data"}],
-	  "portMappings":[{"containerPort":5432,"hostPort":5432,"protocol":"tcp"},{"containerPort":53,"protocol":"udp"}],
-	  "mountPoints":[{"sourceVolume":"data","containerPath":"/data"},{"sourceVolume":"scratch","containerPath":"/tmp","readOnly":true}],
-	  "healthCheck":{"command":["CMD-SHELL","pg_isready"],"interval":10,"timeout":3,"retries":5,"startPeriod":20},
-	  "stopTimeout":30,"startTimeout":60,"user":"postgres","workingDirectory":"/data",
-	  "ulimits":[{"name":"nofile","softLimit":1024,"hardLimit":4096}],
-	  "dockerLabels":{"team":"core"},
-	  "logConfiguration":{"logDriver":"json-file","options":{"max-size":"10m"}},
-	  "privileged":true,"readonlyRootFilesystem":true,"linuxParameters":{"initProcessEnabled":true}},
-	 {"name":"app","image":"app:1","memory":64,"essential":false,
-	  "volumesFrom":[{"sourceContainer":"db","readOnly":true}],
-	  "mountPoints":[{"sourceVolume":"named","containerPath":"/named"}],
-	  "dependsOn":[{"containerName":"db","condition":"HEALTHY"}]}]}`
-
-	for name, body := range map[string]string{"web": webRequest(t), "full": full, "sleep": sleepDef} {
+	for name, body := range map[string]string{"web": webRequest(t), "full": goldenFullDef, "sleep": sleepDef} {
 		t.Run(name, func(t *testing.T) {
 			def, err := taskdef.Parse([]byte(body))
 			require.NoError(t, err)

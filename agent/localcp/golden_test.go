@@ -16,7 +16,8 @@ import (
 
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/*.golden from the current code")
 
-// goldenFullDef sets every field of a task definition that reaches the ACS payload.
+// goldenFullDef sets every field of a task definition that reaches the ACS payload; the golden frames
+// and the payload round trip with agent/acs both use it.
 const goldenFullDef = `{"family":"full","networkMode":"host","cpu":"512","memory":"1 GB",
 	"volumes":[{"name":"scratch"},{"name":"data","host":{"sourcePath":"/srv/data"}},
 	           {"name":"named","dockerVolumeConfiguration":{"scope":"shared","autoprovision":true,"driver":"local","driverOpts":{"o":"bind"},"labels":{"a":"b"}}},
