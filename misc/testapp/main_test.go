@@ -146,9 +146,22 @@ func TestHandlerHealthRealTime(t *testing.T) {
 	if code, _ := get(t, h, "/health"); code != http.StatusServiceUnavailable {
 		t.Fatalf("/health at start = %d, want 503", code)
 	}
-	time.Sleep(after + 20*time.Millisecond)
-	if code, body := get(t, h, "/health"); code != http.StatusOK || body != "ok\n" {
-		t.Fatalf("/health after %v = %d %q, want 200 \"ok\\n\"", after, code, body)
+	start := time.Now()
+	for {
+		code, body := get(t, h, "/health")
+		if code == http.StatusOK {
+			if body != "ok\n" {
+				t.Fatalf("/health body %q, want \"ok\\n\"", body)
+			}
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("/health still %d 5 s after start, want 200 after %v", code, after)
+		}
+		time.Sleep(5 * time.Millisecond) // poll: the condition is real time passing
+	}
+	if waited := time.Since(start); waited < after-10*time.Millisecond {
+		t.Fatalf("/health turned healthy after %v, before -healthy-after %v", waited, after)
 	}
 	// Healthy from the start without -healthy-after.
 	if code, _ := get(t, newHandler("box", "", time.Now(), 0, time.Now), "/health"); code != http.StatusOK {
@@ -197,7 +210,11 @@ func TestWriteThenRead(t *testing.T) {
 		got, err = readWhenPresent(context.Background(), path, 5*time.Second, 10*time.Millisecond)
 		done <- err
 	}()
-	time.Sleep(30 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("readWhenPresent returned before the file existed: %v", err)
+	case <-time.After(30 * time.Millisecond): // it must keep waiting for the file
+	}
 	if err := writeFile(path, "shared\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +300,11 @@ func TestRunStopsOnCancel(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		codec := make(chan int, 1)
 		go func() { codec <- run(ctx, o, io.Discard, io.Discard) }()
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case code := <-codec:
+			t.Fatalf("%s returned %d before it was cancelled", o.Mode, code)
+		case <-time.After(20 * time.Millisecond): // a long-running mode keeps running until cancelled
+		}
 		cancel()
 		select {
 		case code := <-codec:
