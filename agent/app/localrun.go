@@ -1,9 +1,9 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,11 +12,9 @@ import (
 	"time"
 
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
-
-// ecsTarget prefixes every ECS API operation in the X-Amz-Target header.
-const ecsTarget = "AmazonEC2ContainerServiceV20141113."
 
 // localAPI calls the embedded control plane's ECS JSON 1.1 API, as the AWS CLI does.
 type localAPI struct {
@@ -24,44 +22,15 @@ type localAPI struct {
 	http *http.Client
 }
 
-// apiError is an ECS error answer: its exception name and message.
-type apiError struct {
-	Type    string `json:"__type"`
-	Message string `json:"message"`
-}
-
-func (e *apiError) Error() string { return e.Type + ": " + e.Message }
-
-// call sends one operation and decodes its answer into out.
 func (a localAPI) call(ctx context.Context, op string, in, out any) error {
-	body, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+a.addr+"/", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-Amz-Target", ecsTarget+op)
-	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: is the agent running in local mode? %w", op, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e apiError
-		if json.Unmarshal(data, &e) != nil || e.Type == "" {
-			return fmt.Errorf("%s: %s", op, resp.Status)
+	if err := localcp.Call(ctx, a.http, "http://"+a.addr, op, in, out); err != nil {
+		var apiErr *localcp.APIError
+		if errors.As(err, &apiErr) {
+			return err
 		}
-		e.Type = e.Type[strings.LastIndexByte(e.Type, '#')+1:]
-		return fmt.Errorf("%s: %w", op, &e)
+		return fmt.Errorf("is the agent running in local mode? %w", err)
 	}
-	return json.Unmarshal(data, out)
+	return nil
 }
 
 // describedTask is the part of DescribeTasks' answer `berth run` and `berth stop` print.

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -25,23 +22,7 @@ import (
 
 // ecsCall sends one ECS JSON 1.1 operation to a control plane and decodes the answer.
 func ecsCall(endpoint, op string, in, out any) error {
-	body, _ := json.Marshal(in)
-	req, _ := http.NewRequest(http.MethodPost, endpoint+"/", bytes.NewReader(body))
-	req.Header.Set("X-Amz-Target", "AmazonEC2ContainerServiceV20141113."+op)
-	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s: %s", op, resp.Status, data)
-	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(data, out)
+	return localcp.Call(context.Background(), http.DefaultClient, endpoint, op, in, out)
 }
 
 // controlPlane measures the control plane's overhead: the real agent in local mode, a task run with
