@@ -116,7 +116,11 @@ const (
 // Config configures a Client.
 type Config struct {
 	// Endpoint is the ACS base URL from DiscoverPollEndpoint, http or https.
-	Endpoint             string
+	Endpoint string
+	// Rediscover, if set, is called after a connection attempt failed (ACS may have moved the
+	// instance to another endpoint); the endpoint it returns is used from then on. An error keeps the
+	// current endpoint.
+	Rediscover           func(ctx context.Context) (string, error)
 	Cluster              string
 	ContainerInstanceArn string
 	AgentVersion         string
@@ -161,12 +165,9 @@ func New(cfg Config, h Handler) (*Client, error) {
 	if h == nil {
 		return nil, errors.New("acs: nil handler")
 	}
-	base, err := url.Parse(cfg.Endpoint)
+	base, err := parseEndpoint(cfg.Endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("acs endpoint %q: %w", cfg.Endpoint, err)
-	}
-	if base.Scheme != "http" && base.Scheme != "https" || base.Host == "" {
-		return nil, fmt.Errorf("acs endpoint %q: want an http or https URL", cfg.Endpoint)
+		return nil, err
 	}
 	if cfg.InactiveBackoff <= 0 {
 		cfg.InactiveBackoff = DefaultInactiveBackoff
@@ -193,6 +194,39 @@ func New(cfg Config, h Handler) (*Client, error) {
 	}
 	c.firstConnection.Store(true)
 	return c, nil
+}
+
+// parseEndpoint checks an ACS base URL.
+func parseEndpoint(endpoint string) (*url.URL, error) {
+	base, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("acs endpoint %q: %w", endpoint, err)
+	}
+	if base.Scheme != "http" && base.Scheme != "https" || base.Host == "" {
+		return nil, fmt.Errorf("acs endpoint %q: want an http or https URL", endpoint)
+	}
+	return base, nil
+}
+
+// rediscover asks Config.Rediscover for the endpoint after a failed connection attempt.
+func (c *Client) rediscover(ctx context.Context) {
+	if c.cfg.Rediscover == nil {
+		return
+	}
+	endpoint, err := c.cfg.Rediscover(ctx)
+	if err == nil {
+		var base *url.URL
+		if base, err = parseEndpoint(endpoint); err == nil {
+			if base.String() != c.base.String() {
+				c.log.Info("ACS endpoint rediscovered", "endpoint", base.Host)
+			}
+			c.base = base
+			return
+		}
+	}
+	if ctx.Err() == nil {
+		c.log.Warn("cannot rediscover the ACS endpoint; keeping the current one", "error", err)
+	}
 }
 
 // ErrInactiveInstance matches (errors.Is) the error of a session that ACS ended with
@@ -257,6 +291,9 @@ func (c *Client) Run(ctx context.Context) error {
 		default:
 			delay = c.backoff.Duration()
 			c.log.Warn("ACS session ended; reconnecting", "error", err, "retryIn", delay)
+			if !connected {
+				c.rediscover(ctx)
+			}
 		}
 		if delay > 0 {
 			select {

@@ -687,3 +687,22 @@ func TestMalformedFrameErrorHasNoContents(t *testing.T) {
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "AKIDSECRET")
 }
+
+// After a connection attempt fails, the client asks Rediscover for the endpoint and connects there:
+// ACS may have moved the instance.
+func TestFailedConnectionRediscoversTheEndpoint(t *testing.T) {
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close() // the old endpoint refuses connections
+	f := newFakeACS(t)
+	cfg := testConfig(f)
+	cfg.Endpoint = gone.URL + "/"
+	var asked atomic.Int32
+	cfg.Rediscover = func(context.Context) (string, error) {
+		asked.Add(1)
+		return f.srv.URL + "/", nil
+	}
+	start(t, cfg, newFakeHandler())
+	c := f.next(t)
+	assert.Equal(t, testInstance, c.query.Get("containerInstanceArn"))
+	assert.GreaterOrEqual(t, asked.Load(), int32(1))
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"time"
@@ -19,23 +21,12 @@ type Accepted struct {
 	Task *task.Task
 	// Definition is the validated task definition the task was built from.
 	Definition *taskdef.Definition
-	// Resources holds what the task model does not carry: pull authentication, ENIs, credentials.
-	Resources TaskResources
-	// Warnings names each ACS field that was ignored, as "path: reason".
-	Warnings []string
-}
-
-// TaskResources is the part of an ACS task that the caller wires up beside the task model.
-type TaskResources struct {
-	// RegistryAuth maps a container name to how its image is pulled; containers without
-	// registryAuthentication are absent.
-	RegistryAuth map[string]RegistryAuthentication
-	// ENIs are the task's elastic network interfaces (awsvpc).
-	ENIs []*ElasticNetworkInterface
 	// RoleCredentials are the task role's credentials, or nil.
 	RoleCredentials *IAMRoleCredentials
-	// ExecutionRoleCredentials are the execution role's credentials (ECR pulls, logs), or nil.
+	// ExecutionRoleCredentials are the execution role's credentials, or nil.
 	ExecutionRoleCredentials *IAMRoleCredentials
+	// Warnings names each ACS field that was ignored, as "path: reason".
+	Warnings []string
 }
 
 // Rejected is a payload task that could not be translated. The caller reports it STOPPED with
@@ -74,20 +65,63 @@ func TranslateTask(t *Task) (Accepted, error) {
 			c.DesiredStatus = task.ContainerStopped
 		}
 	}
-	res := TaskResources{
-		ENIs:                     t.ElasticNetworkInterfaces,
-		RoleCredentials:          t.RoleCredentials,
-		ExecutionRoleCredentials: t.ExecutionRoleCredentials,
+	if tk.ENI, err = taskENI(t.ElasticNetworkInterfaces); err != nil {
+		return Accepted{}, err
 	}
-	for _, c := range t.Containers {
-		if c.RegistryAuthentication != nil {
-			if res.RegistryAuth == nil {
-				res.RegistryAuth = make(map[string]RegistryAuthentication)
-			}
-			res.RegistryAuth[c.Name] = *c.RegistryAuthentication
+	for i, c := range t.Containers {
+		if c != nil && c.RegistryAuthentication != nil {
+			warnings = append(warnings, fmt.Sprintf("containers[%d].registryAuthentication: ignored; images are pulled with the agent's own registry credentials", i))
 		}
 	}
-	return Accepted{Task: tk, Definition: def, Resources: res, Warnings: warnings}, nil
+	return Accepted{Task: tk, Definition: def, RoleCredentials: t.RoleCredentials,
+		ExecutionRoleCredentials: t.ExecutionRoleCredentials, Warnings: warnings}, nil
+}
+
+// taskENI parses the task's ENI (ACS sends at most one per task) into the model. Every address must
+// parse; the error names the field.
+func taskENI(enis []*ElasticNetworkInterface) (*task.ENI, error) {
+	if len(enis) == 0 {
+		return nil, nil
+	}
+	const path = "elasticNetworkInterfaces[0]"
+	if len(enis) > 1 {
+		return nil, &taskdef.FieldError{Path: "elasticNetworkInterfaces", Msg: fmt.Sprintf("%d interfaces; a task takes one", len(enis))}
+	}
+	e := enis[0]
+	if e == nil {
+		return nil, &taskdef.FieldError{Path: path, Msg: "null"}
+	}
+	mac, err := net.ParseMAC(e.MacAddress)
+	if err != nil {
+		return nil, &taskdef.FieldError{Path: path + ".macAddress", Msg: fmt.Sprintf("%q is not a MAC address", e.MacAddress)}
+	}
+	var addr netip.Addr
+	for i, a := range e.IPv4Addresses {
+		ip, err := netip.ParseAddr(a.PrivateAddress)
+		if err != nil || !ip.Is4() {
+			return nil, &taskdef.FieldError{Path: fmt.Sprintf("%s.ipv4Addresses[%d].privateAddress", path, i), Msg: fmt.Sprintf("%q is not an IPv4 address", a.PrivateAddress)}
+		}
+		if a.Primary || !addr.IsValid() {
+			addr = ip
+		}
+	}
+	if !addr.IsValid() {
+		return nil, &taskdef.FieldError{Path: path + ".ipv4Addresses", Msg: "no IPv4 address"}
+	}
+	gw, err := netip.ParsePrefix(e.SubnetGatewayIPv4Address)
+	if err != nil || !gw.Addr().Is4() {
+		return nil, &taskdef.FieldError{Path: path + ".subnetGatewayIpv4Address", Msg: fmt.Sprintf("%q is not an IPv4 address with a prefix length, such as 10.0.0.1/24", e.SubnetGatewayIPv4Address)}
+	}
+	if !gw.Masked().Contains(addr) {
+		return nil, &taskdef.FieldError{Path: path, Msg: fmt.Sprintf("address %s is outside the gateway's subnet %s", addr, gw.Masked())}
+	}
+	for i, dns := range e.DomainNameServers {
+		if _, err := netip.ParseAddr(dns); err != nil {
+			return nil, &taskdef.FieldError{Path: fmt.Sprintf("%s.domainNameServers[%d]", path, i), Msg: fmt.Sprintf("%q is not an IP address", dns)}
+		}
+	}
+	return &task.ENI{AttachmentArn: e.AttachmentArn, MAC: mac.String(), IPv4: netip.PrefixFrom(addr, gw.Bits()),
+		Gateway: gw.Addr(), DNSServers: e.DomainNameServers, SearchDomains: e.DomainName}, nil
 }
 
 // TranslatePayload translates every task of a payload; a task that fails is listed in rejected and

@@ -3,6 +3,7 @@ package acs
 import (
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -146,22 +147,21 @@ func TestTranslateRealisticPayload(t *testing.T) {
 	assert.Nil(t, initC.HealthCheck)
 	assert.Equal(t, []task.VolumeFrom{{SourceContainer: "app", ReadOnly: true}}, initC.VolumesFrom)
 
-	res := a.Resources
-	require.NotNil(t, res.RoleCredentials)
-	assert.Equal(t, "cred-task", res.RoleCredentials.CredentialsID)
-	require.NotNil(t, res.ExecutionRoleCredentials)
-	assert.Equal(t, "cred-exec", res.ExecutionRoleCredentials.CredentialsID)
-	require.Contains(t, res.RegistryAuth, "app")
-	assert.Equal(t, &ECRAuthData{RegistryID: "123456789012", Region: "us-west-2", UseExecutionRole: true}, res.RegistryAuth["app"].ECRAuthData)
-	assert.NotContains(t, res.RegistryAuth, "init")
+	require.NotNil(t, a.RoleCredentials)
+	assert.Equal(t, "cred-task", a.RoleCredentials.CredentialsID)
+	require.NotNil(t, a.ExecutionRoleCredentials)
+	assert.Equal(t, "cred-exec", a.ExecutionRoleCredentials.CredentialsID)
+	assert.Contains(t, a.Warnings, "containers[0].registryAuthentication: ignored; images are pulled with the agent's own registry credentials")
 	assert.Equal(t, "web", a.Definition.Family)
 }
 
 func TestTranslateStoppedAndDefaults(t *testing.T) {
 	tk := &Task{
 		Arn: "arn:t2", Family: "f", Version: "1", DesiredStatus: "STOPPED", NetworkMode: "awsvpc",
-		Containers:               []*Container{{Name: "c", Image: "busybox", Memory: 64}},
-		ElasticNetworkInterfaces: []*ElasticNetworkInterface{{Ec2ID: "eni-1", MacAddress: "0a:00:00:00:00:01", IPv4Addresses: []IPv4Address{{PrivateAddress: "10.0.0.5", Primary: true}}}},
+		Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}},
+		ElasticNetworkInterfaces: []*ElasticNetworkInterface{{Ec2ID: "eni-1", MacAddress: "0A:00:00:00:00:01", AttachmentArn: "arn:att",
+			IPv4Addresses:            []IPv4Address{{PrivateAddress: "10.0.0.9"}, {PrivateAddress: "10.0.0.5", Primary: true}},
+			SubnetGatewayIPv4Address: "10.0.0.1/24", DomainNameServers: []string{"10.0.0.2"}, DomainName: []string{"ec2.internal"}}},
 	}
 	a, err := TranslateTask(tk)
 	require.NoError(t, err)
@@ -169,8 +169,71 @@ func TestTranslateStoppedAndDefaults(t *testing.T) {
 	assert.Equal(t, task.ContainerStopped, a.Task.Containers[0].DesiredStatus)
 	assert.True(t, a.Task.Containers[0].Essential, "essential defaults to true when absent")
 	assert.Equal(t, task.NetworkAWSVPC, a.Task.NetworkMode)
-	require.Len(t, a.Resources.ENIs, 1)
-	assert.Equal(t, "eni-1", a.Resources.ENIs[0].Ec2ID)
+	assert.Equal(t, &task.ENI{AttachmentArn: "arn:att", MAC: "0a:00:00:00:00:01", IPv4: netip.MustParsePrefix("10.0.0.5/24"),
+		Gateway: netip.MustParseAddr("10.0.0.1"), DNSServers: []string{"10.0.0.2"}, SearchDomains: []string{"ec2.internal"}}, a.Task.ENI,
+		"the primary address with the gateway's prefix, the MAC normalised")
+}
+
+// A malformed ENI rejects its task at the boundary with an error naming the field; the engine never
+// sees it.
+func TestTranslateRejectsBadENIs(t *testing.T) {
+	good := func() *ElasticNetworkInterface {
+		return &ElasticNetworkInterface{MacAddress: "0a:00:00:00:00:01", IPv4Addresses: []IPv4Address{{PrivateAddress: "10.0.0.5", Primary: true}},
+			SubnetGatewayIPv4Address: "10.0.0.1/24"}
+	}
+	tests := []struct {
+		name     string
+		mod      func(e *ElasticNetworkInterface) []*ElasticNetworkInterface
+		wantPath string
+	}{
+		{"bad MAC", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+			e.MacAddress = "nope"
+			return []*ElasticNetworkInterface{e}
+		}, "elasticNetworkInterfaces[0].macAddress"},
+		{"bad address", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+			e.IPv4Addresses[0].PrivateAddress = "10.0.0"
+			return []*ElasticNetworkInterface{e}
+		}, "elasticNetworkInterfaces[0].ipv4Addresses[0].privateAddress"},
+		{"no address", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+			e.IPv4Addresses = nil
+			return []*ElasticNetworkInterface{e}
+		}, "elasticNetworkInterfaces[0].ipv4Addresses"},
+		{"gateway without prefix", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+			e.SubnetGatewayIPv4Address = "10.0.0.1"
+			return []*ElasticNetworkInterface{e}
+		}, "elasticNetworkInterfaces[0].subnetGatewayIpv4Address"},
+		{"address outside the subnet", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+			e.SubnetGatewayIPv4Address = "10.9.0.1/24"
+			return []*ElasticNetworkInterface{e}
+		}, "elasticNetworkInterfaces[0]"},
+		{"bad DNS server", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+			e.DomainNameServers = []string{"dns"}
+			return []*ElasticNetworkInterface{e}
+		}, "elasticNetworkInterfaces[0].domainNameServers[0]"},
+		{"null", func(*ElasticNetworkInterface) []*ElasticNetworkInterface { return []*ElasticNetworkInterface{nil} }, "elasticNetworkInterfaces[0]"},
+		{"two", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+			return []*ElasticNetworkInterface{e, good()}
+		}, "elasticNetworkInterfaces"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &PayloadMessage{Tasks: []*Task{
+				{Arn: "arn:bad", Family: "f", Version: "1", NetworkMode: "awsvpc", Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}},
+					ElasticNetworkInterfaces: tt.mod(good())},
+				{Arn: "arn:good", Family: "f", Version: "1", NetworkMode: "awsvpc", Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}},
+					ElasticNetworkInterfaces: []*ElasticNetworkInterface{good()}},
+			}}
+			accepted, rejected := TranslatePayload(m)
+			require.Len(t, accepted, 1, "the other task is unaffected")
+			assert.Equal(t, "arn:good", accepted[0].Task.Arn)
+			require.Len(t, rejected, 1)
+			assert.Equal(t, "arn:bad", rejected[0].Arn)
+			var fe *taskdef.FieldError
+			require.ErrorAs(t, rejected[0].Err, &fe)
+			assert.Equal(t, tt.wantPath, fe.Path)
+			assert.ErrorIs(t, rejected[0].Err, taskdef.ErrInvalid)
+		})
+	}
 }
 
 func TestTranslateRejects(t *testing.T) {

@@ -5,16 +5,16 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/handlers"
@@ -28,10 +28,6 @@ import (
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/version"
 )
-
-// shutdownGrace bounds how long the servers get to finish in-flight requests after SIGTERM, well inside
-// the 5 s the agent has to exit.
-const shutdownGrace = 3 * time.Second
 
 // Run starts the agent with the loaded configuration and blocks until ctx is done, then shuts down and
 // returns nil. It returns an error when a component cannot start (for example a port in use).
@@ -47,15 +43,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		}
 		log.Close()
 	}()
-
-	log.Info("berth starting", "version", version.Get().String())
-	for _, w := range res.Warnings {
-		log.Warn("configuration: "+w.Msg, "key", w.Key, "source", w.Origin.String(), "file", w.Origin.File)
-	}
-	values, sources := effectiveFields(res.Show())
-	log.Info("effective configuration", values...)
-	log.Info("configuration sources (the rest are defaults)", sources...)
-	log.Info("control plane mode selected", "mode", string(cfg.Mode), "reason", cfg.ModeReason)
+	logStart(res, log)
 
 	auth, err := registryauth.New(registryAuthConfig(cfg), log)
 	if err != nil {
@@ -68,11 +56,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := store.Close(); err != nil {
-			log.Warn("closing the state file failed", "error", err)
-		}
-	}()
+	defer closeState(store, log)
 	var eng *engine.Engine
 	m := metrics.New(func() []*task.Task { return eng.Tasks() })
 	client, err := newDockerClient(cfg, log, m.OnPullRetry)
@@ -87,7 +71,6 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		}
 		return fmt.Errorf("docker engine: %w", err)
 	}
-
 	resources, err := hostResources(cfg)
 	if err != nil {
 		return err
@@ -96,45 +79,31 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err != nil {
 		return err
 	}
-	eng = engine.New(engine.Config{
-		Cluster:      cfg.Cluster,
-		StopTimeout:  cfg.DockerStopTimeout,
-		StartTimeout: cfg.ContainerStartTimeout,
-		CleanupWait:  cfg.TaskCleanupWaitDuration,
-		Resources:    resources,
-		AWSVPC:       awsvpc,
-		Hook:         opts.Hook,
-	}, m.Docker(client), recordingPuller{next: m.Puller(client.Puller()), images: client, store: store, log: log, nowFunc: time.Now},
+	eng = engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
+		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: opts.Hook},
+		m.Docker(client), recordingPuller{next: m.Puller(client.Puller()), images: client, store: store, log: log, nowFunc: time.Now},
 		auth, store, log)
-	cp, err := newControlPlane(ctx, cfg, eng, log)
+
+	servers, err := listen(cfg, log)
 	if err != nil {
 		return err
 	}
-	defer cp.close()
-	eng.Subscribe(cp.report)
-	// The engine outlives SIGTERM only as long as --stop-tasks-on-exit needs it to.
+	defer servers.close()
+	ecs, creds, region, err := NewECSClient(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	cp := controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: registration(cfg, resources, dockerVersion),
+		Region: region, Credentials: creds}, ecs, eng, store, log.With("control_plane", string(cfg.Mode)))
+	eng.Subscribe(cp)
+
+	// The engine and the reporters outlive SIGTERM only as long as --stop-tasks-on-exit needs them.
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
 	if err := eng.Start(engineCtx); err != nil {
 		return err
 	}
 	defer eng.Wait()
-	// The reporter runs as long as the engine, so the stops of --stop-tasks-on-exit are reported too.
-	reporterDone := make(chan struct{})
-	go func() {
-		defer close(reporterDone)
-		attachDone := make(chan struct{})
-		go func() {
-			defer close(attachDone)
-			cp.attach.Run(engineCtx)
-		}()
-		cp.reporter.Run(engineCtx)
-		<-attachDone
-	}()
-	defer func() { <-reporterDone }()
-	defer stopEngine()
-	log.Info("task engine started", "cpu_units", resources.CPU, "memory_mib", resources.MemoryMiB)
-
 	restored, err := store.Tasks(ctx)
 	if err != nil {
 		log.Error("some saved tasks cannot be read and are skipped", "error", err)
@@ -145,51 +114,69 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if cni != nil {
 		removeNetworkLeftovers(ctx, cni, eng.Tasks, log)
 	}
-	for _, t := range eng.Tasks() {
-		cp.report(t) // what was not sent before a restart is sent now; what was is not sent again
-	}
-	cpDone := make(chan struct{})
-	go func() {
-		defer close(cpDone)
-		if err := cp.register(ctx, store, resources, dockerVersion.Version, dockerVersion.APIVersion); err == nil {
-			cp.run(ctx, eng, store, dockerVersion.Version)
-		} else if ctx.Err() == nil {
+	log.Info("task engine started", "cpu_units", resources.CPU, "memory_mib", resources.MemoryMiB)
+	var reporting errgroup.Group
+	reporting.Go(func() error { cp.Report(engineCtx, eng.Tasks()); return nil })
+	defer func() { _ = reporting.Wait() }()
+	defer stopEngine()
+
+	g, gctx := errgroup.WithContext(ctx)
+	servers.serve(gctx, g, eng, m, cp, cfg)
+	g.Go(func() error {
+		if err := cp.Connect(gctx); err != nil && gctx.Err() == nil {
 			log.Error("no control plane: tasks from it will not arrive", "error", err)
 		}
-	}()
-	defer func() { <-cpDone }()
-
-	rootDir, err := client.RootDir(ctx)
-	if err != nil {
-		rootDir = "/var/lib/docker"
-		log.Warn("cannot ask the Docker Engine for its data directory; watching the default", "dir", rootDir, "error", err)
-	}
-	cleaner := newImageCleaner(cfg, store, eng, client, imagecleanup.StatfsUsage(rootDir), log)
-	cleanerDone := make(chan struct{})
-	go func() {
-		defer close(cleanerDone)
-		cleaner.Run(ctx)
-	}()
-	defer func() { <-cleanerDone }()
-
+		return nil
+	})
+	g.Go(func() error {
+		newImageCleaner(cfg, store, eng, client, diskUsage(ctx, client, log), log).Run(gctx)
+		return nil
+	})
 	if cfg.StaticTasksDir != "" {
 		watcher := statictasks.New(statictasks.Config{Dir: cfg.StaticTasksDir, Cluster: cfg.Cluster, Region: cfg.AWSRegion}, eng, log)
 		watcher.Adopt(restored)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			watcher.Run(ctx)
-		}()
-		defer func() { <-done }()
+		g.Go(func() error { watcher.Run(gctx); return nil })
 	}
-
-	if err := serveIntrospection(ctx, cfg, eng, m, cp, log); err != nil {
+	<-gctx.Done()
+	log.Info("shutting down; tasks keep running", "cause", context.Cause(gctx).Error())
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	if opts.StopTasksOnExit {
 		stopAllTasks(eng, cfg, log)
 	}
+	log.Info("berth stopped")
 	return nil
+}
+
+// logStart logs the version, configuration warnings, the effective configuration and the mode.
+func logStart(res *config.Result, log *logger.Logger) {
+	cfg := res.Config
+	log.Info("berth starting", "version", version.Get().String())
+	for _, w := range res.Warnings {
+		log.Warn("configuration: "+w.Msg, "key", w.Key, "source", w.Origin.String(), "file", w.Origin.File)
+	}
+	values, sources := effectiveFields(res.Show())
+	log.Info("effective configuration", values...)
+	log.Info("configuration sources (the rest are defaults)", sources...)
+	log.Info("control plane mode selected", "mode", string(cfg.Mode), "reason", cfg.ModeReason)
+}
+
+// closeState closes the state store, logging a failure.
+func closeState(store state.Store, log *logger.Logger) {
+	if err := store.Close(); err != nil {
+		log.Warn("closing the state file failed", "error", err)
+	}
+}
+
+// diskUsage watches the Docker Engine's data directory (the default one if the Engine will not say).
+func diskUsage(ctx context.Context, client *dockerclient.Client, log *logger.Logger) imagecleanup.DiskUsage {
+	rootDir, err := client.RootDir(ctx)
+	if err != nil {
+		rootDir = "/var/lib/docker"
+		log.Warn("cannot ask the Docker Engine for its data directory; watching the default", "dir", rootDir, "error", err)
+	}
+	return imagecleanup.StatfsUsage(rootDir)
 }
 
 // Options are the agent's command-line switches that are not configuration keys.
@@ -225,7 +212,9 @@ func stopAllTasks(eng *engine.Engine, cfg *config.Config, log *logger.Logger) {
 	const reason = "berth agent stopped with --stop-tasks-on-exit"
 	limit := 2*cfg.DockerStopTimeout + 30*time.Second
 	for _, t := range eng.Tasks() {
-		eng.StopTask(t.Arn, reason)
+		if err := eng.StopTask(context.Background(), t.Arn, reason); err != nil {
+			log.Warn("cannot stop a task before exit", "task", t.Arn, "error", err)
+		}
 		for _, c := range t.Containers {
 			limit = max(limit, 2*c.StopTimeout+30*time.Second)
 		}
@@ -250,38 +239,6 @@ func stopAllTasks(eng *engine.Engine, cfg *config.Config, log *logger.Logger) {
 			return
 		}
 	}
-}
-
-// serveIntrospection serves the introspection API until ctx ends, then shuts it down.
-func serveIntrospection(ctx context.Context, cfg *config.Config, eng *engine.Engine, m *metrics.Metrics, cp *controlPlane, log *logger.Logger) error {
-	ln, err := net.Listen("tcp", cfg.IntrospectionAddr)
-	if err != nil {
-		return fmt.Errorf("introspection API on %s: %w", cfg.IntrospectionAddr, err)
-	}
-	srv := &http.Server{
-		Handler:           handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp}, eng, m.Handler()),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("introspection API listening", "addr", ln.Addr().String())
-
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down; tasks keep running", "cause", context.Cause(ctx).Error())
-	case err := <-served:
-		return fmt.Errorf("introspection API: %w", err)
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		log.Warn("introspection API did not shut down cleanly", "error", err)
-	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Warn("introspection API stopped with an error", "error", err)
-	}
-	log.Info("berth stopped")
-	return nil
 }
 
 // waitForDocker returns the Engine's version once it answers, logging while it does not (the agent
@@ -363,7 +320,7 @@ func valueText(v any) string {
 // agentMetadata answers /v1/metadata.
 type agentMetadata struct {
 	cluster string
-	cp      *controlPlane
+	cp      *controlplane.ControlPlane
 }
 
 var _ handlers.MetadataSource = agentMetadata{}

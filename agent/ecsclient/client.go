@@ -1,16 +1,8 @@
 // Package ecsclient is Berth's client of the agent-facing ECS API: it registers the container
-// instance, discovers the ACS endpoint, drains the instance and delivers task, container and
-// attachment state changes. ECS API errors become typed errors here (see APIError and the Err*
-// classes); nothing outside this package looks at ECS error codes.
-//
-// State changes flow through a Reporter:
-//
-//	engine ──Report(snapshot)──▶ mailbox (newest snapshot per task)
-//	                                │ one worker per task, FIFO
-//	                                ▼
-//	          diff against sent ──▶ SubmitTaskStateChange (retried until accepted)
-//	                                ▼
-//	          SentStatus set ──▶ Store.SaveTask ──▶ counted as delivered
+// instance, discovers the ACS endpoint, drains the instance and submits task, container and
+// attachment state changes (agent/controlplane decides what to send and when). ECS API errors become
+// typed errors here (see APIError and the Err* classes); nothing outside this package looks at ECS
+// error codes.
 package ecsclient
 
 import (

@@ -4,20 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/berth-agent/berth/agent/retry"
-	"github.com/berth-agent/berth/agent/task"
 )
 
 const targetPrefix = "AmazonEC2ContainerServiceV20141113."
@@ -219,78 +215,4 @@ func newTestClient(t *testing.T, f *fakeECS, mod func(*Config)) *Client {
 		t.Fatalf("New: %v", err)
 	}
 	return c
-}
-
-// fakeStore is an in-memory Store that reports every save.
-type fakeStore struct {
-	mu     sync.Mutex
-	tasks  map[string]*task.Task
-	saved  chan *task.Task
-	onSave func(t *task.Task) // spy, called before the save is recorded
-}
-
-func newFakeStore() *fakeStore {
-	return &fakeStore{tasks: make(map[string]*task.Task), saved: make(chan *task.Task, 100)}
-}
-
-func (s *fakeStore) SaveTask(ctx context.Context, t *task.Task) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.onSave != nil {
-		s.onSave(t.Clone())
-	}
-	s.mu.Lock()
-	s.tasks[t.Arn] = t.Clone()
-	s.mu.Unlock()
-	s.saved <- t.Clone()
-	return nil
-}
-
-func (s *fakeStore) all() []*task.Task {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*task.Task
-	for _, k := range sortedKeys(s.tasks) {
-		out = append(out, s.tasks[k].Clone())
-	}
-	return out
-}
-
-func sortedKeys(m map[string]*task.Task) []string { return slices.Sorted(maps.Keys(m)) }
-
-// waitSaved returns the next n saves, failing the test after a deadline.
-func (s *fakeStore) waitSaved(t *testing.T, n int) []*task.Task {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	var out []*task.Task
-	for len(out) < n {
-		select {
-		case tk := <-s.saved:
-			out = append(out, tk)
-		case <-deadline:
-			t.Fatalf("waited for %d saves, got %d", n, len(out))
-		}
-	}
-	return out
-}
-
-// runReporter runs r until the test ends or the returned stop is called; stop waits for Run.
-func runReporter(t *testing.T, r *Reporter) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.Run(ctx)
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
-	}
-	t.Cleanup(stop)
-	return stop
 }

@@ -75,16 +75,10 @@ func (w *worker) taskNetwork(netns string) (ecscni.TaskNetwork, error) {
 	tn := ecscni.TaskNetwork{TaskID: CNITaskID(w.arn), NetNS: netns, BridgeIPv4: cfg.BridgeIPv4,
 		AdditionalLocalRoutes: cfg.AdditionalLocalRoutes, BlockIMDS: cfg.BlockIMDS, LocalSubnet: cfg.LocalSubnet}
 	if eni := w.t.ENI; eni != nil {
-		ip, subnet, err := net.ParseCIDR(eni.IPv4CIDR)
-		if err != nil {
-			return tn, fmt.Errorf("ENI %s address %q: %w", eni.MAC, eni.IPv4CIDR, err)
-		}
-		gw := net.ParseIP(eni.Gateway)
-		if gw == nil {
-			return tn, fmt.Errorf("ENI %s gateway %q is not an IP address", eni.MAC, eni.Gateway)
-		}
-		tn.ENI = &ecscni.ENI{MAC: eni.MAC, IPv4: cnitypes.IPNet{IP: ip, Mask: subnet.Mask}, Gateway: gw,
-			DNSServers: eni.DNSServers, SearchDomains: eni.SearchDomains}
+		addr := eni.IPv4.Addr()
+		tn.ENI = &ecscni.ENI{MAC: eni.MAC,
+			IPv4:    cnitypes.IPNet{IP: net.IP(addr.AsSlice()), Mask: net.CIDRMask(eni.IPv4.Bits(), addr.BitLen())},
+			Gateway: net.IP(eni.Gateway.AsSlice()), DNSServers: eni.DNSServers, SearchDomains: eni.SearchDomains}
 	}
 	return tn, nil
 }

@@ -3,9 +3,11 @@
 package engine
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,7 +74,7 @@ func awsvpcHarness(t *testing.T, mutate ...func(*AWSVPCConfig)) (*itHarness, str
 	// or cache entry outlives the test (the harness's own cleanup only removes containers).
 	t.Cleanup(func() {
 		for _, tk := range h.eng.Tasks() {
-			h.eng.StopTask(tk.Arn, "test over")
+			require.NoError(t, h.eng.StopTask(context.Background(), tk.Arn, "test over"))
 		}
 		deadline := time.Now().Add(time.Minute)
 		for time.Now().Before(deadline) {
@@ -131,7 +133,7 @@ func TestIntegrationAWSVPCLocalMode(t *testing.T) {
 	conn.Close()
 	assert.Contains(t, string(buf[:n]), "hello-from-task")
 
-	require.True(t, h.eng.StopTask(arn, "done"))
+	require.NoError(t, h.eng.StopTask(context.Background(), arn, "done"))
 	stopped := h.waitTask(t, arn, 30*time.Second, "stop", itStopped)
 	assert.True(t, stopped.AWSVPC.TornDown)
 	cache, err := filepath.Glob(filepath.Join(state, "cache", "results", "*"+CNITaskID(arn)+"*"))
@@ -154,7 +156,7 @@ func TestIntegrationAWSVPCStaticAddressWaits(t *testing.T) {
 	waiting := h.waitTask(t, second, 10*time.Second, "wait for the address", func(tk *task.Task) bool { return tk.PendingReason != "" })
 	assert.Contains(t, waiting.PendingReason, "OverrideAWSVPCLocalIPv4Address")
 
-	require.True(t, h.eng.StopTask(first, "make way"))
+	require.NoError(t, h.eng.StopTask(context.Background(), first, "make way"))
 	tk = h.waitTask(t, second, 60*time.Second, "run after the first stopped", itRunning)
 	assert.Equal(t, "169.254.180.10", tk.AWSVPC.BridgeIPv4)
 }
@@ -178,8 +180,8 @@ func TestIntegrationAWSVPCENI(t *testing.T) {
 	})
 
 	eniTask := h.newTask(t, awsvpcTaskDef("eni", itContainer("c", true, "", "sleep")))
-	eniTask.ENI = &task.ENI{MAC: hw.String(), IPv4CIDR: "10.77.0.5/24", Gateway: "10.77.0.1", DNSServers: []string{"10.77.0.2"}}
-	require.NoError(t, h.eng.AddTask(eniTask))
+	eniTask.ENI = &task.ENI{MAC: hw.String(), IPv4: netip.MustParsePrefix("10.77.0.5/24"), Gateway: netip.MustParseAddr("10.77.0.1"), DNSServers: []string{"10.77.0.2"}}
+	require.NoError(t, h.eng.AddTask(context.Background(), eniTask))
 	running := h.waitTask(t, eniTask.Arn, 60*time.Second, "run", itRunning)
 	assert.Equal(t, "10.77.0.5", running.AWSVPC.IPv4)
 
@@ -212,7 +214,7 @@ func TestIntegrationAWSVPCENI(t *testing.T) {
 	assert.Equal(t, pauseInfo.ResolvConfPath, appInfo.ResolvConfPath, "the task's containers share the pause container's resolv.conf")
 	assert.Contains(t, string(resolv), "nameserver 10.77.0.2", "the ENI's DNS servers are the task's")
 
-	require.True(t, h.eng.StopTask(eniTask.Arn, "done"))
+	require.NoError(t, h.eng.StopTask(context.Background(), eniTask.Arn, "done"))
 	h.waitTask(t, eniTask.Arn, 30*time.Second, "stop", itStopped)
 	_, err = netlink.LinkByName(name)
 	assert.NoError(t, err, "the ENI is back in the host namespace")

@@ -11,7 +11,8 @@
 //	 reconcile ──▶└  task)      ─▶ stop in reverse dependency order ─▶ release ─▶ clean up after a wait
 //
 // Each transition is saved to the Store before listeners hear of it. Locks are per task; the engine's
-// own lock guards only its maps.
+// own lock guards only its maps and is never held across a save, a Docker call or a listener.
+// Time comes from Config.Clock, so tests drive timeouts with a fake clock.
 package engine
 
 import (
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	docker "github.com/fsouza/go-dockerclient"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/logger"
@@ -53,8 +55,24 @@ type Store interface {
 	DeleteTask(ctx context.Context, arn string) error
 }
 
-// Listener hears of every saved change of a task, with a copy it may keep.
-type Listener func(t *task.Task)
+// Listener hears what happens to tasks. Calls for one task come in order from its worker and must
+// not block for long.
+type Listener interface {
+	// TaskChanged is called after every saved change of a task, with a copy it may keep.
+	TaskChanged(t *task.Task)
+	// TaskRemoved is called once a stopped task has been cleaned up and deleted from the store; the
+	// engine will not mention it again.
+	TaskRemoved(arn string)
+}
+
+// ChangeFunc adapts a function to a Listener that hears task changes and ignores removals.
+type ChangeFunc func(t *task.Task)
+
+// TaskChanged calls f.
+func (f ChangeFunc) TaskChanged(t *task.Task) { f(t) }
+
+// TaskRemoved does nothing.
+func (ChangeFunc) TaskRemoved(string) {}
 
 // Config is what the engine takes from the agent's configuration.
 type Config struct {
@@ -68,6 +86,8 @@ type Config struct {
 	AWSVPC AWSVPCConfig
 	// Hook, if set, is called at each Hook* point with the task (which it must not keep or change).
 	Hook func(point string, t *task.Task)
+	// Clock is the engine's time source; nil means the real clock.
+	Clock clockwork.Clock
 }
 
 // Hook points: named steps of a task's life at which Config.Hook is called. The crash-recovery tests
@@ -82,8 +102,11 @@ const (
 	HookAfterStop    = "after-stop"    // Docker stopped the containers; STOPPED is not saved yet
 )
 
-// ErrStopped is returned by AddTask after the engine's context has ended.
+// ErrStopped is returned by AddTask before Start and after the engine's context has ended.
 var ErrStopped = errors.New("engine stopped")
+
+// ErrUnknownTask is returned by StopTask for a task the engine does not hold.
+var ErrUnknownTask = errors.New("unknown task")
 
 // Engine runs tasks. Create it with New, start it with Start, and add tasks with AddTask.
 type Engine struct {
@@ -95,11 +118,16 @@ type Engine struct {
 	log       *logger.Logger
 	resources *resourceQueue
 
+	clock clockwork.Clock
+
 	retryDelay time.Duration // wait before retrying a failed stop
 
+	spawn chan *worker  // accepted workers for the goroutine that runs them (Start's)
+	done  chan struct{} // closed once the engine's context has ended
+
 	mu        sync.Mutex
-	ctx       context.Context
-	workers   map[string]*worker // task ARN → worker
+	started   bool
+	workers   map[string]*worker // task ARN → worker, including ones whose first save is in flight
 	byID      map[string]*worker // Docker container ID → worker
 	listeners []Listener
 	wg        sync.WaitGroup
@@ -110,8 +138,12 @@ func New(cfg Config, d Docker, p Puller, auth dockerclient.AuthSource, store Sto
 	if cfg.ReconcileInterval <= 0 {
 		cfg.ReconcileInterval = time.Minute
 	}
-	return &Engine{cfg: cfg, docker: d, puller: p, auth: auth, store: store, log: log, retryDelay: time.Second,
-		resources: newResourceQueue(cfg.Resources), workers: map[string]*worker{}, byID: map[string]*worker{}}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	return &Engine{cfg: cfg, docker: d, puller: p, auth: auth, store: store, log: log, clock: cfg.Clock, retryDelay: time.Second,
+		resources: newResourceQueue(cfg.Resources), workers: map[string]*worker{}, byID: map[string]*worker{},
+		spawn: make(chan *worker), done: make(chan struct{})}
 }
 
 func (e *Engine) hook(point string, t *task.Task) {
@@ -128,16 +160,16 @@ func (e *Engine) Subscribe(l Listener) {
 }
 
 // Start subscribes to Docker events and starts the reconcile loop. The engine runs until ctx ends;
-// Wait returns once every goroutine it started has finished.
+// Wait returns once every goroutine it started, workers included, has finished.
 func (e *Engine) Start(ctx context.Context) error {
 	events, err := e.docker.Events(ctx, map[string][]string{"type": {"container"}})
 	if err != nil {
 		return fmt.Errorf("subscribe to Docker events: %w", err)
 	}
 	e.mu.Lock()
-	e.ctx = ctx
+	e.started = true
 	e.mu.Unlock()
-	e.wg.Add(2)
+	e.wg.Add(3)
 	go func() {
 		defer e.wg.Done()
 		e.dispatch(ctx, events)
@@ -146,91 +178,138 @@ func (e *Engine) Start(ctx context.Context) error {
 		defer e.wg.Done()
 		e.reconcileLoop(ctx)
 	}()
+	go func() {
+		defer e.wg.Done()
+		e.runWorkers(ctx)
+	}()
 	return nil
+}
+
+// runWorkers runs every accepted worker under ctx until ctx ends.
+func (e *Engine) runWorkers(ctx context.Context) {
+	defer close(e.done)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case w := <-e.spawn:
+			e.wg.Add(1)
+			go func() {
+				defer e.wg.Done()
+				w.run(ctx)
+			}()
+		}
+	}
 }
 
 // Wait blocks until the engine's goroutines have finished after its context ended.
 func (e *Engine) Wait() { e.wg.Wait() }
 
-// AddTask hands a copy of a task to the engine. A task whose ARN the engine knows already only updates
-// that task's desired status, so delivering a task twice starts it once.
-func (e *Engine) AddTask(t *task.Task) error {
+// AddTask hands a copy of a task to the engine and returns once the task is saved, so the caller may
+// acknowledge it. A task whose ARN the engine holds already only updates that task's desired status,
+// so delivering a task twice starts it once; when that update is a stop, AddTask returns once the
+// stop is saved. It fails with ErrStopped before Start and after the engine's context has ended, and
+// with the store's error when the save fails (the task is then not held). ctx bounds the wait.
+func (e *Engine) AddTask(ctx context.Context, t *task.Task) error {
+	return e.add(ctx, t, true)
+}
+
+// add is AddTask; save is false for tasks Restore loaded from the store, which are saved already.
+func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
 	t = t.Clone() // the worker owns its task; the caller keeps its own
 	withPause(t, e.cfg.AWSVPC.PauseImage)
 	e.mu.Lock()
-	if e.ctx == nil || e.ctx.Err() != nil {
+	if !e.started || e.stopping() {
 		e.mu.Unlock()
 		return ErrStopped
 	}
 	if w, ok := e.workers[t.Arn]; ok {
 		e.mu.Unlock()
-		w.setDesired(t.DesiredStatus, "")
-		return nil
-	}
-	if err := e.store.SaveTask(e.ctx, t); err != nil { // accepted means saved: an ACS ack may follow
-		e.mu.Unlock()
-		return fmt.Errorf("save task %s: %w", t.Arn, err)
+		return e.update(ctx, w, t.DesiredStatus)
 	}
 	w := newWorker(e, t)
-	e.workers[t.Arn] = w
-	for _, c := range t.Containers {
-		if c.DockerID != "" {
-			e.byID[c.DockerID] = w
+	e.workers[t.Arn] = w // held but not listed until saved, so a second delivery waits for this one
+	e.mu.Unlock()
+
+	if save {
+		w.acceptErr = e.store.SaveTask(ctx, t) // accepted means saved: an ACS ack may follow
+	}
+	e.mu.Lock()
+	if w.acceptErr != nil {
+		delete(e.workers, t.Arn)
+	} else {
+		w.listed = true
+		for _, c := range t.Containers {
+			if c.DockerID != "" {
+				e.byID[c.DockerID] = w
+			}
 		}
 	}
-	ctx := e.ctx
-	e.wg.Add(1)
 	e.mu.Unlock()
+	close(w.accepted)
+	if w.acceptErr != nil {
+		return fmt.Errorf("save task %s: %w", t.Arn, w.acceptErr)
+	}
 	e.notify(t)
-	go func() {
-		defer e.wg.Done()
-		w.run(ctx)
-	}()
-	return nil
+	select {
+	case e.spawn <- w:
+		return nil
+	case <-e.done:
+		return ErrStopped
+	}
 }
 
-// MarkSent records what the control plane has been told of a task — its and its containers'
-// SentStatus, which never move backwards — through the task's worker, so the worker never saves over
-// it, and returns once it is saved or ctx ends. A task the engine no longer holds is ignored.
-func (e *Engine) MarkSent(ctx context.Context, t *task.Task) error {
-	e.mu.Lock()
-	w, ok := e.workers[t.Arn]
-	e.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	req := sentRequest{t: t.Clone(), saved: make(chan struct{})}
-	w.mu.Lock()
-	w.sent = append(w.sent, req)
-	w.mu.Unlock()
-	w.poke()
+// update applies a later delivery of a task the engine holds: a stop is saved before it returns.
+func (e *Engine) update(ctx context.Context, w *worker, desired task.TaskStatus) error {
 	select {
-	case <-req.saved:
-		return nil
+	case <-w.accepted:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if w.acceptErr != nil {
+		return fmt.Errorf("task %s was not saved: %w", w.arn, w.acceptErr)
+	}
+	if desired != task.TaskStopped {
+		return nil
+	}
+	return w.stop(ctx, "")
 }
 
-// StopTask sets a task's desired status to STOPPED with the given reason. It reports whether the
-// engine knows the task.
-func (e *Engine) StopTask(arn, reason string) bool {
+// stopping reports whether the engine's context has ended.
+func (e *Engine) stopping() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// StopTask sets a task's desired status to STOPPED with the given reason and returns once that is
+// saved (the containers stop afterwards). It fails with ErrUnknownTask for a task the engine does not
+// hold, and with ctx's error if ctx ends first.
+func (e *Engine) StopTask(ctx context.Context, arn, reason string) error {
 	e.mu.Lock()
 	w, ok := e.workers[arn]
 	e.mu.Unlock()
-	if ok {
-		w.setDesired(task.TaskStopped, reason)
+	if !ok {
+		return fmt.Errorf("stop task %s: %w", arn, ErrUnknownTask)
 	}
-	return ok
+	select {
+	case <-w.accepted:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if w.acceptErr != nil {
+		return fmt.Errorf("stop task %s: %w", arn, ErrUnknownTask)
+	}
+	return w.stop(ctx, reason)
 }
 
 // Tasks returns a copy of every task the engine holds.
 func (e *Engine) Tasks() []*task.Task {
 	e.mu.Lock()
-	workers := make([]*worker, 0, len(e.workers))
-	for _, w := range e.workers {
-		workers = append(workers, w)
-	}
+	workers := e.listedLocked()
 	e.mu.Unlock()
 	out := make([]*task.Task, 0, len(workers))
 	for _, w := range workers {
@@ -239,12 +318,24 @@ func (e *Engine) Tasks() []*task.Task {
 	return out
 }
 
+// listedLocked returns every worker whose task is saved; the caller holds e.mu.
+func (e *Engine) listedLocked() []*worker {
+	workers := make([]*worker, 0, len(e.workers))
+	for _, w := range e.workers {
+		if w.listed {
+			workers = append(workers, w)
+		}
+	}
+	return workers
+}
+
 // Task returns a copy of one task, or nil.
 func (e *Engine) Task(arn string) *task.Task {
 	e.mu.Lock()
 	w, ok := e.workers[arn]
+	listed := ok && w.listed
 	e.mu.Unlock()
-	if !ok {
+	if !listed {
 		return nil
 	}
 	return w.snapshot()
@@ -256,7 +347,7 @@ func (e *Engine) Task(arn string) *task.Task {
 func (e *Engine) CleanupStopped(ctx context.Context) (int, error) {
 	e.mu.Lock()
 	var stopped []*worker
-	for _, w := range e.workers {
+	for _, w := range e.listedLocked() {
 		if w.snapshot().KnownStatus == task.TaskStopped {
 			stopped = append(stopped, w)
 		}
@@ -295,25 +386,29 @@ func (e *Engine) trackContainer(id string, w *worker) {
 	e.byID[id] = w
 }
 
-// forget drops a task whose cleanup is done.
+// forget drops a task whose cleanup is done and tells the listeners.
 func (e *Engine) forget(w *worker) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	delete(e.workers, w.arn)
 	for id, x := range e.byID {
 		if x == w {
 			delete(e.byID, id)
 		}
 	}
+	ls := slices.Clone(e.listeners)
+	e.mu.Unlock()
+	for _, l := range ls {
+		l.TaskRemoved(w.arn)
+	}
 }
 
 // notify tells every listener about a saved change.
 func (e *Engine) notify(t *task.Task) {
 	e.mu.Lock()
-	ls := append([]Listener(nil), e.listeners...)
+	ls := slices.Clone(e.listeners)
 	e.mu.Unlock()
 	for _, l := range ls {
-		l(t.Clone())
+		l.TaskChanged(t.Clone())
 	}
 }
 
@@ -347,10 +442,7 @@ func (e *Engine) dispatch(ctx context.Context, events <-chan dockerclient.Event)
 
 func (e *Engine) reinspectAll() {
 	e.mu.Lock()
-	workers := make([]*worker, 0, len(e.workers))
-	for _, w := range e.workers {
-		workers = append(workers, w)
-	}
+	workers := e.listedLocked()
 	e.mu.Unlock()
 	for _, w := range workers {
 		w.requestInspect()
@@ -359,13 +451,13 @@ func (e *Engine) reinspectAll() {
 
 // reconcileLoop makes every worker re-inspect its containers periodically, to catch what events missed.
 func (e *Engine) reconcileLoop(ctx context.Context) {
-	t := time.NewTicker(e.cfg.ReconcileInterval)
+	t := e.clock.NewTicker(e.cfg.ReconcileInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 			e.reinspectAll()
 		}
 	}

@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -21,7 +23,7 @@ func TestCleanupStoppedSkipsTheWait(t *testing.T) {
 	h.waitStatus(stopped, task.TaskRunning)
 	h.waitStatus(running, task.TaskRunning)
 	stoppedID := h.dockerID(stopped, "a")
-	h.engine.StopTask(stopped, "done")
+	require.NoError(t, h.engine.StopTask(context.Background(), stopped, "done"))
 	h.waitStatus(stopped, task.TaskStopped)
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -34,26 +36,127 @@ func TestCleanupStoppedSkipsTheWait(t *testing.T) {
 	assert.NotNil(t, h.engine.Task(running), "a running task is left alone")
 }
 
-func TestMarkSentIsSavedAndNeverMovesBack(t *testing.T) {
+// StopTask returns once the stop is saved: the store holds desired STOPPED before the containers have
+// stopped, without the caller polling.
+func TestStopTaskReturnsOnceTheStopIsSaved(t *testing.T) {
 	h := newHarness(t, testConfig())
-	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/sent"
+	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/stop-saved"
 	h.add(newTask(arn, ctr("app")))
-	running := h.waitStatus(arn, task.TaskRunning)
+	h.waitStatus(arn, task.TaskRunning)
+	release := make(chan struct{})
+	h.docker.setHook(func(op, _ string) error {
+		if op == "stop" {
+			<-release
+		}
+		return nil
+	})
+	defer close(release)
 
-	sent := running.Clone()
-	sent.SentStatus = task.TaskRunning
-	sent.Containers[0].SentStatus = task.ContainerRunning
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	require.NoError(t, h.engine.MarkSent(ctx, sent))
+	require.NoError(t, h.engine.StopTask(ctx, arn, "operator stop"))
 	saved := h.store.snapshot()
 	require.Len(t, saved, 1)
-	assert.Equal(t, task.TaskRunning, saved[0].SentStatus, "saved before MarkSent returns")
-	assert.Equal(t, task.ContainerRunning, saved[0].Containers[0].SentStatus)
+	assert.Equal(t, task.TaskStopped, saved[0].DesiredStatus, "saved before StopTask returned")
+	assert.Equal(t, "operator stop", saved[0].StoppedReason)
+	assert.Equal(t, task.TaskRunning, saved[0].KnownStatus, "the containers are still stopping")
 
-	older := running.Clone() // a stale copy must not move the sent status back
-	require.NoError(t, h.engine.MarkSent(ctx, older))
-	assert.Equal(t, task.TaskRunning, h.engine.Task(arn).SentStatus)
+	require.NoError(t, h.engine.StopTask(ctx, arn, "again"), "a second stop of a stopping task returns at once")
+	assert.ErrorIs(t, h.engine.StopTask(ctx, "arn:unknown", "x"), ErrUnknownTask)
+}
 
-	require.NoError(t, h.engine.MarkSent(ctx, &task.Task{Arn: "arn:unknown"}), "an unknown task is ignored")
+// A stop delivered again through AddTask (an ACS payload with desired STOPPED) also returns once saved.
+func TestAddTaskWithStopReturnsOnceSaved(t *testing.T) {
+	h := newHarness(t, testConfig())
+	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/stop-by-add"
+	tk := newTask(arn, ctr("app"))
+	h.add(tk)
+	h.waitStatus(arn, task.TaskRunning)
+	stop := tk.Clone()
+	stop.DesiredStatus = task.TaskStopped
+	require.NoError(t, h.engine.AddTask(context.Background(), stop))
+	saved := h.store.snapshot()
+	require.Len(t, saved, 1)
+	assert.Equal(t, task.TaskStopped, saved[0].DesiredStatus)
+}
+
+// A save that takes long (a slow disk) holds up only its own task: while AddTask waits for it, Tasks()
+// answers and Docker events reach the other tasks, whose changes are saved and reported.
+func TestSlowSaveBlocksNothingElse(t *testing.T) {
+	h := newHarness(t, testConfig())
+	const fast, slow = "arn:aws:ecs:local:000000000000:task/test-cluster/fast", "arn:aws:ecs:local:000000000000:task/test-cluster/slow"
+	h.add(newTask(fast, ctr("app")))
+	h.waitStatus(fast, task.TaskRunning)
+	fastID := h.dockerID(fast, "app")
+
+	inSave, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.store.mu.Lock()
+	h.store.slow = func(tk *task.Task) {
+		if tk.Arn == slow {
+			once.Do(func() { close(inSave) })
+			<-release
+		}
+	}
+	h.store.mu.Unlock()
+	added := make(chan error, 1)
+	go func() { added <- h.engine.AddTask(context.Background(), newTask(slow, ctr("app"))) }()
+	<-inSave
+
+	listed := make(chan []*task.Task, 1)
+	go func() { listed <- h.engine.Tasks() }()
+	select {
+	case got := <-listed:
+		require.Len(t, got, 1, "a task whose first save is in flight is not listed yet")
+		assert.Equal(t, fast, got[0].Arn)
+	case <-time.After(waitFor):
+		t.Fatal("Tasks() blocked behind a slow save")
+	}
+	h.docker.exit(fastID, 3, false, false)
+	h.waitStatus(fast, task.TaskStopped) // the event was dispatched and the change saved meanwhile
+	select {
+	case err := <-added:
+		t.Fatalf("AddTask returned before its save finished: %v", err)
+	default:
+	}
+
+	close(release)
+	require.NoError(t, <-added)
+	h.waitStatus(slow, task.TaskRunning)
+}
+
+// Timeouts run on the injected clock: a dependsOn wait fails when the fake clock passes the start
+// timeout, not before, and a stopped task is cleaned up when the clock passes the cleanup wait.
+func TestTimeoutsFollowTheInjectedClock(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	cfg := testConfig()
+	cfg.Clock = clock
+	cfg.StartTimeout = 3 * time.Minute
+	cfg.CleanupWait = time.Hour
+	h := newHarness(t, cfg)
+	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/clock"
+	waiter := ctr("waiter")
+	waiter.DependsOn = []task.Dependency{{ContainerName: "never", Condition: task.ConditionHealthy}}
+	never := ctr("never")
+	never.Essential = false
+	never.HealthCheck = &task.HealthCheck{Command: []string{"CMD", "false"}}
+	h.add(newTask(arn, waiter, never))
+	h.waitContainer(arn, "never", task.ContainerRunning)
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	// The worker's dependsOn timer (plus the reconcile ticker) are waiting on the fake clock.
+	require.NoError(t, clock.BlockUntilContext(ctx, 2))
+	clock.Advance(2 * time.Minute)
+	assert.Less(t, h.engine.Task(arn).Container("waiter").KnownStatus, task.ContainerCreated, "still waiting before the timeout")
+	require.NoError(t, clock.BlockUntilContext(ctx, 2))
+	clock.Advance(time.Minute + time.Second)
+	h.waitStatus(arn, task.TaskStopped)
+	assert.Contains(t, h.engine.Task(arn).Container("waiter").Reason, "dependency wait timed out after 3m0s")
+
+	require.NoError(t, clock.BlockUntilContext(ctx, 2)) // the cleanup timer and the reconcile ticker
+	assert.NotNil(t, h.engine.Task(arn), "kept until the cleanup wait has passed")
+	clock.Advance(time.Hour)
+	require.True(t, pollUntil(func() bool { return h.engine.Task(arn) == nil }), "cleaned up once the fake clock passed the wait")
+	assert.True(t, h.journal.removed(arn), "listeners hear that the task was removed")
 }

@@ -103,7 +103,7 @@ func (h *itHarness) newTask(t *testing.T, def string) *task.Task {
 func (h *itHarness) run(t *testing.T, def string) string {
 	t.Helper()
 	tk := h.newTask(t, def)
-	require.NoError(t, h.eng.AddTask(tk))
+	require.NoError(t, h.eng.AddTask(context.Background(), tk))
 	return tk.Arn
 }
 
@@ -255,7 +255,7 @@ func TestIntegrationStopTimeoutKills(t *testing.T) {
 	arn := h.run(t, itTaskDef("stubborn", itContainer("stubborn", true, `"stopTimeout": 2`, "ignore-term")))
 	h.waitTask(t, arn, 60*time.Second, "run", itRunning)
 	start := time.Now()
-	require.True(t, h.eng.StopTask(arn, "test stops it"))
+	require.NoError(t, h.eng.StopTask(context.Background(), arn, "test stops it"))
 	tk := h.waitTask(t, arn, 30*time.Second, "stop", itStopped)
 	took := time.Since(start)
 	c := tk.Container("stubborn")
@@ -278,7 +278,7 @@ func TestIntegrationResourceQueue(t *testing.T) {
 	assert.Contains(t, waiting.PendingReason, "memory")
 	assert.Equal(t, task.TaskNone, waiting.KnownStatus)
 
-	require.True(t, h.eng.StopTask(first, "make room"))
+	require.NoError(t, h.eng.StopTask(context.Background(), first, "make room"))
 	h.waitTask(t, first, 30*time.Second, "stop", itStopped)
 	tk := h.waitTask(t, second, 60*time.Second, "run once memory frees", itRunning)
 	assert.Empty(t, tk.PendingReason)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"sync"
@@ -42,8 +43,8 @@ func TestTaskLifecycle(t *testing.T) {
 	assert.Equal(t, 1, h.puller.pulls("img-app"))
 	assert.Equal(t, 1, h.puller.pulls("img-side"))
 
-	require.True(t, h.engine.StopTask(arn, "stopped by the test"))
-	assert.False(t, h.engine.StopTask("arn:unknown", "x"), "an unknown task")
+	require.NoError(t, h.engine.StopTask(context.Background(), arn, "stopped by the test"))
+	assert.ErrorIs(t, h.engine.StopTask(context.Background(), "arn:unknown", "x"), ErrUnknownTask, "an unknown task")
 	stopped := h.waitStatus(arn, task.TaskStopped)
 	assert.Equal(t, task.TaskStopped, stopped.DesiredStatus)
 	assert.Equal(t, "stopped by the test", stopped.StoppedReason)
@@ -98,7 +99,7 @@ func TestDeliveringTwiceStartsOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			assert.NoError(t, h.engine.AddTask(newTask(arn, ctr("app"))))
+			assert.NoError(t, h.engine.AddTask(context.Background(), newTask(arn, ctr("app"))))
 		}()
 	}
 	wg.Wait()
@@ -115,7 +116,7 @@ func TestStopIsNeverOverwrittenByStart(t *testing.T) {
 		const arn = "arn:sticky"
 		h.add(newTask(arn, ctr("app")))
 		h.waitStatus(arn, task.TaskRunning)
-		require.True(t, h.engine.StopTask(arn, "scaled in"))
+		require.NoError(t, h.engine.StopTask(context.Background(), arn, "scaled in"))
 		h.add(newTask(arn, ctr("app"))) // a late RUNNING delivery
 		stopped := h.waitStatus(arn, task.TaskStopped)
 		assert.Equal(t, task.TaskStopped, stopped.DesiredStatus)
@@ -131,7 +132,7 @@ func TestStopIsNeverOverwrittenByStart(t *testing.T) {
 		defer release()
 		h.add(newTask(arn, ctr("app")))
 		require.True(t, pollUntil(func() bool { return h.puller.pulls("img-app") == 1 }), "pull started")
-		require.True(t, h.engine.StopTask(arn, "never mind"))
+		require.NoError(t, h.engine.StopTask(context.Background(), arn, "never mind"))
 		h.add(newTask(arn, ctr("app")))
 		release()
 		stopped := h.waitStatus(arn, task.TaskStopped)
@@ -300,7 +301,7 @@ func TestStopInReverseDependencyOrder(t *testing.T) {
 	))
 	h.docker.setHealth(h.dockerID(arn, "db"), "healthy")
 	h.waitStatus(arn, task.TaskRunning)
-	require.True(t, h.engine.StopTask(arn, "deploy"))
+	require.NoError(t, h.engine.StopTask(context.Background(), arn, "deploy"))
 	h.waitStatus(arn, task.TaskStopped)
 
 	order := h.stopOrder()
@@ -339,7 +340,7 @@ func TestAWSVPCPauseContainer(t *testing.T) {
 	assert.Equal(t, "none", creates[0].HostConfig.NetworkMode)
 	assert.Equal(t, "container:"+pause.DockerID, creates[1].HostConfig.NetworkMode)
 
-	require.True(t, h.engine.StopTask(arn, "done"))
+	require.NoError(t, h.engine.StopTask(context.Background(), arn, "done"))
 	stopped := h.waitStatus(arn, task.TaskStopped)
 	assert.Equal(t, []string{"app", PauseContainerName}, h.stopOrder(), "the pause container stops last")
 	assert.Equal(t, []string{"setup awsvpc /proc/100/ns/net", "teardown awsvpc /proc/100/ns/net"}, network.log(),
@@ -376,7 +377,7 @@ func TestAWSVPCStaticAddressOneTaskAtATime(t *testing.T) {
 	assert.Contains(t, waiting.PendingReason, "OverrideAWSVPCLocalIPv4Address")
 	assert.Contains(t, waiting.PendingReason, first)
 
-	h.engine.StopTask(first, "make way")
+	require.NoError(t, h.engine.StopTask(context.Background(), first, "make way"))
 	h.waitStatus(first, task.TaskStopped)
 	h.waitStatus(second, task.TaskRunning)
 }
@@ -557,7 +558,7 @@ func TestStopBreaksADependencyCycle(t *testing.T) {
 	})
 	h.add(tk)
 	h.waitStatus(tk.Arn, task.TaskRunning)
-	h.engine.StopTask(tk.Arn, "stop")
+	require.NoError(t, h.engine.StopTask(context.Background(), tk.Arn, "stop"))
 	h.waitStatus(tk.Arn, task.TaskStopped)
 	assert.ElementsMatch(t, []string{"a", "b"}, h.stopOrder())
 }
@@ -584,7 +585,7 @@ func TestHostResources(t *testing.T) {
 		assert.Equal(t, task.TaskNone, b.KnownStatus)
 		assert.Len(t, h.docker.createCalls(), 1, "b waits without creating anything")
 
-		h.engine.StopTask("arn:a", "make room")
+		require.NoError(t, h.engine.StopTask(context.Background(), "arn:a", "make room"))
 		b = h.waitStatus("arn:b", task.TaskRunning)
 		assert.Empty(t, b.PendingReason)
 	})
@@ -605,7 +606,7 @@ func TestHostResources(t *testing.T) {
 		medium := h.waitTask("arn:medium", "pending", func(tk *task.Task) bool { return tk.PendingReason != "" })
 		assert.Contains(t, medium.PendingReason, "2 task(s) ahead")
 
-		h.engine.StopTask("arn:big", "cancelled")
+		require.NoError(t, h.engine.StopTask(context.Background(), "arn:big", "cancelled"))
 		h.waitStatus("arn:big", task.TaskStopped)
 		h.waitStatus("arn:small", task.TaskRunning)
 		medium = h.waitTask("arn:medium", "waits for memory", func(tk *task.Task) bool {
@@ -613,7 +614,7 @@ func TestHostResources(t *testing.T) {
 		})
 		assert.Equal(t, task.TaskNone, medium.KnownStatus)
 
-		h.engine.StopTask("arn:a", "make room")
+		require.NoError(t, h.engine.StopTask(context.Background(), "arn:a", "make room"))
 		h.waitStatus("arn:medium", task.TaskRunning)
 	})
 
@@ -625,7 +626,7 @@ func TestHostResources(t *testing.T) {
 		h.add(newTask("arn:b", ctr("web", port)))
 		b := h.waitTask("arn:b", "pending", func(tk *task.Task) bool { return tk.PendingReason != "" })
 		assert.Contains(t, b.PendingReason, "host port 8080/tcp is used by task arn:a")
-		h.engine.StopTask("arn:a", "make room")
+		require.NoError(t, h.engine.StopTask(context.Background(), "arn:a", "make room"))
 		h.waitStatus("arn:b", task.TaskRunning)
 	})
 
@@ -779,7 +780,7 @@ func TestStopRetriesAFailedStop(t *testing.T) {
 		}
 		return nil
 	})
-	h.engine.StopTask(arn, "stop")
+	require.NoError(t, h.engine.StopTask(context.Background(), arn, "stop"))
 	require.True(t, pollUntil(func() bool { return len(h.docker.stopCalls()) >= 3 }), "the stop is retried")
 	time.Sleep(50 * time.Millisecond) // let the retries run for a while: they must be spaced, not spin
 	mu.Lock()
@@ -815,7 +816,7 @@ func TestStoreBeforeListeners(t *testing.T) {
 		h.add(newTask("arn:b", ctr("app")))
 		h.waitStatus("arn:a", task.TaskRunning)
 		h.waitStatus("arn:b", task.TaskRunning)
-		h.engine.StopTask("arn:a", "x")
+		require.NoError(t, h.engine.StopTask(context.Background(), "arn:a", "x"))
 		h.waitStatus("arn:a", task.TaskStopped)
 		h.shutdown()
 		saves, notifies := checkJournal(t, h.journal)
@@ -861,7 +862,7 @@ func TestCleanupAfterWait(t *testing.T) {
 	h.add(tk)
 	running := h.waitStatus(arn, task.TaskRunning)
 	ids := []string{running.Container("app").DockerID, running.Container("side").DockerID}
-	h.engine.StopTask(arn, "done")
+	require.NoError(t, h.engine.StopTask(context.Background(), arn, "done"))
 
 	require.True(t, pollUntil(func() bool { return h.engine.Task(arn) == nil }), "the task is forgotten after the cleanup wait")
 	assert.Empty(t, h.engine.Tasks())
@@ -890,13 +891,13 @@ func TestShutdownLeavesContainersRunning(t *testing.T) {
 	assert.Empty(t, h.docker.stopCalls(), "agent shutdown stops no container")
 	assert.Empty(t, h.docker.removedIDs())
 	assert.True(t, h.docker.running(running.Containers[0].DockerID))
-	assert.ErrorIs(t, h.engine.AddTask(newTask("arn:late", ctr("app"))), ErrStopped)
+	assert.ErrorIs(t, h.engine.AddTask(context.Background(), newTask("arn:late", ctr("app"))), ErrStopped)
 }
 
 func TestStartAndAddTaskErrors(t *testing.T) {
 	d := newFakeDocker()
 	e := New(testConfig(), d, newFakePuller(), nil, newFakeStore(&journal{}), logger.Nop())
-	assert.ErrorIs(t, e.AddTask(newTask("arn:early", ctr("app"))), ErrStopped, "before Start")
+	assert.ErrorIs(t, e.AddTask(context.Background(), newTask("arn:early", ctr("app"))), ErrStopped, "before Start")
 
 	boom := errors.New("docker is down")
 	d.setHook(func(op, _ string) error {
@@ -953,7 +954,7 @@ func TestAWSVPCWaitsForTheENI(t *testing.T) {
 			const arn = "arn:aws:ecs:us-west-2:012345678901:task/test-cluster/eni"
 			tk := newTask(arn, ctr("app"))
 			tk.NetworkMode = task.NetworkAWSVPC
-			tk.ENI = &task.ENI{MAC: mac, IPv4CIDR: "10.0.0.5/24", Gateway: "10.0.0.1"}
+			tk.ENI = &task.ENI{MAC: mac, IPv4: netip.MustParsePrefix("10.0.0.5/24"), Gateway: netip.MustParseAddr("10.0.0.1")}
 			h.add(tk)
 			if tt.present {
 				h.waitStatus(arn, task.TaskRunning)

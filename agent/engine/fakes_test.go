@@ -425,6 +425,9 @@ type fakeStore struct {
 	saves   int
 	journal *journal
 	fail    func(n int, t *task.Task) error // n counts SaveTask calls from 1
+	// slow, when set, is called by SaveTask before it takes the store's lock: a slow disk for one task
+	// need not hold up the saves of others.
+	slow func(t *task.Task)
 }
 
 var _ Store = (*fakeStore)(nil)
@@ -434,6 +437,12 @@ func newFakeStore(j *journal) *fakeStore {
 }
 
 func (s *fakeStore) SaveTask(_ context.Context, t *task.Task) error {
+	s.mu.Lock()
+	slow := s.slow
+	s.mu.Unlock()
+	if slow != nil {
+		slow(t)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.saves++
@@ -494,6 +503,23 @@ func (j *journal) all() []journalEntry {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return append([]journalEntry(nil), j.entries...)
+}
+
+// journalListener records what the engine tells its listeners.
+type journalListener struct{ j *journal }
+
+func (l journalListener) TaskChanged(t *task.Task) { l.j.add("notify", t) }
+
+func (l journalListener) TaskRemoved(arn string) { l.j.add("removed", &task.Task{Arn: arn}) }
+
+// removed reports whether listeners heard that arn was removed.
+func (j *journal) removed(arn string) bool {
+	for _, e := range j.all() {
+		if e.kind == "removed" && e.arn == arn {
+			return true
+		}
+	}
+	return false
 }
 
 // notified returns the tasks listeners heard of for arn, in order.

@@ -52,7 +52,7 @@ func newHarness(t *testing.T, cfg Config, prepare ...func(h *harness)) *harness 
 	}
 	h.engine = New(cfg, h.docker, h.puller, nil, h.store, logger.Nop())
 	h.engine.retryDelay = 5 * time.Millisecond
-	h.engine.Subscribe(func(tk *task.Task) { j.add("notify", tk) })
+	h.engine.Subscribe(journalListener{j})
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	require.NoError(t, h.engine.Start(ctx))
@@ -101,7 +101,7 @@ func (h *harness) checkInvariants() {
 
 func (h *harness) add(tk *task.Task) {
 	h.t.Helper()
-	require.NoError(h.t, h.engine.AddTask(tk))
+	require.NoError(h.t, h.engine.AddTask(context.Background(), tk))
 }
 
 // waitTask waits until the engine's copy of arn satisfies cond.

@@ -34,7 +34,7 @@ const restoreConcurrency = 32
 // Finally it removes containers labelled as Berth's for this cluster that belong to no known task.
 // Call it after Start, so that no Docker event during recovery is missed.
 func (e *Engine) Restore(ctx context.Context, tasks []*task.Task) (RestoreReport, error) {
-	start := time.Now()
+	start := e.clock.Now()
 	rep := RestoreReport{Tasks: len(tasks)}
 	var (
 		mu  sync.Mutex
@@ -74,11 +74,11 @@ func (e *Engine) Restore(ctx context.Context, tasks []*task.Task) (RestoreReport
 	orphans, orphanErr := e.removeOrphans(ctx, tasks)
 	rep.Orphans = orphans
 	for _, t := range tasks {
-		if err := e.AddTask(t); err != nil {
+		if err := e.add(ctx, t, false); err != nil {
 			return rep, fmt.Errorf("restore task %s: %w", t.Arn, err)
 		}
 	}
-	rep.Took = time.Since(start)
+	rep.Took = e.clock.Since(start)
 	e.log.Info("recovery finished", "tasks", rep.Tasks, "running", rep.Running, "exited_while_down", rep.ExitedWhileDown,
 		"gone", rep.Gone, "orphans_removed", rep.Orphans, "took", rep.Took.Round(time.Millisecond))
 	return rep, orphanErr
@@ -110,7 +110,7 @@ func (e *Engine) reinspect(ctx context.Context, c *task.Container) restoreOutcom
 		if !wasStopped {
 			c.KnownStatus = task.ContainerStopped
 			c.Reason = "container was removed while the agent was down"
-			c.FinishedAt = time.Now()
+			c.FinishedAt = e.clock.Now()
 		}
 		return outcomeGone
 	case err != nil:

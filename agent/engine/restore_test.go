@@ -92,7 +92,7 @@ func TestRecoveryAtEveryKillPoint(t *testing.T) {
 			first.add(twoContainerTask(arn))
 			if tt.stopTask {
 				first.waitStatus(arn, task.TaskRunning)
-				first.engine.StopTask(arn, "operator stop")
+				require.NoError(t, first.engine.StopTask(context.Background(), arn, "operator stop"))
 			}
 			<-crash.hit
 			first.shutdown()

@@ -26,49 +26,32 @@ type worker struct {
 	log *logger.Logger
 	t   *task.Task // owned by run
 
-	mu           sync.Mutex
-	desired      task.TaskStatus
-	reason       string
-	events       []dockerclient.Event
-	inspect      bool
-	snap         *task.Task
-	cancelStart  context.CancelFunc
-	wake         chan struct{}
-	cleanNow     chan struct{} // closed to clean a stopped task up without waiting
-	pendingSaved []sentRequest // sent statuses applied, released after the next successful save (run only)
-	cleanOnce    sync.Once
+	// Set by the engine under its lock: listed once the task's first save succeeded; accepted is
+	// closed once that save has finished, with acceptErr its outcome.
+	listed    bool
+	accepted  chan struct{}
+	acceptErr error
+
+	mu          sync.Mutex
+	desired     task.TaskStatus
+	reason      string
+	events      []dockerclient.Event
+	inspect     bool
+	snap        *task.Task
+	cancelStart context.CancelFunc
+	wake        chan struct{}
+	cleanNow    chan struct{} // closed to clean a stopped task up without waiting
+	stopSaved   chan struct{} // closed once a save holds desired STOPPED
+	cleanOnce   sync.Once
+	stopOnce    sync.Once
 
 	waitingSince map[string]time.Time // container name → when its dependsOn wait began (run only)
-	sent         []sentRequest        // sent statuses to record, from MarkSent
-}
-
-// sentRequest asks the worker to record what the control plane was told, and to say when it is saved.
-type sentRequest struct {
-	t     *task.Task
-	saved chan struct{}
-}
-
-// applySent records sent statuses (never moving them backwards) and releases their requests once the
-// caller's commit has saved them; it reports whether anything changed.
-func (w *worker) applySent(reqs []sentRequest) bool {
-	if len(reqs) == 0 {
-		return false
-	}
-	for _, r := range reqs {
-		w.t.SentStatus = max(w.t.SentStatus, r.t.SentStatus)
-		for _, sc := range r.t.Containers {
-			if c := w.t.Container(sc.Name); c != nil {
-				c.SentStatus = max(c.SentStatus, sc.SentStatus)
-			}
-		}
-	}
-	w.pendingSaved = append(w.pendingSaved, reqs...)
-	return true
 }
 
 func newWorker(e *Engine, t *task.Task) *worker {
 	w := &worker{e: e, arn: t.Arn, t: t, log: e.log.With("task", t.Arn), desired: t.DesiredStatus,
-		snap: t.Clone(), wake: make(chan struct{}, 1), cleanNow: make(chan struct{}), waitingSince: map[string]time.Time{}}
+		snap: t.Clone(), wake: make(chan struct{}, 1), cleanNow: make(chan struct{}), stopSaved: make(chan struct{}),
+		accepted: make(chan struct{}), waitingSince: map[string]time.Time{}}
 	for _, c := range t.Containers {
 		if c.DockerID != "" && c.KnownStatus != task.ContainerStopped {
 			w.inspect = true // a restored task: its containers may have changed while nobody watched
@@ -103,6 +86,17 @@ func (w *worker) setDesired(s task.TaskStatus, reason string) {
 	}
 	w.mu.Unlock()
 	w.poke()
+}
+
+// stop sets the desired status to STOPPED and waits until a save holds it, or ctx ends.
+func (w *worker) stop(ctx context.Context, reason string) error {
+	w.setDesired(task.TaskStopped, reason)
+	select {
+	case <-w.stopSaved:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the stop of task %s was not saved: %w", w.arn, ctx.Err())
+	}
 }
 
 func (w *worker) stopWanted() (bool, string) {
@@ -149,9 +143,9 @@ func (w *worker) commit(ctx context.Context) {
 		w.log.Info("task status changed", "from", t.KnownStatus.String(), "to", known.String())
 		switch known {
 		case task.TaskRunning:
-			t.StartedAt = time.Now()
+			t.StartedAt = w.e.clock.Now()
 		case task.TaskStopped:
-			t.StoppedAt = time.Now()
+			t.StoppedAt = w.e.clock.Now()
 		}
 		t.KnownStatus = known
 	}
@@ -160,10 +154,9 @@ func (w *worker) commit(ctx context.Context) {
 		return
 	}
 	w.e.hook(HookSaved, t)
-	for _, r := range w.pendingSaved {
-		close(r.saved)
+	if t.DesiredStatus == task.TaskStopped {
+		w.stopOnce.Do(func() { close(w.stopSaved) })
 	}
-	w.pendingSaved = nil
 	w.mu.Lock()
 	w.snap = t.Clone()
 	w.mu.Unlock()
@@ -200,14 +193,14 @@ func (w *worker) run(ctx context.Context) {
 		return
 	}
 	// The wait counts from when the task stopped, which may have been before an agent restart. The
-	// worker keeps draining its mailbox meanwhile (sent statuses still arrive).
-	timer := time.NewTimer(time.Until(w.t.StoppedAt.Add(w.e.cfg.CleanupWait)))
+	// worker keeps draining its mailbox meanwhile (late Docker events still arrive).
+	timer := w.e.clock.NewTimer(w.t.StoppedAt.Add(w.e.cfg.CleanupWait).Sub(w.e.clock.Now()))
 	defer timer.Stop()
 	for waiting := true; waiting; {
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
+		case <-timer.Chan():
 			waiting = false
 		case <-w.cleanNow:
 			w.log.Info("cleaning up a stopped task early to free disk space")
@@ -312,7 +305,7 @@ func (w *worker) supervise(ctx, startCtx context.Context) {
 		}
 		var timer <-chan time.Time
 		if !next.IsZero() {
-			timer = time.After(time.Until(next))
+			timer = w.e.clock.After(next.Sub(w.e.clock.Now()))
 		}
 		select {
 		case <-ctx.Done():
@@ -349,12 +342,12 @@ func (w *worker) startReady(ctx context.Context) time.Time {
 			case block.Wait != "":
 				since, ok := w.waitingSince[c.Name]
 				if !ok {
-					since = time.Now()
+					since = w.e.clock.Now()
 					w.waitingSince[c.Name] = since
 					w.log.Info("container waits", "container", c.Name, "reason", block.Wait)
 				}
 				deadline := since.Add(effectiveStartTimeout(c, w.e.cfg))
-				if !time.Now().Before(deadline) {
+				if !w.e.clock.Now().Before(deadline) {
 					w.failContainer(ctx, c, fmt.Sprintf("dependency wait timed out after %s: %s", effectiveStartTimeout(c, w.e.cfg), block.Wait))
 					progressed = true
 					continue
@@ -397,7 +390,7 @@ func (w *worker) markStopped(c *task.Container, reason string) {
 		c.Reason = reason
 	}
 	if c.FinishedAt.IsZero() {
-		c.FinishedAt = time.Now()
+		c.FinishedAt = w.e.clock.Now()
 	}
 }
 
@@ -489,10 +482,10 @@ func (w *worker) pause() *task.Container {
 // drain applies queued Docker events and, if asked, re-inspects every container.
 func (w *worker) drain(ctx context.Context) {
 	w.mu.Lock()
-	events, inspect, sent := w.events, w.inspect, w.sent
-	w.events, w.inspect, w.sent = nil, false, nil
+	events, inspect := w.events, w.inspect
+	w.events, w.inspect = nil, false
 	w.mu.Unlock()
-	changed := w.applySent(sent)
+	changed := false
 	for _, ev := range events {
 		c := w.byDockerID(ev.ID)
 		if c == nil {
@@ -691,7 +684,7 @@ func (w *worker) stopAll(ctx context.Context) {
 		if failed {
 			select {
 			case <-ctx.Done():
-			case <-time.After(w.e.retryDelay):
+			case <-w.e.clock.After(w.e.retryDelay):
 			}
 		}
 	}

@@ -3,7 +3,7 @@
 // (ECS_DATADIR/berth.db); Memory keeps them in memory when ECS_CHECKPOINT=false. Both pass the same
 // contract tests.
 //
-// # bbolt schema (SchemaVersion 1)
+// # bbolt schema (SchemaVersion 2)
 //
 // Every value is JSON except the schema version. Keys are UTF-8 strings.
 //
@@ -15,11 +15,20 @@
 //	  <task ARN>              JSON of task.Task; its "arn" field equals the key
 //	images                    bucket
 //	  <image ref>             JSON of ImageRecord; its "ref" field equals the key
+//	sent                      bucket (version 2): what the control plane was told, owned by the reporter
+//	  <task ARN>              JSON of SentRecord; its "taskArn" field equals the key
 //
+// Version 2 moved each task's and container's "sentStatus" out of the task records into the sent
+// bucket, so that the engine, which writes task records, and the reporter, which writes sent records,
+// never write the same record.
 // A file without a schema version (new, or written before versions existed) is version 0. Opening a
 // file of version N < SchemaVersion runs upgrades[N], upgrades[N+1], … in one transaction and then
 // writes SchemaVersion; opening a file newer than SchemaVersion fails and leaves it untouched. To
 // change the schema: bump SchemaVersion, append one step to upgrades, and update this comment.
+//
+// Writes are group-committed: a write that arrives while another transaction is being committed
+// waits for it and then shares one transaction (and one fsync) with every other write that waited,
+// so N workers saving at once cost about two fsyncs, not N, and a lone write waits for nothing.
 //
 // A record that does not decode, or whose key does not match its ARN or ref, is reported as a
 // *RecordError and skipped; the other records still load.
@@ -34,6 +43,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,7 +55,7 @@ import (
 )
 
 // SchemaVersion is the version of the bbolt schema this code reads and writes.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // upgrades[v] upgrades a file from schema version v to v+1; len(upgrades) == SchemaVersion.
 var upgrades = []func(tx *bbolt.Tx) error{
@@ -56,6 +67,50 @@ var upgrades = []func(tx *bbolt.Tx) error{
 		}
 		return nil
 	},
+	1: moveSentStatus,
+}
+
+// moveSentStatus is the upgrade from version 1 to 2: it creates the sent bucket and moves the sent
+// statuses found in task records into it. A task record that does not decode is left for Tasks to
+// report.
+func moveSentStatus(tx *bbolt.Tx) error {
+	sent, err := tx.CreateBucketIfNotExists([]byte(bucketSent))
+	if err != nil {
+		return fmt.Errorf("create bucket %q: %w", bucketSent, err)
+	}
+	tasks, err := bucket(tx, bucketTasks)
+	if err != nil {
+		return err
+	}
+	return tasks.ForEach(func(k, v []byte) error {
+		var old struct {
+			SentStatus task.TaskStatus `json:"sentStatus"`
+			Containers []struct {
+				Name       string               `json:"name"`
+				SentStatus task.ContainerStatus `json:"sentStatus"`
+			} `json:"containers"`
+		}
+		if json.Unmarshal(v, &old) != nil {
+			return nil
+		}
+		r := SentRecord{TaskArn: string(k), Task: old.SentStatus}
+		for _, c := range old.Containers {
+			if c.SentStatus != task.ContainerNone {
+				if r.Containers == nil {
+					r.Containers = map[string]task.ContainerStatus{}
+				}
+				r.Containers[c.Name] = c.SentStatus
+			}
+		}
+		if r.Task == task.TaskNone && r.Containers == nil {
+			return nil
+		}
+		data, err := encodeSent(r)
+		if err != nil {
+			return err
+		}
+		return sent.Put(k, data)
+	})
 }
 
 var _ Store = (*Bolt)(nil)
@@ -65,6 +120,17 @@ var _ Store = (*Bolt)(nil)
 type Bolt struct {
 	db   *bbolt.DB
 	path string
+
+	mu      sync.Mutex
+	queue   []*pendingWrite // writes waiting for the next group commit
+	leading bool            // a goroutine is committing queued writes
+	commits atomic.Int64    // transactions committed by update, for tests
+}
+
+// pendingWrite is one write waiting for a group commit.
+type pendingWrite struct {
+	fn   func(tx *bbolt.Tx) error
+	done chan error
 }
 
 // lockedError is OpenBolt's error when another process holds the file lock.
@@ -158,12 +224,42 @@ func schemaVersion(tx *bbolt.Tx) (int, error) {
 // Path returns the path of the state file.
 func (b *Bolt) Path() string { return b.path }
 
-// update runs fn in one read-write transaction, after checking ctx.
+// update runs fn in a read-write transaction, after checking ctx, and returns once it is durable. fn
+// may share its transaction with other writes (see the package doc), so it must only touch its own
+// keys; if it fails, every write of its transaction fails with its error.
 func (b *Bolt) update(ctx context.Context, what string, fn func(tx *bbolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	return b.wrap(what, b.db.Update(fn))
+	w := &pendingWrite{fn: fn, done: make(chan error, 1)}
+	b.mu.Lock()
+	b.queue = append(b.queue, w)
+	if b.leading {
+		b.mu.Unlock()
+		return b.wrap(what, <-w.done)
+	}
+	b.leading = true
+	for len(b.queue) > 0 {
+		group := b.queue
+		b.queue = nil
+		b.mu.Unlock()
+		b.commits.Add(1)
+		err := b.db.Update(func(tx *bbolt.Tx) error {
+			for _, g := range group {
+				if err := g.fn(tx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		for _, g := range group {
+			g.done <- err
+		}
+		b.mu.Lock()
+	}
+	b.leading = false
+	b.mu.Unlock()
+	return b.wrap(what, <-w.done)
 }
 
 // view runs fn in one read-only transaction, after checking ctx.
@@ -222,20 +318,26 @@ func (b *Bolt) DeleteTask(ctx context.Context, arn string) error {
 
 // Tasks returns every stored task ordered by ARN, plus one joined *RecordError per bad record.
 func (b *Bolt) Tasks(ctx context.Context) ([]*task.Task, error) {
-	out := []*task.Task{}
+	return list(ctx, b, "list tasks", bucketTasks, decodeTask)
+}
+
+// list decodes every record of a bucket in key order; records that do not decode are skipped and
+// their errors joined.
+func list[T any](ctx context.Context, b *Bolt, what, name string, decode func(key string, data []byte) (T, error)) ([]T, error) {
+	out := []T{}
 	var errs []error
-	err := b.view(ctx, "list tasks", func(tx *bbolt.Tx) error {
-		bk, err := bucket(tx, bucketTasks)
+	err := b.view(ctx, what, func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, name)
 		if err != nil {
 			return err
 		}
 		return bk.ForEach(func(k, v []byte) error {
-			t, err := decodeTask(string(k), v)
+			r, err := decode(string(k), v)
 			if err != nil {
 				errs = append(errs, err)
 				return nil
 			}
-			out = append(out, t)
+			out = append(out, r)
 			return nil
 		})
 	})
@@ -348,27 +450,39 @@ func (b *Bolt) DeleteImage(ctx context.Context, ref string) error {
 
 // Images returns every image record ordered by Ref, plus one joined *RecordError per bad record.
 func (b *Bolt) Images(ctx context.Context) ([]ImageRecord, error) {
-	out := []ImageRecord{}
-	var errs []error
-	err := b.view(ctx, "list images", func(tx *bbolt.Tx) error {
-		bk, err := bucket(tx, bucketImages)
+	return list(ctx, b, "list images", bucketImages, decodeImage)
+}
+
+// SaveSent stores r, replacing any earlier record of the same task; durable when it returns.
+func (b *Bolt) SaveSent(ctx context.Context, r SentRecord) error {
+	data, err := encodeSent(r)
+	if err != nil {
+		return err
+	}
+	return b.update(ctx, fmt.Sprintf("save sent record %q", r.TaskArn), func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketSent)
 		if err != nil {
 			return err
 		}
-		return bk.ForEach(func(k, v []byte) error {
-			img, err := decodeImage(string(k), v)
-			if err != nil {
-				errs = append(errs, err)
-				return nil
-			}
-			out = append(out, img)
-			return nil
-		})
+		return bk.Put([]byte(r.TaskArn), data)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, errors.Join(errs...)
+}
+
+// DeleteSent removes a task's sent record; deleting an unknown ARN is a no-op.
+func (b *Bolt) DeleteSent(ctx context.Context, taskArn string) error {
+	return b.update(ctx, fmt.Sprintf("delete sent record %q", taskArn), func(tx *bbolt.Tx) error {
+		bk, err := bucket(tx, bucketSent)
+		if err != nil {
+			return err
+		}
+		return bk.Delete([]byte(taskArn))
+	})
+}
+
+// SentRecords returns every sent record ordered by task ARN, plus one joined *RecordError per bad
+// record.
+func (b *Bolt) SentRecords(ctx context.Context) ([]SentRecord, error) {
+	return list(ctx, b, "list sent records", bucketSent, decodeSent)
 }
 
 // Close closes the file and releases its lock; later calls fail with ErrClosed. Calling it again is

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,7 +72,7 @@ func TestBoltCreatesDirectoryAndFile(t *testing.T) {
 	info, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
-	assert.Equal(t, "1", string(rawRead(t, path, "meta", "schema_version")), "a fresh file gets the current schema version")
+	assert.Equal(t, strconv.Itoa(SchemaVersion), string(rawRead(t, path, "meta", "schema_version")), "a fresh file gets the current schema version")
 }
 
 func TestBoltPersistsAcrossReopen(t *testing.T) {
@@ -219,8 +221,10 @@ func TestBoltSchemaVersions(t *testing.T) {
 		{
 			name: "current version",
 			prepare: func(tx *bbolt.Tx) error {
-				if err := upgrades[0](tx); err != nil {
-					return err
+				for _, up := range upgrades {
+					if err := up(tx); err != nil {
+						return err
+					}
 				}
 				return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte(strconv.Itoa(SchemaVersion)))
 			},
@@ -232,9 +236,9 @@ func TestBoltSchemaVersions(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				return meta.Put([]byte("schema_version"), []byte("2"))
+				return meta.Put([]byte("schema_version"), []byte(strconv.Itoa(SchemaVersion+1)))
 			},
-			wantErr: []string{"schema version 2", "version 1", "refusing to downgrade"},
+			wantErr: []string{fmt.Sprintf("schema version %d", SchemaVersion+1), fmt.Sprintf("version %d", SchemaVersion), "refusing to downgrade"},
 		},
 		{
 			name: "unreadable version",
@@ -271,6 +275,7 @@ func TestBoltSchemaVersions(t *testing.T) {
 			require.NoError(t, b.SaveTask(ctx, &task.Task{Arn: "arn:a"}), "every bucket exists after opening")
 			require.NoError(t, b.SaveImage(ctx, ImageRecord{Ref: "r"}))
 			require.NoError(t, b.SaveRegistration(ctx, Registration{Cluster: "c"}))
+			require.NoError(t, b.SaveSent(ctx, SentRecord{TaskArn: "arn:a"}))
 			require.NoError(t, b.Close())
 			assert.Equal(t, strconv.Itoa(SchemaVersion), string(rawRead(t, path, "meta", "schema_version")))
 		})
@@ -307,4 +312,65 @@ func TestBoltNotABoltFile(t *testing.T) {
 			assert.Contains(t, err.Error(), path)
 		})
 	}
+}
+
+// A version 1 file kept sent statuses inside the task records; opening it moves them into the sent
+// bucket and leaves the rest of each task as it was.
+func TestBoltUpgradeMovesSentStatus(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	v1 := map[string]string{
+		"arn:sent":   `{"arn":"arn:sent","family":"web","knownStatus":"RUNNING","sentStatus":"RUNNING","containers":[{"name":"app","knownStatus":"RUNNING","sentStatus":"RUNNING"},{"name":"side","knownStatus":"CREATED","sentStatus":"NONE"}]}`,
+		"arn:unsent": `{"arn":"arn:unsent","family":"web","knownStatus":"PULLED","sentStatus":"NONE","containers":[{"name":"app","sentStatus":"NONE"}]}`,
+		"arn:bad":    `{not json`,
+	}
+	rawFile(t, path, func(tx *bbolt.Tx) error {
+		if err := upgrades[0](tx); err != nil {
+			return err
+		}
+		for k, v := range v1 {
+			if err := tx.Bucket([]byte("tasks")).Put([]byte(k), []byte(v)); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("1"))
+	})
+
+	b := openTestBolt(t, path)
+	sent, err := b.SentRecords(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []SentRecord{{TaskArn: "arn:sent", Task: task.TaskRunning,
+		Containers: map[string]task.ContainerStatus{"app": task.ContainerRunning}}}, sent, "only what was sent moves; the bad record is left alone")
+	tasks, err := b.Tasks(ctx)
+	var recErr *RecordError
+	require.ErrorAs(t, err, &recErr, "the bad record is still reported by Tasks")
+	assert.Equal(t, []string{"arn:sent", "arn:unsent"}, arns(tasks))
+	assert.Equal(t, task.TaskRunning, tasks[0].KnownStatus)
+}
+
+// Writes that arrive while a transaction commits share the next one: N concurrent saves cost far
+// fewer than N transactions, and each save is still durable when it returns.
+func TestBoltGroupCommit(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	b := openTestBolt(t, path)
+	const n = 64
+	txBefore := b.commits.Load()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			assert.NoError(t, b.SaveTask(ctx, fullTask(fmt.Sprintf("arn:%03d", i))))
+		})
+	}
+	wg.Wait()
+	txs := b.commits.Load() - txBefore
+	t.Logf("%d concurrent saves in %d transactions", n, txs)
+	assert.Less(t, txs, int64(n/2), "concurrent saves share transactions")
+	assert.GreaterOrEqual(t, txs, int64(1))
+
+	require.NoError(t, b.Close())
+	reopened := openTestBolt(t, path)
+	got, err := reopened.Tasks(ctx)
+	require.NoError(t, err)
+	assert.Len(t, got, n, "every grouped save is durable")
 }

@@ -36,7 +36,7 @@ func fullTask(arn string) *task.Task {
 			{
 				Name: "~internal~ecs~pause", Image: "amazon/amazon-ecs-pause:0.1.0", Essential: true, Pause: true,
 				DesiredStatus: task.ContainerResourcesProvisioned, KnownStatus: task.ContainerResourcesProvisioned,
-				SentStatus: task.ContainerNone, DockerID: "p123",
+				DockerID:  "p123",
 				Networks:  []task.Network{{Mode: "awsvpc", IPv4Addresses: []string{"10.0.0.5"}}},
 				StartedAt: created.Add(time.Second),
 			},
@@ -55,7 +55,7 @@ func fullTask(arn string) *task.Task {
 				DockerLabels:     map[string]string{"x": "y"},
 				LogConfiguration: &task.LogConfiguration{LogDriver: "json-file", Options: map[string]string{"max-size": "10m"}},
 				Privileged:       true, ReadonlyRootFilesystem: true, InitProcessEnabled: true,
-				DesiredStatus: task.ContainerStopped, KnownStatus: task.ContainerStopped, SentStatus: task.ContainerRunning,
+				DesiredStatus: task.ContainerStopped, KnownStatus: task.ContainerStopped,
 				DockerID: "abc123", DockerName: "ecs-web-7-app", ImageID: "sha256:feed", ExitCode: intp(137),
 				Reason: "OutOfMemoryError", Health: task.HealthUnhealthy,
 				NetworkBindings: []task.NetworkBinding{{BindIP: "0.0.0.0", ContainerPort: 80, HostPort: 8080, Protocol: "tcp"}},
@@ -69,7 +69,6 @@ func fullTask(arn string) *task.Task {
 		},
 		DesiredStatus: task.TaskStopped,
 		KnownStatus:   task.TaskRunning,
-		SentStatus:    task.TaskRunning,
 		StoppedReason: task.StopReasonEssentialExited,
 		PendingReason: "waiting for ENI",
 		CreatedAt:     created,
@@ -238,6 +237,39 @@ func testStoreContract(t *testing.T, open func(t *testing.T) Store) {
 		got, err = s.Images(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, []ImageRecord{ecr, nginx}, got)
+	})
+
+	t.Run("sent records save replace delete", func(t *testing.T) {
+		s := open(t)
+		got, err := s.SentRecords(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, got)
+
+		report := &task.Task{Arn: "arn:rejected", DesiredStatus: task.TaskStopped, KnownStatus: task.TaskStopped, StoppedReason: "bad"}
+		require.NoError(t, s.SaveSent(ctx, SentRecord{TaskArn: "arn:b", Task: task.TaskRunning}))
+		require.NoError(t, s.SaveSent(ctx, SentRecord{TaskArn: "arn:rejected", Report: report}))
+		require.NoError(t, s.SaveSent(ctx, SentRecord{TaskArn: "arn:a", Task: task.TaskRunning,
+			Containers: map[string]task.ContainerStatus{"app": task.ContainerRunning}}))
+		require.NoError(t, s.SaveSent(ctx, SentRecord{TaskArn: "arn:b", Task: task.TaskStopped,
+			Containers: map[string]task.ContainerStatus{"app": task.ContainerStopped}}))
+
+		got, err = s.SentRecords(ctx)
+		require.NoError(t, err)
+		require.Len(t, got, 3)
+		assert.Equal(t, SentRecord{TaskArn: "arn:a", Task: task.TaskRunning, Containers: map[string]task.ContainerStatus{"app": task.ContainerRunning}}, got[0])
+		assert.Equal(t, SentRecord{TaskArn: "arn:b", Task: task.TaskStopped, Containers: map[string]task.ContainerStatus{"app": task.ContainerStopped}}, got[1], "the last save wins")
+		assert.Equal(t, "arn:rejected", got[2].TaskArn)
+		require.NotNil(t, got[2].Report)
+		assert.Equal(t, "bad", got[2].Report.StoppedReason)
+
+		require.NoError(t, s.DeleteSent(ctx, "arn:a"))
+		require.NoError(t, s.DeleteSent(ctx, "arn:never-there"), "deleting an unknown ARN is a no-op")
+		got, err = s.SentRecords(ctx)
+		require.NoError(t, err)
+		assert.Len(t, got, 2)
+
+		assert.Error(t, s.SaveSent(ctx, SentRecord{}), "a record needs its task ARN")
+		assert.Error(t, s.SaveSent(ctx, SentRecord{TaskArn: "arn:x", Report: report}), "a report must be of its record's task")
 	})
 
 	t.Run("concurrent saves", func(t *testing.T) {

@@ -21,13 +21,14 @@ type Memory struct {
 	closed bool
 	tasks  map[string][]byte
 	images map[string][]byte
+	sent   map[string][]byte
 	reg    *Registration
 	seq    int64
 }
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
-	return &Memory{tasks: map[string][]byte{}, images: map[string][]byte{}}
+	return &Memory{tasks: map[string][]byte{}, images: map[string][]byte{}, sent: map[string][]byte{}}
 }
 
 // lock checks ctx, takes the lock and fails once the store is closed. On success the caller unlocks.
@@ -69,20 +70,26 @@ func (m *Memory) DeleteTask(ctx context.Context, arn string) error {
 
 // Tasks returns copies of every stored task, ordered by ARN.
 func (m *Memory) Tasks(ctx context.Context) ([]*task.Task, error) {
-	if err := m.lock(ctx, "list tasks"); err != nil {
+	return memList(ctx, m, "list tasks", func(m *Memory) map[string][]byte { return m.tasks }, decodeTask)
+}
+
+// memList decodes every record of one of m's maps in key order, as the bbolt store's list does.
+func memList[T any](ctx context.Context, m *Memory, what string, records func(*Memory) map[string][]byte, decode func(key string, data []byte) (T, error)) ([]T, error) {
+	if err := m.lock(ctx, what); err != nil {
 		return nil, err
 	}
 	defer m.mu.Unlock()
-	keys := slices.Sorted(maps.Keys(m.tasks))
-	out := make([]*task.Task, 0, len(keys))
+	recs := records(m)
+	keys := slices.Sorted(maps.Keys(recs))
+	out := make([]T, 0, len(keys))
 	var errs []error
 	for _, k := range keys {
-		t, err := decodeTask(k, m.tasks[k])
+		r, err := decode(k, recs[k])
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, t)
+		out = append(out, r)
 	}
 	return out, errors.Join(errs...)
 }
@@ -154,22 +161,36 @@ func (m *Memory) DeleteImage(ctx context.Context, ref string) error {
 
 // Images returns every image record, ordered by Ref.
 func (m *Memory) Images(ctx context.Context) ([]ImageRecord, error) {
-	if err := m.lock(ctx, "list images"); err != nil {
-		return nil, err
+	return memList(ctx, m, "list images", func(m *Memory) map[string][]byte { return m.images }, decodeImage)
+}
+
+// SaveSent stores r, replacing any earlier record of the same task.
+func (m *Memory) SaveSent(ctx context.Context, r SentRecord) error {
+	b, err := encodeSent(r)
+	if err != nil {
+		return err
+	}
+	if err := m.lock(ctx, fmt.Sprintf("save sent record %q", r.TaskArn)); err != nil {
+		return err
 	}
 	defer m.mu.Unlock()
-	keys := slices.Sorted(maps.Keys(m.images))
-	out := make([]ImageRecord, 0, len(keys))
-	var errs []error
-	for _, k := range keys {
-		img, err := decodeImage(k, m.images[k])
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, img)
+	m.sent[r.TaskArn] = b
+	return nil
+}
+
+// DeleteSent removes a task's sent record; deleting an unknown ARN is a no-op.
+func (m *Memory) DeleteSent(ctx context.Context, taskArn string) error {
+	if err := m.lock(ctx, fmt.Sprintf("delete sent record %q", taskArn)); err != nil {
+		return err
 	}
-	return out, errors.Join(errs...)
+	defer m.mu.Unlock()
+	delete(m.sent, taskArn)
+	return nil
+}
+
+// SentRecords returns every sent record, ordered by task ARN.
+func (m *Memory) SentRecords(ctx context.Context) ([]SentRecord, error) {
+	return memList(ctx, m, "list sent records", func(m *Memory) map[string][]byte { return m.sent }, decodeSent)
 }
 
 // Close marks the store closed; later calls fail with ErrClosed. Calling it again is a no-op.

@@ -35,6 +35,13 @@ type Store interface {
 	DeleteImage(ctx context.Context, ref string) error
 	// Images returns every image record, ordered by Ref, reporting bad records as Tasks does.
 	Images(ctx context.Context) ([]ImageRecord, error)
+	// SaveSent inserts r or replaces the record with the same TaskArn.
+	SaveSent(ctx context.Context, r SentRecord) error
+	// DeleteSent removes the record of a task; an unknown ARN is a no-op.
+	DeleteSent(ctx context.Context, taskArn string) error
+	// SentRecords returns every record of what the control plane was told, ordered by TaskArn,
+	// reporting bad records as Tasks does.
+	SentRecords(ctx context.Context) ([]SentRecord, error)
 	// Close releases the store; calling it again is a no-op.
 	Close() error
 }
@@ -51,6 +58,17 @@ type ImageRecord struct {
 	ImageID    string    `json:"imageId"`
 	PulledAt   time.Time `json:"pulledAt,omitzero"`
 	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
+}
+
+// SentRecord is what the control plane has been told of one task: the last task and container
+// statuses it accepted. Its owner is the state-change reporter; the engine never reads or writes it.
+type SentRecord struct {
+	TaskArn    string                          `json:"taskArn"`
+	Task       task.TaskStatus                 `json:"task"`
+	Containers map[string]task.ContainerStatus `json:"containers,omitempty"`
+	// Report, when set, is a STOPPED report of a task the engine never took (one rejected when it
+	// arrived): it is delivered from this record alone and the record is deleted once it is.
+	Report *task.Task `json:"report,omitempty"`
 }
 
 var (
@@ -81,6 +99,7 @@ const (
 	bucketMeta   = "meta"
 	bucketTasks  = "tasks"
 	bucketImages = "images"
+	bucketSent   = "sent"
 
 	keySchemaVersion = "schema_version"
 	keyRegistration  = "registration"
@@ -132,4 +151,29 @@ func decodeImage(key string, data []byte) (ImageRecord, error) {
 		return ImageRecord{}, &RecordError{Bucket: bucketImages, Key: key, Err: errors.New("key does not match the image's ref")}
 	}
 	return img, nil
+}
+
+func encodeSent(r SentRecord) ([]byte, error) {
+	if r.TaskArn == "" {
+		return nil, errors.New("save sent record: empty task ARN")
+	}
+	if r.Report != nil && r.Report.Arn != r.TaskArn {
+		return nil, fmt.Errorf("save sent record %q: its report is of task %q", r.TaskArn, r.Report.Arn)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("save sent record %q: encode: %w", r.TaskArn, err)
+	}
+	return b, nil
+}
+
+func decodeSent(key string, data []byte) (SentRecord, error) {
+	var r SentRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return SentRecord{}, &RecordError{Bucket: bucketSent, Key: key, Err: err}
+	}
+	if r.TaskArn != key {
+		return SentRecord{}, &RecordError{Bucket: bucketSent, Key: key, Err: errors.New("key does not match the record's task ARN")}
+	}
+	return r, nil
 }

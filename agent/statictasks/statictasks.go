@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
@@ -31,8 +32,10 @@ import (
 
 // Runner is the part of the engine static tasks drive.
 type Runner interface {
-	AddTask(t *task.Task) error
-	StopTask(arn, reason string) bool
+	// AddTask returns once the task is saved.
+	AddTask(ctx context.Context, t *task.Task) error
+	// StopTask returns once the stop is saved.
+	StopTask(ctx context.Context, arn, reason string) error
 	Task(arn string) *task.Task
 }
 
@@ -107,7 +110,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
 	for {
-		w.Scan()
+		w.Scan(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -117,7 +120,7 @@ func (w *Watcher) Run(ctx context.Context) {
 }
 
 // Scan applies the directory's current contents once.
-func (w *Watcher) Scan() {
+func (w *Watcher) Scan(ctx context.Context) {
 	entries, err := os.ReadDir(w.cfg.Dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		w.log.Warn("cannot read the static tasks directory", "error", err)
@@ -129,7 +132,7 @@ func (w *Watcher) Scan() {
 			continue
 		}
 		seen[e.Name()] = true
-		w.apply(e.Name())
+		w.apply(ctx, e.Name())
 	}
 	names := make([]string, 0, len(w.running))
 	for name := range w.running {
@@ -138,7 +141,7 @@ func (w *Watcher) Scan() {
 	slices.Sort(names)
 	for _, name := range names {
 		if !seen[name] {
-			w.runner.StopTask(w.running[name], ReasonRemoved)
+			w.stop(ctx, w.running[name], ReasonRemoved)
 			w.log.Info("static task file removed; its task stops", "file", name, "task", w.running[name])
 			delete(w.running, name)
 		}
@@ -149,14 +152,14 @@ func (w *Watcher) Scan() {
 		}
 	}
 	for arn := range w.adopted {
-		w.runner.StopTask(arn, ReasonRemoved)
+		w.stop(ctx, arn, ReasonRemoved)
 		w.log.Info("static task's file changed or went away while the agent was down; its task stops", "task", arn)
 		delete(w.adopted, arn)
 	}
 }
 
 // apply starts the task of one file, or replaces it when the file changed.
-func (w *Watcher) apply(name string) {
+func (w *Watcher) apply(ctx context.Context, name string) {
 	path := filepath.Join(w.cfg.Dir, name)
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -205,16 +208,23 @@ func (w *Watcher) apply(name string) {
 		t.Revision = 1 // a file is its family's one and only revision
 	}
 	if ok && !strings.HasPrefix(old, base) {
-		w.runner.StopTask(old, ReasonChanged)
+		w.stop(ctx, old, ReasonChanged)
 		w.log.Info("static task file changed; replacing its task", "file", name, "old_task", old, "task", arn)
 	}
-	if err := w.runner.AddTask(t); err != nil {
+	if err := w.runner.AddTask(ctx, t); err != nil {
 		w.log.Warn("cannot start static task", "file", name, "task", arn, "error", err)
 		delete(w.running, name)
 		return
 	}
 	w.running[name] = arn
 	w.log.Info("static task started", "file", name, "task", arn, "family", t.Family)
+}
+
+// stop stops a task this watcher started; a task the engine no longer holds needs no stop.
+func (w *Watcher) stop(ctx context.Context, arn, reason string) {
+	if err := w.runner.StopTask(ctx, arn, reason); err != nil && !errors.Is(err, engine.ErrUnknownTask) && ctx.Err() == nil {
+		w.log.Warn("cannot stop static task", "task", arn, "error", err)
+	}
 }
 
 // claim takes the restored task of a file, if one survived the restart with this definition.

@@ -83,12 +83,12 @@ func TestIntegrationStaticTasks(t *testing.T) {
 	}
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "app.json"), []byte(def("one")), 0o600))
-	w.Scan()
+	w.Scan(context.Background())
 	tasks := waitFor("the added file's task runs", func(ts []*task.Task) bool { return len(ts) == 1 && ts[0].KnownStatus == task.TaskRunning })
 	first := tasks[0].Arn
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "app.json"), []byte(def("two")), 0o600))
-	w.Scan()
+	w.Scan(context.Background())
 	var second string
 	tasks = waitFor("the changed file's task replaces the old one", func(ts []*task.Task) bool {
 		for _, tk := range ts {
@@ -105,7 +105,7 @@ func TestIntegrationStaticTasks(t *testing.T) {
 	}
 
 	require.NoError(t, os.Remove(filepath.Join(dir, "app.json")))
-	w.Scan()
+	w.Scan(context.Background())
 	tasks = waitFor("the removed file's task stops", func(ts []*task.Task) bool { return statusOf(ts, second) == task.TaskStopped })
 	for _, tk := range tasks {
 		if tk.Arn == second {

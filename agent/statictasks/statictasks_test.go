@@ -2,6 +2,7 @@ package statictasks
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,7 +26,7 @@ type fakeRunner struct {
 	tasks map[string]*task.Task
 }
 
-func (f *fakeRunner) AddTask(t *task.Task) error {
+func (f *fakeRunner) AddTask(_ context.Context, t *task.Task) error {
 	f.calls = append(f.calls, call{op: "add", arn: t.Arn})
 	if f.tasks == nil {
 		f.tasks = map[string]*task.Task{}
@@ -36,9 +37,9 @@ func (f *fakeRunner) AddTask(t *task.Task) error {
 
 func (f *fakeRunner) Task(arn string) *task.Task { return f.tasks[arn] }
 
-func (f *fakeRunner) StopTask(arn, reason string) bool {
+func (f *fakeRunner) StopTask(_ context.Context, arn, reason string) error {
 	f.calls = append(f.calls, call{op: "stop", arn: arn, reason: reason})
-	return true
+	return nil
 }
 
 const webDef = `{"family": "web", "containerDefinitions": [{"name": "web", "image": "berth/testapp:latest", "memory": 32}]}`
@@ -54,12 +55,12 @@ func TestWatcher(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600))
 	}
 
-	w.Scan()
+	w.Scan(context.Background())
 	assert.Empty(t, r.calls, "an empty directory starts nothing")
 
 	write("web.json", webDef)
 	write("notes.txt", "not a task definition")
-	w.Scan()
+	w.Scan(context.Background())
 	require.Len(t, r.calls, 1)
 	first := r.calls[0].arn
 	assert.Equal(t, "add", r.calls[0].op)
@@ -69,11 +70,11 @@ func TestWatcher(t *testing.T) {
 	assert.Equal(t, 1, r.tasks[first].Revision, "a file without a revision is revision 1")
 	assert.True(t, r.tasks[first].Static, "marked as the host's own")
 
-	w.Scan()
+	w.Scan(context.Background())
 	assert.Len(t, r.calls, 1, "an unchanged file is left alone")
 
 	write("web.json", strings.Replace(webDef, `"memory": 32`, `"memory": 64`, 1))
-	w.Scan()
+	w.Scan(context.Background())
 	require.Len(t, r.calls, 3)
 	assert.Equal(t, call{op: "stop", arn: first, reason: ReasonChanged}, r.calls[1])
 	assert.Equal(t, "add", r.calls[2].op)
@@ -81,11 +82,11 @@ func TestWatcher(t *testing.T) {
 	assert.NotEqual(t, first, second)
 
 	require.NoError(t, os.Remove(filepath.Join(dir, "web.json")))
-	w.Scan()
+	w.Scan(context.Background())
 	require.Len(t, r.calls, 4)
 	assert.Equal(t, call{op: "stop", arn: second, reason: ReasonRemoved}, r.calls[3])
 
-	w.Scan()
+	w.Scan(context.Background())
 	assert.Len(t, r.calls, 4, "a removed task is stopped once")
 }
 
@@ -100,22 +101,22 @@ func TestWatcherInvalidFileReportedOnce(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.json"), []byte(bad), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "good.json"), []byte(webDef), 0o600))
 
-	w.Scan()
-	w.Scan()
+	w.Scan(context.Background())
+	w.Scan(context.Background())
 	assert.Len(t, r.calls, 1, "the valid file still starts")
 	assert.Equal(t, 1, strings.Count(logs.String(), "invalid static task definition"), logs.String())
 	assert.Contains(t, logs.String(), `containerDefinitions[0].dependsOn[0].containerName`)
 	assert.Contains(t, logs.String(), "file=bad.json")
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.json"), []byte(strings.Replace(bad, `"db"`, `"dbx"`, 1)), 0o600))
-	w.Scan()
+	w.Scan(context.Background())
 	assert.Equal(t, 2, strings.Count(logs.String(), "invalid static task definition"), "a changed invalid file is reported again")
 }
 
 func TestWatcherMissingDirectory(t *testing.T) {
 	r := &fakeRunner{}
 	w := New(Config{Dir: filepath.Join(t.TempDir(), "absent")}, r, logger.Nop())
-	w.Scan()
+	w.Scan(context.Background())
 	assert.Empty(t, r.calls)
 }
 
@@ -126,23 +127,23 @@ func TestWatcherRestartsATaskThatStoppedByItself(t *testing.T) {
 	now := time.Unix(1000, 0)
 	w.now = func() time.Time { return now }
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
-	w.Scan()
+	w.Scan(context.Background())
 	require.Len(t, r.calls, 1)
 	first := r.calls[0].arn
 
-	w.Scan()
+	w.Scan(context.Background())
 	assert.Len(t, r.calls, 1, "a running task is left alone")
 
 	for i, delay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
 		current := r.calls[len(r.calls)-1].arn
 		r.tasks[current].KnownStatus = task.TaskStopped // its essential container exited
-		w.Scan()
+		w.Scan(context.Background())
 		calls := len(r.calls)
 		now = now.Add(delay - time.Millisecond)
-		w.Scan()
+		w.Scan(context.Background())
 		assert.Len(t, r.calls, calls, "restart %d waits %s", i+1, delay)
 		now = now.Add(time.Millisecond)
-		w.Scan()
+		w.Scan(context.Background())
 		require.Len(t, r.calls, calls+1, "restart %d happens after %s", i+1, delay)
 		assert.Equal(t, "add", r.calls[calls].op)
 		assert.Equal(t, fmt.Sprintf("%s-r%d", first, i+1), r.calls[calls].arn)
@@ -153,7 +154,7 @@ func TestWatcherAdoptsRestoredTasks(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
 	probe := &fakeRunner{}
-	New(Config{Dir: dir, Cluster: "default"}, probe, logger.Nop()).Scan()
+	New(Config{Dir: dir, Cluster: "default"}, probe, logger.Nop()).Scan(context.Background())
 	kept := probe.calls[0].arn
 
 	r := &fakeRunner{tasks: map[string]*task.Task{kept: {Arn: kept, KnownStatus: task.TaskRunning, DesiredStatus: task.TaskRunning}}}
@@ -165,9 +166,9 @@ func TestWatcherAdoptsRestoredTasks(t *testing.T) {
 		{Arn: gone, DesiredStatus: task.TaskRunning},
 		{Arn: other, DesiredStatus: task.TaskRunning},
 	})
-	w.Scan()
+	w.Scan(context.Background())
 	assert.Equal(t, []call{{op: "stop", arn: gone, reason: ReasonRemoved}}, r.calls,
 		"the unchanged file keeps its restored task; the task of a file that went away stops; other tasks are not the watcher's")
-	w.Scan()
+	w.Scan(context.Background())
 	assert.Len(t, r.calls, 1)
 }

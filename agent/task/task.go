@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 )
 
@@ -163,7 +164,6 @@ type Container struct {
 	// Runtime state.
 	DesiredStatus   ContainerStatus  `json:"desiredStatus"`
 	KnownStatus     ContainerStatus  `json:"knownStatus"`
-	SentStatus      ContainerStatus  `json:"sentStatus"`
 	DockerID        string           `json:"dockerId,omitempty"`
 	DockerName      string           `json:"dockerName,omitempty"`
 	ImageID         string           `json:"imageId,omitempty"`
@@ -191,13 +191,15 @@ func (c *Container) Started() bool {
 }
 
 // ENI is the elastic network interface ECS attached to the host for an awsvpc task.
+// Its addresses are parsed where it arrives (see acs.TranslateTask), so the engine never meets a
+// malformed one.
 type ENI struct {
-	AttachmentArn string   `json:"attachmentArn,omitempty"`
-	MAC           string   `json:"mac"`
-	IPv4CIDR      string   `json:"ipv4Cidr"` // primary address with the subnet's prefix, e.g. 10.0.1.5/24
-	Gateway       string   `json:"gateway"`  // the subnet gateway's address
-	DNSServers    []string `json:"dnsServers,omitempty"`
-	SearchDomains []string `json:"searchDomains,omitempty"`
+	AttachmentArn string       `json:"attachmentArn,omitempty"`
+	MAC           string       `json:"mac"`
+	IPv4          netip.Prefix `json:"ipv4Cidr"` // primary address with the subnet's prefix, e.g. 10.0.1.5/24
+	Gateway       netip.Addr   `json:"gateway"`  // the subnet gateway's address
+	DNSServers    []string     `json:"dnsServers,omitempty"`
+	SearchDomains []string     `json:"searchDomains,omitempty"`
 }
 
 // AWSVPC is what Berth set up for an awsvpc task's network namespace.
@@ -227,7 +229,6 @@ type Task struct {
 
 	DesiredStatus TaskStatus `json:"desiredStatus"`
 	KnownStatus   TaskStatus `json:"knownStatus"`
-	SentStatus    TaskStatus `json:"sentStatus"`
 	StoppedReason string     `json:"stoppedReason,omitempty"`
 	PendingReason string     `json:"pendingReason,omitempty"` // why the task waits (host resources, networking)
 	CreatedAt     time.Time  `json:"createdAt,omitzero"`

@@ -225,11 +225,9 @@ func TestParseValid(t *testing.T) {
 			assert.Equal(t, "arn:aws:ecs:us-east-1:123456789012:task/default/1", tk.Arn)
 			assert.Equal(t, task.TaskRunning, tk.DesiredStatus)
 			assert.Equal(t, task.TaskNone, tk.KnownStatus)
-			assert.Equal(t, task.TaskNone, tk.SentStatus)
 			for _, c := range tk.Containers {
 				assert.Equal(t, task.ContainerRunning, c.DesiredStatus, c.Name)
 				assert.Equal(t, task.ContainerNone, c.KnownStatus, c.Name)
-				assert.Equal(t, task.ContainerNone, c.SentStatus, c.Name)
 			}
 			tt.check(t, d, tk)
 		})

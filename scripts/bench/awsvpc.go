@@ -74,20 +74,20 @@ func (b *bench) awsvpcStart(ctx context.Context, rounds int) {
 		AWSVPC: engine.AWSVPCConfig{Network: network, PauseImage: "berth/pause:latest", LocalSubnet: (*cnitypes.IPNet)(subnet)}},
 		client, client.Puller(), nil, state.NewMemory(), logger.Nop())
 	running := make(chan string, 1)
-	eng.Subscribe(func(t *task.Task) {
+	eng.Subscribe(engine.ChangeFunc(func(t *task.Task) {
 		if t.KnownStatus == task.TaskRunning {
 			select {
 			case running <- t.Arn:
 			default:
 			}
 		}
-	})
+	}))
 	if err := eng.Start(ctx); err != nil {
 		fail("engine: %v", err)
 	}
 	defer func() {
 		for _, t := range eng.Tasks() {
-			eng.StopTask(t.Arn, "bench done")
+			_ = eng.StopTask(context.Background(), t.Arn, "bench done")
 		}
 		waitAllStopped(eng)
 		cancel()
@@ -102,7 +102,7 @@ func (b *bench) awsvpcStart(ctx context.Context, rounds int) {
 		t := def.NewTask(fmt.Sprintf("arn:aws:ecs:local:000000000000:task/%s/%s%d", benchCluster, mode, time.Now().UnixNano()))
 		t.Revision = 1
 		start := time.Now()
-		if err := eng.AddTask(t); err != nil {
+		if err := eng.AddTask(ctx, t); err != nil {
 			fail("%v", err)
 		}
 		for arn := range running {
@@ -111,7 +111,7 @@ func (b *bench) awsvpcStart(ctx context.Context, rounds int) {
 			}
 		}
 		took := time.Since(start)
-		eng.StopTask(t.Arn, "measured")
+		_ = eng.StopTask(context.Background(), t.Arn, "measured")
 		return took
 	}
 	var vpc, bridge []time.Duration

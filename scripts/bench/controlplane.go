@@ -14,9 +14,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -171,13 +173,8 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 			arns = append(arns, t.TaskArn)
 		}
 	}
-	var stoppedSent atomic.Int64
 	allSent := make(chan struct{})
-	reporter := ecsclient.NewReporter(client, nopStore{}, ecsclient.ReporterConfig{OnSent: func(t *task.Task) {
-		if t.SentStatus == task.TaskStopped && stoppedSent.Add(1) == tasks {
-			close(allSent)
-		}
-	}}, logger.Nop())
+	reporter := controlplane.NewReporter(client, &countingSentStore{want: tasks, done: allSent}, controlplane.ReporterConfig{}, logger.Nop())
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -211,10 +208,22 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 		tasks, reporter.Delivered(), took.Round(time.Millisecond), float64(reporter.Delivered())/took.Seconds())
 }
 
-// nopStore stands in for the agent's state: the rate bench measures delivery, not persistence.
-type nopStore struct{}
+// countingSentStore stands in for the agent's state: the rate bench measures delivery, not
+// persistence. It closes done once want tasks have their STOPPED recorded as sent.
+type countingSentStore struct {
+	want    int
+	stopped atomic.Int64
+	done    chan struct{}
+}
 
-func (nopStore) SaveTask(context.Context, *task.Task) error { return nil }
+func (s *countingSentStore) SaveSent(_ context.Context, r state.SentRecord) error {
+	if r.Task == task.TaskStopped && s.stopped.Add(1) == int64(s.want) {
+		close(s.done)
+	}
+	return nil
+}
+
+func (s *countingSentStore) DeleteSent(context.Context, string) error { return nil }
 
 func freeLoopback() string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -76,7 +76,7 @@ func (b *bench) berthRound(ctx context.Context, client *dockerclient.Client, n i
 		elapsed []time.Duration
 		done    = make(chan struct{})
 	)
-	eng.Subscribe(func(t *task.Task) {
+	eng.Subscribe(engine.ChangeFunc(func(t *task.Task) {
 		mu.Lock()
 		defer mu.Unlock()
 		start, ok := added[t.Arn]
@@ -88,7 +88,7 @@ func (b *bench) berthRound(ctx context.Context, client *dockerclient.Client, n i
 		if len(elapsed) == n {
 			close(done)
 		}
-	})
+	}))
 	if err := eng.Start(ctx); err != nil {
 		fail("engine: %v", err)
 	}
@@ -107,7 +107,7 @@ func (b *bench) berthRound(ctx context.Context, client *dockerclient.Client, n i
 	}
 	mu.Unlock()
 	for _, t := range tasks {
-		if err := eng.AddTask(t); err != nil {
+		if err := eng.AddTask(ctx, t); err != nil {
 			fail("add task: %v", err)
 		}
 	}

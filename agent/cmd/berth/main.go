@@ -71,15 +71,15 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 			fmt.Fprintf(stderr, "berth: invalid configuration: %v\n", err)
 			return 1
 		}
-		if err := app.Drain(ctx, res.Config, stdout); err != nil {
+		if err := drain(ctx, res.Config, stdout); err != nil {
 			fmt.Fprintf(stderr, "berth drain: %v\n", err)
 			return 1
 		}
 		return 0
 	case "run":
-		return runControlCommand(ctx, "run", args, environ, stdout, stderr, app.RunTaskFile)
+		return runControlCommand(ctx, "run", args, environ, stdout, stderr, runTaskFile)
 	case "stop":
-		return runControlCommand(ctx, "stop", args, environ, stdout, stderr, app.StopTask)
+		return runControlCommand(ctx, "stop", args, environ, stdout, stderr, stopTask)
 	case "version":
 		fmt.Fprintln(stdout, version.Get().String())
 		return 0

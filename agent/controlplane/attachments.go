@@ -1,4 +1,4 @@
-package app
+package controlplane
 
 import (
 	"context"
@@ -11,29 +11,33 @@ import (
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// attachmentSubmitter sends ENI attachment states; *ecsclient.Client satisfies it.
-type attachmentSubmitter interface {
+// AttachmentSubmitter sends ENI attachment states; *ecsclient.Client satisfies it.
+type AttachmentSubmitter interface {
 	SubmitAttachmentStateChanges(ctx context.Context, changes []ecsclient.AttachmentStateChange) error
 }
 
-// attachmentReporter reports a task's ENI ATTACHED once its networking is set up and DETACHED once
+var _ AttachmentSubmitter = (*ecsclient.Client)(nil)
+
+// AttachmentReporter reports a task's ENI ATTACHED once its networking is set up and DETACHED once
 // it is torn down, in that order, each once per process, retried while the control plane is down.
-type attachmentReporter struct {
-	client attachmentSubmitter
+// It remembers a task until the engine removes it, and a queued change until it is delivered.
+type AttachmentReporter struct {
+	client AttachmentSubmitter
 	log    *logger.Logger
 
 	mu      sync.Mutex
-	queued  map[ecsclient.AttachmentStateChange]bool
+	queued  map[string]ecsclient.AttachmentStatus // task ARN → the newest status queued for its ENI
 	pending []ecsclient.AttachmentStateChange
 	wake    chan struct{}
 }
 
-func newAttachmentReporter(client attachmentSubmitter, log *logger.Logger) *attachmentReporter {
-	return &attachmentReporter{client: client, log: log, queued: map[ecsclient.AttachmentStateChange]bool{}, wake: make(chan struct{}, 1)}
+// NewAttachmentReporter returns a reporter sending through client. Call Run to start it.
+func NewAttachmentReporter(client AttachmentSubmitter, log *logger.Logger) *AttachmentReporter {
+	return &AttachmentReporter{client: client, log: log, queued: map[string]ecsclient.AttachmentStatus{}, wake: make(chan struct{}, 1)}
 }
 
 // Report queues what a task change means for its ENI attachment; it never blocks.
-func (r *attachmentReporter) Report(t *task.Task) {
+func (r *AttachmentReporter) Report(t *task.Task) {
 	if t.ENI == nil || t.ENI.AttachmentArn == "" || t.AWSVPC == nil {
 		return
 	}
@@ -41,25 +45,35 @@ func (r *attachmentReporter) Report(t *task.Task) {
 	if t.AWSVPC.TornDown {
 		status = ecsclient.AttachmentDetached
 	}
-	change := ecsclient.AttachmentStateChange{AttachmentArn: t.ENI.AttachmentArn, Status: status}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.queued[change] {
+	if prev, ok := r.queued[t.Arn]; ok && (prev == status || prev == ecsclient.AttachmentDetached) {
 		return
 	}
-	if status == ecsclient.AttachmentDetached {
-		r.queued[ecsclient.AttachmentStateChange{AttachmentArn: change.AttachmentArn, Status: ecsclient.AttachmentAttached}] = true
-	}
-	r.queued[change] = true
-	r.pending = append(r.pending, change)
+	r.queued[t.Arn] = status
+	r.pending = append(r.pending, ecsclient.AttachmentStateChange{AttachmentArn: t.ENI.AttachmentArn, Status: status})
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
 }
 
+// TaskRemoved forgets a task the engine has cleaned up; changes already queued are still delivered.
+func (r *AttachmentReporter) TaskRemoved(arn string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.queued, arn)
+}
+
+// Tracked returns how many tasks and undelivered changes the reporter holds.
+func (r *AttachmentReporter) Tracked() (tasks, pending int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.queued), len(r.pending)
+}
+
 // Run delivers queued changes in order until ctx ends.
-func (r *attachmentReporter) Run(ctx context.Context) {
+func (r *AttachmentReporter) Run(ctx context.Context) {
 	for {
 		r.mu.Lock()
 		var next *ecsclient.AttachmentStateChange
@@ -89,6 +103,9 @@ func (r *attachmentReporter) Run(ctx context.Context) {
 		}
 		r.mu.Lock()
 		r.pending = r.pending[1:]
+		if len(r.pending) == 0 {
+			r.pending = nil // let the backing array go
+		}
 		r.mu.Unlock()
 	}
 }

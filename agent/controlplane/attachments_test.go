@@ -1,4 +1,4 @@
-package app
+package controlplane
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func (f *fakeAttachments) got() []ecsclient.AttachmentStateChange {
 
 func TestAttachmentReporter(t *testing.T) {
 	fake := &fakeAttachments{failures: 2}
-	r := newAttachmentReporter(fake, logger.Nop())
+	r := NewAttachmentReporter(fake, logger.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -66,11 +66,10 @@ func TestAttachmentReporter(t *testing.T) {
 }
 
 func TestControlPlaneSkipsStaticTasks(t *testing.T) {
-	fake := &fakeAttachments{}
-	cp := &controlPlane{attach: newAttachmentReporter(fake, logger.Nop())}
+	cp := New(Config{}, &fakeControl{fakeECS: newFakeECS()}, nil, nil, logger.Nop())
 	eni := &task.ENI{AttachmentArn: "arn:att", MAC: "0a:00:00:00:00:02"}
-	cp.report(&task.Task{Arn: "static", Static: true, ENI: eni, AWSVPC: &task.AWSVPC{}})
-	cp.attach.mu.Lock()
-	defer cp.attach.mu.Unlock()
-	assert.Empty(t, cp.attach.pending, "a static task is not reported to the control plane")
+	cp.TaskChanged(&task.Task{Arn: "static", Static: true, KnownStatus: task.TaskRunning, ENI: eni, AWSVPC: &task.AWSVPC{}})
+	_, attachments, pending, _ := cp.Tracked()
+	assert.Zero(t, attachments+pending, "a static task's attachment is not reported to the control plane")
+	assert.Zero(t, cp.reporter.Tracked(), "nor its state")
 }

@@ -1,11 +1,15 @@
-package ecsclient
+package controlplane
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/berth-agent/berth/agent/ecsclient"
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -56,72 +60,65 @@ func stopped(t *task.Task) *task.Task {
 	return t
 }
 
-func newTestReporter(t *testing.T, f *fakeECS, st Store) *Reporter {
-	t.Helper()
-	c := newTestClient(t, f, nil)
-	return NewReporter(c, st, ReporterConfig{NewBackoff: zeroBackoff}, nil)
+func newTestReporter(_ *testing.T, f *fakeECS, st SentStore) *Reporter {
+	return NewReporter(f, st, ReporterConfig{NewBackoff: zeroBackoff}, logger.Nop())
 }
 
-// submission is a decoded SubmitTaskStateChange body.
+// submission is a submitted task state change, its containers by name.
 type submission struct {
 	Task, Status, Reason string
 	ExecutionStoppedAt   bool
-	Containers           map[string]map[string]any
+	Containers           map[string]ecsclient.ContainerStateChange
 }
 
-func decodeSubmission(c call) submission {
-	s := submission{Containers: map[string]map[string]any{}}
-	s.Task, _ = c.Body["task"].(string)
-	s.Status, _ = c.Body["status"].(string)
-	s.Reason, _ = c.Body["reason"].(string)
-	_, s.ExecutionStoppedAt = c.Body["executionStoppedAt"]
-	list, _ := c.Body["containers"].([]any)
-	for _, x := range list {
-		m := x.(map[string]any)
-		s.Containers[m["containerName"].(string)] = m
+func decodeSubmission(ch ecsclient.TaskStateChange) submission {
+	s := submission{Task: ch.TaskArn, Status: string(ch.Status), Reason: ch.Reason,
+		ExecutionStoppedAt: !ch.ExecutionStoppedAt.IsZero(), Containers: map[string]ecsclient.ContainerStateChange{}}
+	for _, c := range ch.Containers {
+		s.Containers[c.Name] = c
 	}
 	return s
 }
 
 func submissions(f *fakeECS) []submission {
 	var out []submission
-	for _, c := range f.callsOf("SubmitTaskStateChange", true) {
-		out = append(out, decodeSubmission(c))
+	for _, ch := range f.acceptedChanges() {
+		out = append(out, decodeSubmission(ch))
 	}
 	return out
 }
 
-func checkContainer(t *testing.T, s submission, name, status string, exitCode any) {
+func checkContainer(t *testing.T, s submission, name, status string, exitCode *int) {
 	t.Helper()
 	c, ok := s.Containers[name]
 	if !ok {
 		t.Errorf("%s submission lacks container %s", s.Status, name)
 		return
 	}
-	if c["status"] != status {
-		t.Errorf("container %s status = %v, want %s", name, c["status"], status)
+	if string(c.Status) != status {
+		t.Errorf("container %s status = %v, want %s", name, c.Status, status)
 	}
-	if exitCode != nil && c["exitCode"] != exitCode {
-		t.Errorf("container %s exitCode = %v, want %v", name, c["exitCode"], exitCode)
+	if exitCode != nil && (c.ExitCode == nil || *c.ExitCode != *exitCode) {
+		t.Errorf("container %s exitCode = %v, want %d", name, c.ExitCode, *exitCode)
 	}
 }
 
 func TestReporterInOrderAndBatched(t *testing.T) {
-	f := newFakeECS(t)
-	st := newFakeStore()
+	f := newFakeECS()
+	st := newFakeSentStore()
 	r := newTestReporter(t, f, st)
 	stop := runReporter(t, r)
 
 	base := newTask(taskArn)
 	r.Report(running(base))
 	saved := st.waitSaved(t, 1)[0]
-	if saved.SentStatus != task.TaskRunning || saved.Container("app").SentStatus != task.ContainerRunning {
-		t.Errorf("after RUNNING: sent %v / app %v", saved.SentStatus, saved.Container("app").SentStatus)
+	if saved.Task != task.TaskRunning || saved.Containers["app"] != task.ContainerRunning {
+		t.Errorf("after RUNNING: sent %v / app %v", saved.Task, saved.Containers["app"])
 	}
 	r.Report(stopped(running(base)))
 	saved = st.waitSaved(t, 1)[0]
-	if saved.SentStatus != task.TaskStopped || saved.Container("sidecar").SentStatus != task.ContainerStopped {
-		t.Errorf("after STOPPED: sent %v / sidecar %v", saved.SentStatus, saved.Container("sidecar").SentStatus)
+	if saved.Task != task.TaskStopped || saved.Containers["sidecar"] != task.ContainerStopped {
+		t.Errorf("after STOPPED: sent %v / sidecar %v", saved.Task, saved.Containers["sidecar"])
 	}
 
 	subs := submissions(f)
@@ -135,18 +132,18 @@ func TestReporterInOrderAndBatched(t *testing.T) {
 	checkContainer(t, run, "app", "RUNNING", nil)
 	checkContainer(t, run, "sidecar", "RUNNING", nil)
 	app := run.Containers["app"]
-	if app["runtimeId"] != "docker0" || app["imageDigest"] != "sha256:aaaa" {
-		t.Errorf("app = %v", app)
+	if app.RuntimeID != "docker0" || app.ImageDigest != "sha256:aaaa" {
+		t.Errorf("app = %+v", app)
 	}
-	if nb := fmt.Sprint(app["networkBindings"]); nb != "[map[bindIP:0.0.0.0 containerPort:80 hostPort:32768 protocol:tcp]]" {
+	if nb := fmt.Sprint(app.NetworkBindings); nb != "[{0.0.0.0 80 32768 tcp}]" {
 		t.Errorf("app networkBindings = %s", nb)
 	}
 	stop1 := subs[1]
 	if stop1.Reason != task.StopReasonEssentialExited || !stop1.ExecutionStoppedAt {
 		t.Errorf("STOPPED submission = %+v", stop1)
 	}
-	checkContainer(t, stop1, "app", "STOPPED", float64(0))
-	checkContainer(t, stop1, "sidecar", "STOPPED", float64(1))
+	checkContainer(t, stop1, "app", "STOPPED", intp(0))
+	checkContainer(t, stop1, "sidecar", "STOPPED", intp(1))
 	stop() // waits for the worker, which counts after saving
 	if r.Delivered() != 2 {
 		t.Errorf("Delivered = %d, want 2", r.Delivered())
@@ -154,8 +151,8 @@ func TestReporterInOrderAndBatched(t *testing.T) {
 }
 
 func TestReporterContainerChangeWithoutTaskChange(t *testing.T) {
-	f := newFakeECS(t)
-	st := newFakeStore()
+	f := newFakeECS()
+	st := newFakeSentStore()
 	r := newTestReporter(t, f, st)
 	runReporter(t, r)
 
@@ -174,13 +171,13 @@ func TestReporterContainerChangeWithoutTaskChange(t *testing.T) {
 	if subs[1].Status != "RUNNING" || len(subs[1].Containers) != 1 {
 		t.Fatalf("second submission = %+v, want RUNNING with only the sidecar", subs[1])
 	}
-	checkContainer(t, subs[1], "sidecar", "STOPPED", float64(3))
+	checkContainer(t, subs[1], "sidecar", "STOPPED", intp(3))
 }
 
 func TestReporterControlPlaneDown(t *testing.T) {
-	f := newFakeECS(t)
-	f.setDown("SubmitTaskStateChange", true)
-	st := newFakeStore()
+	f := newFakeECS()
+	f.setDown(true)
+	st := newFakeSentStore()
 	r := newTestReporter(t, f, st)
 	runReporter(t, r)
 
@@ -193,26 +190,26 @@ func TestReporterControlPlaneDown(t *testing.T) {
 			break
 		}
 	}
-	f.setDown("SubmitTaskStateChange", false)
+	f.setDown(false)
 	saved := st.waitSaved(t, 1)[0]
 
-	if all := len(f.callsOf("SubmitTaskStateChange", false)); all < 3 {
+	if all := f.attemptCount(); all < 3 {
 		t.Errorf("%d attempts, want at least 3 (retried while down)", all)
 	}
 	subs := submissions(f)
 	if len(subs) != 1 || subs[0].Status != "STOPPED" {
 		t.Fatalf("accepted = %+v, want one STOPPED (newer snapshot supersedes)", subs)
 	}
-	checkContainer(t, subs[0], "app", "STOPPED", float64(0))
-	checkContainer(t, subs[0], "sidecar", "STOPPED", float64(1))
-	if saved.SentStatus != task.TaskStopped {
-		t.Errorf("saved sent status = %v", saved.SentStatus)
+	checkContainer(t, subs[0], "app", "STOPPED", intp(0))
+	checkContainer(t, subs[0], "sidecar", "STOPPED", intp(1))
+	if saved.Task != task.TaskStopped {
+		t.Errorf("saved sent status = %v", saved.Task)
 	}
 }
 
 func TestReporterStraightToStopped(t *testing.T) {
-	f := newFakeECS(t)
-	st := newFakeStore()
+	f := newFakeECS()
+	st := newFakeSentStore()
 	r := newTestReporter(t, f, st)
 
 	tk := newTask(taskArn)
@@ -234,15 +231,15 @@ func TestReporterStraightToStopped(t *testing.T) {
 		t.Fatalf("submissions = %+v", subs)
 	}
 	checkContainer(t, subs[0], "app", "STOPPED", nil)
-	if _, ok := subs[0].Containers["app"]["exitCode"]; ok {
+	if subs[0].Containers["app"].ExitCode != nil {
 		t.Errorf("app never ran but has an exit code")
 	}
-	if subs[0].Containers["app"]["reason"] != app.Reason {
-		t.Errorf("app reason = %v", subs[0].Containers["app"]["reason"])
+	if subs[0].Containers["app"].Reason != app.Reason {
+		t.Errorf("app reason = %v", subs[0].Containers["app"].Reason)
 	}
-	checkContainer(t, subs[0], "sidecar", "STOPPED", float64(137))
-	if subs[0].Containers["sidecar"]["reason"] != "killed" {
-		t.Errorf("sidecar reason = %v", subs[0].Containers["sidecar"]["reason"])
+	checkContainer(t, subs[0], "sidecar", "STOPPED", intp(137))
+	if subs[0].Containers["sidecar"].Reason != "killed" {
+		t.Errorf("sidecar reason = %v", subs[0].Containers["sidecar"].Reason)
 	}
 	if _, ok := subs[0].Containers["~internal~ecs~pause"]; ok {
 		t.Errorf("pause container reported")
@@ -250,8 +247,8 @@ func TestReporterStraightToStopped(t *testing.T) {
 }
 
 func TestReporterNothingTwiceAcrossRestart(t *testing.T) {
-	f := newFakeECS(t)
-	st := newFakeStore()
+	f := newFakeECS()
+	st := newFakeSentStore()
 	base := newTask(taskArn)
 	other := newTask("arn:aws:ecs:us-west-2:123456789012:task/test/t2")
 
@@ -265,11 +262,10 @@ func TestReporterNothingTwiceAcrossRestart(t *testing.T) {
 		t.Fatalf("%d submissions by the first reporter, want 2", n)
 	}
 
-	// A new process: re-Report every loaded task, plus the engine's stale copies (SentStatus unset).
+	// A new process: load the sent records, then re-Report the engine's tasks.
+	live := func(string) bool { return true }
 	r2 := newTestReporter(t, f, st)
-	for _, tk := range st.all() {
-		r2.Report(tk)
-	}
+	r2.Load(context.Background(), st.all(), live)
 	r2.Report(running(base))
 	r2.Report(stopped(running(other)))
 	stop2 := runReporter(t, r2)
@@ -280,9 +276,7 @@ func TestReporterNothingTwiceAcrossRestart(t *testing.T) {
 
 	// The next change of t1 is sent, and only it.
 	r3 := newTestReporter(t, f, st)
-	for _, tk := range st.all() {
-		r3.Report(tk)
-	}
+	r3.Load(context.Background(), st.all(), live)
 	stop3 := runReporter(t, r3)
 	r3.Report(stopped(running(base)))
 	st.waitSaved(t, 1)
@@ -297,12 +291,12 @@ func TestReporterNothingTwiceAcrossRestart(t *testing.T) {
 }
 
 func TestReporterPersistsOnlyAfterAccept(t *testing.T) {
-	f := newFakeECS(t)
-	f.failNext("SubmitTaskStateChange", 2)
-	st := newFakeStore()
+	f := newFakeECS()
+	f.failures = 2
+	st := newFakeSentStore()
 	var mu sync.Mutex
 	var violations []string
-	st.onSave = func(saved *task.Task) {
+	st.onSave = func(saved state.SentRecord) {
 		accepted := submissions(f)
 		mu.Lock()
 		defer mu.Unlock()
@@ -310,8 +304,8 @@ func TestReporterPersistsOnlyAfterAccept(t *testing.T) {
 			violations = append(violations, "saved before any submission was accepted")
 			return
 		}
-		if last := accepted[len(accepted)-1].Status; last != saved.SentStatus.String() {
-			violations = append(violations, fmt.Sprintf("saved sent status %v, last accepted %s", saved.SentStatus, last))
+		if last := accepted[len(accepted)-1].Status; last != saved.Task.String() {
+			violations = append(violations, fmt.Sprintf("saved sent status %v, last accepted %s", saved.Task, last))
 		}
 	}
 	r := newTestReporter(t, f, st)
@@ -327,14 +321,14 @@ func TestReporterPersistsOnlyAfterAccept(t *testing.T) {
 	for _, v := range violations {
 		t.Error(v)
 	}
-	if n := len(f.callsOf("SubmitTaskStateChange", false)); n != 4 {
+	if n := f.attemptCount(); n != 4 {
 		t.Errorf("%d attempts, want 4 (2 failed, 2 accepted)", n)
 	}
 }
 
 func TestReporterPerTaskOrderManyTasks(t *testing.T) {
-	f := newFakeECS(t)
-	st := newFakeStore()
+	f := newFakeECS()
+	st := newFakeSentStore()
 	r := newTestReporter(t, f, st)
 	runReporter(t, r)
 
@@ -352,8 +346,8 @@ func TestReporterPerTaskOrderManyTasks(t *testing.T) {
 	done := map[string]bool{}
 	for len(done) < n {
 		for _, s := range st.waitSaved(t, 1) {
-			if s.SentStatus == task.TaskStopped {
-				done[s.Arn] = true
+			if s.Task == task.TaskStopped {
+				done[s.TaskArn] = true
 			}
 		}
 	}
@@ -371,25 +365,25 @@ func TestReporterPerTaskOrderManyTasks(t *testing.T) {
 }
 
 func TestReporterInvalidParameterMarkedSent(t *testing.T) {
-	f := newFakeECS(t)
-	f.handle("SubmitTaskStateChange", apiError(400, "InvalidParameterException", "bad"))
-	st := newFakeStore()
+	f := newFakeECS()
+	f.invalid = true
+	st := newFakeSentStore()
 	r := newTestReporter(t, f, st)
 	runReporter(t, r)
 	r.Report(running(newTask(taskArn)))
 	saved := st.waitSaved(t, 1)[0]
-	if saved.SentStatus != task.TaskRunning {
-		t.Errorf("sent status = %v", saved.SentStatus)
+	if saved.Task != task.TaskRunning {
+		t.Errorf("sent status = %v", saved.Task)
 	}
-	if n := len(f.callsOf("SubmitTaskStateChange", false)); n != 1 {
+	if n := f.attemptCount(); n != 1 {
 		t.Errorf("%d attempts, want 1", n)
 	}
 }
 
 func TestReporterStopsWithContext(t *testing.T) {
-	f := newFakeECS(t)
-	f.setDown("SubmitTaskStateChange", true)
-	st := newFakeStore()
+	f := newFakeECS()
+	f.setDown(true)
+	st := newFakeSentStore()
 	r := newTestReporter(t, f, st)
 	stop := runReporter(t, r)
 	r.Report(running(newTask(taskArn)))
@@ -411,15 +405,15 @@ func TestChangeFor(t *testing.T) {
 		t              *task.Task
 		view           sentView
 		wantOK         bool
-		wantStatus     BackendStatus
+		wantStatus     ecsclient.BackendStatus
 		wantContainers []string
 	}{
 		{"nothing yet", newTask(taskArn), emptyView, false, "", nil},
-		{"container running before task: PENDING", partial, emptyView, true, StatusPending, []string{"app"}},
-		{"running", running(newTask(taskArn)), emptyView, true, StatusRunning, []string{"app", "sidecar"}},
+		{"container running before task: PENDING", partial, emptyView, true, ecsclient.StatusPending, []string{"app"}},
+		{"running", running(newTask(taskArn)), emptyView, true, ecsclient.StatusRunning, []string{"app", "sidecar"}},
 		{"running already sent", running(newTask(taskArn)), sentView{task: task.TaskRunning, containers: map[string]task.ContainerStatus{"app": task.ContainerRunning, "sidecar": task.ContainerRunning}}, false, "", nil},
-		{"stopped after running sent", stopped(running(newTask(taskArn))), sentView{task: task.TaskRunning, containers: map[string]task.ContainerStatus{"app": task.ContainerRunning, "sidecar": task.ContainerRunning}}, true, StatusStopped, []string{"app", "sidecar"}},
-		{"stopped, sidecar stop already sent", stopped(running(newTask(taskArn))), sentView{task: task.TaskRunning, containers: map[string]task.ContainerStatus{"app": task.ContainerRunning, "sidecar": task.ContainerStopped}}, true, StatusStopped, []string{"app"}},
+		{"stopped after running sent", stopped(running(newTask(taskArn))), sentView{task: task.TaskRunning, containers: map[string]task.ContainerStatus{"app": task.ContainerRunning, "sidecar": task.ContainerRunning}}, true, ecsclient.StatusStopped, []string{"app", "sidecar"}},
+		{"stopped, sidecar stop already sent", stopped(running(newTask(taskArn))), sentView{task: task.TaskRunning, containers: map[string]task.ContainerStatus{"app": task.ContainerRunning, "sidecar": task.ContainerStopped}}, true, ecsclient.StatusStopped, []string{"app"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package app
+package main
 
 import (
 	"context"
@@ -47,9 +47,9 @@ type describedTask struct {
 	} `json:"containers"`
 }
 
-// RunTaskFile registers the task definition in file with the embedded control plane, runs it, and
+// runTaskFile registers the task definition in file with the embedded control plane, runs it, and
 // follows it until it is RUNNING (nil) or STOPPED (an error with the reason), printing each change.
-func RunTaskFile(ctx context.Context, cfg *config.Config, file string, out io.Writer, wait time.Duration) error {
+func runTaskFile(ctx context.Context, cfg *config.Config, file string, out io.Writer, wait time.Duration) error {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return err
@@ -97,8 +97,8 @@ func RunTaskFile(ctx context.Context, cfg *config.Config, file string, out io.Wr
 	return follow(ctx, api, cfg.Cluster, arn, "RUNNING", out, wait)
 }
 
-// StopTask asks the embedded control plane to stop a task (its ARN or ID) and follows it to STOPPED.
-func StopTask(ctx context.Context, cfg *config.Config, taskID string, out io.Writer, wait time.Duration) error {
+// stopTask asks the embedded control plane to stop a task (its ARN or ID) and follows it to STOPPED.
+func stopTask(ctx context.Context, cfg *config.Config, taskID string, out io.Writer, wait time.Duration) error {
 	api := localAPI{addr: cfg.LocalControlPlaneAddr, http: &http.Client{Timeout: 30 * time.Second}}
 	var stopped struct {
 		Task describedTask `json:"task"`

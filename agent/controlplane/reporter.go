@@ -1,30 +1,36 @@
-package ecsclient
+package controlplane
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// Store persists tasks; the Reporter only saves. state.Store satisfies it.
-type Store interface {
-	// SaveTask durably replaces the task with t's ARN.
-	SaveTask(ctx context.Context, t *task.Task) error
+// SentStore persists what the control plane was told; state.Store satisfies it. The Reporter is the
+// only writer of these records.
+type SentStore interface {
+	// SaveSent durably replaces the record of r's task.
+	SaveSent(ctx context.Context, r state.SentRecord) error
+	// DeleteSent durably removes a task's record; an unknown ARN is a no-op.
+	DeleteSent(ctx context.Context, taskArn string) error
 }
 
-// TaskStateSubmitter sends one task state change; *Client satisfies it.
+// TaskStateSubmitter sends one task state change; *ecsclient.Client satisfies it.
 type TaskStateSubmitter interface {
-	SubmitTaskStateChange(ctx context.Context, ch TaskStateChange) error
+	SubmitTaskStateChange(ctx context.Context, ch ecsclient.TaskStateChange) error
 }
 
-var _ TaskStateSubmitter = (*Client)(nil)
+var _ TaskStateSubmitter = (*ecsclient.Client)(nil)
 
 // ReporterConfig configures a Reporter. Zero values take the documented defaults.
 type ReporterConfig struct {
@@ -32,10 +38,6 @@ type ReporterConfig struct {
 	NewBackoff func() retry.Backoff
 	// Retrier runs the delivery and persistence retry loops; its Clock drives backoff waits.
 	Retrier retry.Retrier
-	// OnSent, if set, is called with a copy of each task as persisted after a delivery, so the owner
-	// of the live task can carry its SentStatus forward (and not save it backwards). It is called from
-	// the task's worker goroutine and must not block for long.
-	OnSent func(saved *task.Task)
 }
 
 // Reporter delivers task and container state changes to ECS, in order per task, exactly once as
@@ -52,20 +54,24 @@ type ReporterConfig struct {
 //     an undelivered older one, also between retries, but never skips a status: the newest snapshot
 //     is diffed against what was sent, so a task whose RUNNING was never sent and is now STOPPED is
 //     sent once as STOPPED with its containers' final states (ECS accepts PENDING → STOPPED).
-//   - Delivery is retried with backoff until ECS accepts it or Run's ctx ends. Then SentStatus is set
-//     on the task and its containers and the task is saved; only after the save does the change
-//     count as delivered. What a snapshot's SentStatus says was sent is never sent again, so callers
-//     re-Report every loaded task at start.
+//   - Delivery is retried with backoff until ECS accepts it or Run's ctx ends. Then the task's sent
+//     record (state.SentRecord, the Reporter's own) is saved; only after the save does the change
+//     count as delivered. What a sent record says was sent is never sent again: Load the records at
+//     start, then re-Report every loaded task.
+//   - A task rejected before the engine ever held it is reported STOPPED once from a sent record
+//     saved before ReportRejected returns, so a crash after the caller acknowledged it loses nothing.
+//   - The Reporter remembers a task until the engine removes it (TaskRemoved) and everything queued
+//     for it is delivered; then it deletes the task's sent record and forgets it. Its memory is
+//     bounded by the live tasks.
 //   - A change ECS rejects as an invalid parameter is marked sent (resending cannot succeed and
 //     would block the task's later changes); other permanent errors drop the snapshot unsent, so the
 //     next snapshot of the task tries again.
 type Reporter struct {
 	client     TaskStateSubmitter
-	store      Store
+	store      SentStore
 	log        *logger.Logger
 	newBackoff func() retry.Backoff
 	retrier    retry.Retrier
-	onSent     func(*task.Task)
 	delivered  atomic.Int64
 
 	mu      sync.Mutex
@@ -77,10 +83,11 @@ type Reporter struct {
 
 // taskQueue is one task's mailbox and what has been sent for it; guarded by Reporter.mu.
 type taskQueue struct {
-	pending *task.Task // newest undelivered snapshot
-	running bool       // a worker goroutine owns the queue
-	forget  bool       // drop the queue when the worker exits
-	sent    sentView
+	pending  *task.Task // newest undelivered snapshot
+	running  bool       // a worker goroutine owns the queue
+	removed  bool       // the engine removed the task: delete its record and forget it once drained
+	rejected bool       // a report with no engine task behind it: forget it once delivered
+	sent     sentView
 }
 
 // sentView is what ECS has been told about a task.
@@ -90,14 +97,13 @@ type sentView struct {
 }
 
 // NewReporter returns a Reporter sending through client and saving to store. Call Run to start it.
-func NewReporter(client TaskStateSubmitter, store Store, cfg ReporterConfig, log *logger.Logger) *Reporter {
+func NewReporter(client TaskStateSubmitter, store SentStore, cfg ReporterConfig, log *logger.Logger) *Reporter {
 	r := &Reporter{
 		client:     client,
 		store:      store,
 		log:        log,
 		newBackoff: cfg.NewBackoff,
 		retrier:    cfg.Retrier,
-		onSent:     cfg.OnSent,
 		tasks:      make(map[string]*taskQueue),
 	}
 	if r.newBackoff == nil {
@@ -111,6 +117,38 @@ func NewReporter(client TaskStateSubmitter, store Store, cfg ReporterConfig, log
 // Delivered returns how many state changes ECS accepted and the store persisted.
 func (r *Reporter) Delivered() int64 { return r.delivered.Load() }
 
+// Load seeds the Reporter with the sent records saved by an earlier process, before Run and before
+// any Report. live reports whether the engine holds a task: a record of a task it no longer holds
+// (the process stopped between the task's removal and its record's) is deleted, and a saved report of
+// a rejected task is queued again.
+func (r *Reporter) Load(ctx context.Context, records []state.SentRecord, live func(arn string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range records {
+		q := r.queueLocked(rec.TaskArn)
+		q.sent.task = max(q.sent.task, rec.Task)
+		for name, s := range rec.Containers {
+			q.sent.containers[name] = max(q.sent.containers[name], s)
+		}
+		switch {
+		case rec.Report != nil:
+			q.rejected, q.pending = true, rec.Report.Clone()
+		case !live(rec.TaskArn):
+			q.removed = true
+		}
+	}
+}
+
+// queueLocked returns the task's queue, creating it; the caller holds r.mu.
+func (r *Reporter) queueLocked(arn string) *taskQueue {
+	q := r.tasks[arn]
+	if q == nil {
+		q = &taskQueue{sent: sentView{containers: make(map[string]task.ContainerStatus)}}
+		r.tasks[arn] = q
+	}
+	return q
+}
+
 // Report queues a snapshot of t for delivery and returns at once. t is copied; the caller may keep
 // changing it. A snapshot with nothing new to send is dropped. Safe for concurrent use; snapshots
 // of one task must be reported in the order they were taken.
@@ -121,13 +159,7 @@ func (r *Reporter) Report(t *task.Task) {
 	snap := t.Clone()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	q := r.tasks[snap.Arn]
-	if q == nil {
-		q = &taskQueue{sent: sentView{containers: make(map[string]task.ContainerStatus)}}
-		r.tasks[snap.Arn] = q
-	}
-	q.forget = false
-	q.sent.merge(snap)
+	q := r.queueLocked(snap.Arn)
 	if _, _, ok := changeFor(snap, q.sent); !ok {
 		return
 	}
@@ -135,18 +167,39 @@ func (r *Reporter) Report(t *task.Task) {
 	r.startLocked(snap.Arn, q)
 }
 
-// Forget drops what the Reporter remembers of a task (call it when the task is deleted). A later
-// Report of the task starts from the snapshot's SentStatus.
-func (r *Reporter) Forget(taskArn string) {
+// ReportRejected reports a task the engine never held (rejected when it arrived) as STOPPED with
+// reason. It returns once the report is saved, so the caller may acknowledge the task; the report is
+// delivered later, after a restart if need be.
+func (r *Reporter) ReportRejected(ctx context.Context, arn, reason string, at time.Time) error {
+	report := &task.Task{Arn: arn, DesiredStatus: task.TaskStopped, KnownStatus: task.TaskStopped,
+		StoppedReason: reason, StoppedAt: at}
+	if err := r.store.SaveSent(ctx, state.SentRecord{TaskArn: arn, Report: report}); err != nil {
+		return fmt.Errorf("save the STOPPED report of rejected task %s: %w", arn, err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if q := r.tasks[taskArn]; q != nil {
-		if q.running {
-			q.forget = true
-		} else {
-			delete(r.tasks, taskArn)
-		}
+	q := r.queueLocked(arn)
+	q.rejected, q.pending = true, report
+	r.startLocked(arn, q)
+	return nil
+}
+
+// TaskRemoved tells the Reporter the engine has cleaned the task up: once what is queued for it is
+// delivered, its sent record is deleted and it is forgotten.
+func (r *Reporter) TaskRemoved(arn string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.tasks[arn]; q != nil {
+		q.removed = true
+		r.startLocked(arn, q)
 	}
+}
+
+// Tracked returns how many tasks the Reporter remembers.
+func (r *Reporter) Tracked() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.tasks)
 }
 
 // Run delivers queued and future snapshots until ctx is done, then waits for its workers to
@@ -160,7 +213,7 @@ func (r *Reporter) Run(ctx context.Context) {
 	}
 	r.ctx = ctx
 	for arn, q := range r.tasks {
-		if q.pending != nil {
+		if q.pending != nil || q.removed {
 			r.startLocked(arn, q)
 		}
 	}
@@ -183,7 +236,9 @@ func (r *Reporter) startLocked(arn string, q *taskQueue) {
 	go r.work(r.ctx, arn, q)
 }
 
-// work delivers the task's snapshots until its mailbox is empty or ctx is done.
+// work delivers the task's snapshots until its mailbox is empty or ctx is done; then, if the task is
+// gone (removed by the engine, or a rejected task's report delivered), it deletes its sent record and
+// forgets it.
 func (r *Reporter) work(ctx context.Context, arn string, q *taskQueue) {
 	defer r.wg.Done()
 	log := r.log.With("task", arn)
@@ -191,11 +246,14 @@ func (r *Reporter) work(ctx context.Context, arn string, q *taskQueue) {
 		r.mu.Lock()
 		snap := q.pending
 		if snap == nil || ctx.Err() != nil {
-			q.running = false
-			if q.forget && r.tasks[arn] == q {
-				delete(r.tasks, arn)
+			gone := q.removed || q.rejected && q.sent.task == task.TaskStopped
+			if !gone || ctx.Err() != nil {
+				q.running = false
+				r.mu.Unlock()
+				return
 			}
 			r.mu.Unlock()
+			r.forget(ctx, log, arn, q)
 			return
 		}
 		q.pending = nil
@@ -204,11 +262,33 @@ func (r *Reporter) work(ctx context.Context, arn string, q *taskQueue) {
 	}
 }
 
+// forget deletes a finished task's sent record and drops its queue, unless a new snapshot arrived
+// meanwhile.
+func (r *Reporter) forget(ctx context.Context, log *logger.Logger, arn string, q *taskQueue) {
+	err := r.retrier.Retry(ctx, r.newBackoff(), func() error { return r.store.DeleteSent(ctx, arn) })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q.running = false
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("deleting the sent record of a finished task failed", "error", err)
+		}
+		return
+	}
+	if q.pending != nil {
+		r.startLocked(arn, q)
+		return
+	}
+	if r.tasks[arn] == q {
+		delete(r.tasks, arn)
+	}
+}
+
 // deliver sends what snap has that was not sent, retrying (and switching to newer snapshots)
 // until ECS accepts, then persists the sent status.
 func (r *Reporter) deliver(ctx context.Context, log *logger.Logger, q *taskQueue, snap *task.Task) {
 	var (
-		ch    TaskStateChange
+		ch    ecsclient.TaskStateChange
 		after sentView
 		send  bool
 	)
@@ -227,7 +307,7 @@ func (r *Reporter) deliver(ctx context.Context, log *logger.Logger, q *taskQueue
 	switch {
 	case !send && err == nil:
 		return
-	case errors.Is(err, ErrInvalidParameter):
+	case errors.Is(err, ecsclient.ErrInvalidParameter):
 		log.Error("task state change rejected as invalid; marking it sent", "status", ch.Status, "error", err)
 	case err != nil && ctx.Err() != nil:
 		log.Debug("task state change not delivered before shutdown", "status", ch.Status)
@@ -239,26 +319,22 @@ func (r *Reporter) deliver(ctx context.Context, log *logger.Logger, q *taskQueue
 
 	r.mu.Lock()
 	q.sent.mergeView(after)
-	saved := snap
-	if q.pending != nil { // save the newest state we hold, so saving never rolls the task back
-		saved = q.pending
-	}
-	saved = saved.Clone()
-	q.sent.apply(saved)
+	rec := q.sent.record(snap.Arn)
+	rejected := q.rejected
 	r.mu.Unlock()
 
-	if err := r.retrier.Retry(ctx, r.newBackoff(), func() error { return r.store.SaveTask(ctx, saved) }); err != nil {
-		log.Error("task state change delivered but its sent status was not saved", "status", ch.Status, "error", err)
-		return
+	// A rejected task's record is deleted once its report is delivered (see work), not saved again.
+	if !rejected {
+		if err := r.retrier.Retry(ctx, r.newBackoff(), func() error { return r.store.SaveSent(ctx, rec) }); err != nil {
+			log.Error("task state change delivered but its sent record was not saved", "status", string(ch.Status), "error", err)
+			return
+		}
 	}
 	r.delivered.Add(1)
-	log.Info("task state change delivered", "status", ch.Status, "containers", containerSummary(ch.Containers))
-	if r.onSent != nil {
-		r.onSent(saved.Clone())
-	}
+	log.Info("task state change delivered", "status", string(ch.Status), "containers", containerSummary(ch.Containers))
 }
 
-func containerSummary(cs []ContainerStateChange) string {
+func containerSummary(cs []ecsclient.ContainerStateChange) string {
 	parts := make([]string, 0, len(cs))
 	for _, c := range cs {
 		parts = append(parts, c.Name+"="+string(c.Status))
@@ -289,16 +365,16 @@ func reportableContainer(c *task.Container) task.ContainerStatus {
 
 // changeFor returns the change that brings ECS from sent to t, the sent view after it is
 // delivered, and whether there is anything to send.
-func changeFor(t *task.Task, sent sentView) (TaskStateChange, sentView, bool) {
+func changeFor(t *task.Task, sent sentView) (ecsclient.TaskStateChange, sentView, bool) {
 	after := sent.clone()
-	ch := TaskStateChange{TaskArn: t.Arn, Status: StatusPending}
+	ch := ecsclient.TaskStateChange{TaskArn: t.Arn, Status: ecsclient.StatusPending}
 	rt := reportableTask(t.KnownStatus)
 	taskChanged := rt > sent.task
 	switch rt {
 	case task.TaskRunning:
-		ch.Status = StatusRunning
+		ch.Status = ecsclient.StatusRunning
 	case task.TaskStopped:
-		ch.Status = StatusStopped
+		ch.Status = ecsclient.StatusStopped
 		ch.Reason = t.StoppedReason
 		ch.ExecutionStoppedAt = t.StoppedAt
 	}
@@ -311,9 +387,9 @@ func changeFor(t *task.Task, sent sentView) (TaskStateChange, sentView, bool) {
 			continue
 		}
 		after.containers[c.Name] = rc
-		cs := ContainerStateChange{
+		cs := ecsclient.ContainerStateChange{
 			Name:        c.Name,
-			Status:      StatusRunning,
+			Status:      ecsclient.StatusRunning,
 			RuntimeID:   c.DockerID,
 			ImageDigest: imageDigest(c.Image),
 			Reason:      c.Reason,
@@ -322,7 +398,7 @@ func changeFor(t *task.Task, sent sentView) (TaskStateChange, sentView, bool) {
 			cs.NetworkBindings = append([]task.NetworkBinding(nil), c.NetworkBindings...)
 		}
 		if rc == task.ContainerStopped {
-			cs.Status = StatusStopped
+			cs.Status = ecsclient.StatusStopped
 			if c.ExitCode != nil {
 				code := *c.ExitCode
 				cs.ExitCode = &code
@@ -350,14 +426,6 @@ func (v sentView) clone() sentView {
 	return c
 }
 
-// merge raises the view to what t's SentStatus fields say was sent.
-func (v *sentView) merge(t *task.Task) {
-	v.task = max(v.task, t.SentStatus)
-	for _, c := range t.Containers {
-		v.containers[c.Name] = max(v.containers[c.Name], c.SentStatus)
-	}
-}
-
 // mergeView raises the view to o.
 func (v *sentView) mergeView(o sentView) {
 	v.task = max(v.task, o.task)
@@ -366,10 +434,17 @@ func (v *sentView) mergeView(o sentView) {
 	}
 }
 
-// apply raises t's SentStatus fields to the view.
-func (v sentView) apply(t *task.Task) {
-	t.SentStatus = max(t.SentStatus, v.task)
-	for _, c := range t.Containers {
-		c.SentStatus = max(c.SentStatus, v.containers[c.Name])
+// record returns the view as the task's sent record.
+func (v sentView) record(arn string) state.SentRecord {
+	rec := state.SentRecord{TaskArn: arn, Task: v.task}
+	for name, s := range v.containers {
+		if s == task.ContainerNone {
+			continue
+		}
+		if rec.Containers == nil {
+			rec.Containers = make(map[string]task.ContainerStatus, len(v.containers))
+		}
+		rec.Containers[name] = s
 	}
+	return rec
 }

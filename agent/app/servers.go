@@ -1,0 +1,97 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/controlplane"
+	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/localcp"
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/metrics"
+)
+
+// shutdownGrace bounds how long a server gets to finish in-flight requests after SIGTERM, well inside
+// the 5 s the agent has to exit.
+const shutdownGrace = 3 * time.Second
+
+// servers holds the agent's listeners, opened at start so that a port in use stops the agent at once.
+type servers struct {
+	log           *logger.Logger
+	introspection net.Listener
+	local         net.Listener    // the embedded control plane, local mode only
+	localCP       *localcp.Server // its state, local mode only
+}
+
+// listen opens the introspection port and, in local mode, the embedded control plane's.
+func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
+	s := &servers{log: log}
+	var err error
+	if s.introspection, err = net.Listen("tcp", cfg.IntrospectionAddr); err != nil {
+		return nil, fmt.Errorf("introspection API on %s: %w", cfg.IntrospectionAddr, err)
+	}
+	if cfg.Mode != config.ModeLocal {
+		return s, nil
+	}
+	if s.localCP, err = localcp.New(localcp.Config{DBPath: filepath.Join(cfg.DataDir, "localcp.db")}, log.With("component", "localcp")); err != nil {
+		s.close()
+		return nil, fmt.Errorf("embedded control plane: %w", err)
+	}
+	if s.local, err = net.Listen("tcp", cfg.LocalControlPlaneAddr); err != nil {
+		s.close()
+		return nil, fmt.Errorf("embedded control plane on %s: %w", cfg.LocalControlPlaneAddr, err)
+	}
+	return s, nil
+}
+
+// serve serves every listener in g until ctx ends.
+func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, m *metrics.Metrics, cp *controlplane.ControlPlane, cfg *config.Config) {
+	intro := handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp}, eng, m.Handler())
+	g.Go(func() error { return serveHTTP(ctx, s.introspection, intro, "introspection API", s.log) })
+	if s.local != nil {
+		g.Go(func() error { return serveHTTP(ctx, s.local, s.localCP.Handler(), "embedded control plane", s.log) })
+	}
+}
+
+// close closes what listen opened and serve did not take over.
+func (s *servers) close() {
+	for _, ln := range []net.Listener{s.introspection, s.local} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+	if s.localCP != nil {
+		_ = s.localCP.Close()
+	}
+}
+
+// serveHTTP serves h on ln until ctx ends, then shuts the server down within shutdownGrace.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, name string, log *logger.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info(name+" listening", "addr", ln.Addr().String())
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn(name+" did not shut down cleanly", "error", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn(name+" stopped with an error", "error", err)
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/berth-agent/berth/agent/app"
+	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/logger"
+)
+
+// drain sets the running agent's container instance to DRAINING, so the control plane places no new
+// task on it. The instance ARN comes from the agent's /v1/metadata.
+func drain(ctx context.Context, cfg *config.Config, out io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+cfg.IntrospectionAddr+"/v1/metadata", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("is the agent running? %w", err)
+	}
+	defer resp.Body.Close()
+	var meta handlers.Metadata
+	if err := json.NewDecoder(resp.Body).Decode(&meta); err != nil {
+		return fmt.Errorf("agent metadata: %w", err)
+	}
+	if meta.ContainerInstanceArn == nil {
+		return fmt.Errorf("the agent has not registered a container instance yet")
+	}
+	client, _, _, err := app.NewECSClient(ctx, cfg, logger.Nop())
+	if err != nil {
+		return err
+	}
+	if err := client.Drain(ctx, *meta.ContainerInstanceArn); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s is DRAINING\n", *meta.ContainerInstanceArn)
+	return nil
+}

@@ -1,0 +1,287 @@
+// Package controlplane is where the engine meets its control plane (Amazon ECS, or the embedded one
+// in local mode): it registers the host, keeps the ACS session open, accepts or rejects what ACS
+// sends, keeps task role credentials, and reports every state change the control plane must hear.
+//
+//	ACS ──payload──▶ HandlePayload ──accepted──▶ Engine.AddTask (saved) ──▶ ack
+//	                      └─rejected──▶ Reporter.ReportRejected (saved) ──▶ ack
+//	ACS ──credentials──▶ CredentialsStore (per task, with expiry)
+//	Engine ──TaskChanged──▶ Reporter ──▶ SubmitTaskStateChange ──▶ sent record saved
+//	       └─────────────▶ AttachmentReporter ──▶ SubmitAttachmentStateChanges
+//	Engine ──TaskRemoved──▶ Reporter, AttachmentReporter, CredentialsStore forget the task
+//
+// The Reporter owns what was sent (its own records in the state store); the engine never hears of
+// it. Every map here is bounded by the tasks the engine holds.
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/ecsclient"
+	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/state"
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// Engine is the part of the task engine the control plane drives.
+type Engine interface {
+	// AddTask returns once the task (or, for a known task, its stop) is saved.
+	AddTask(ctx context.Context, t *task.Task) error
+}
+
+var _ Engine = (*engine.Engine)(nil)
+
+// Store is the part of the state store the control plane uses; state.Store satisfies it.
+type Store interface {
+	SentStore
+	SentRecords(ctx context.Context) ([]state.SentRecord, error)
+	SaveRegistration(ctx context.Context, r state.Registration) error
+	Registration(ctx context.Context) (state.Registration, bool, error)
+	SaveSeqNum(ctx context.Context, seq int64) error
+	SeqNum(ctx context.Context) (int64, error)
+}
+
+// Client is the part of the ECS API client the control plane calls; *ecsclient.Client satisfies it.
+type Client interface {
+	TaskStateSubmitter
+	AttachmentSubmitter
+	RegisterContainerInstance(ctx context.Context, reg ecsclient.Registration) (string, error)
+	DiscoverPollEndpoint(ctx context.Context, instanceArn string) (string, error)
+	ForgetPollEndpoint(instanceArn string)
+}
+
+var _ Client = (*ecsclient.Client)(nil)
+
+// Config is what the control plane takes from the agent's configuration.
+type Config struct {
+	Cluster string
+	// Registration is what this host registers (resources, versions, attributes); the saved
+	// container instance ARN is added when the cluster is the same.
+	Registration ecsclient.Registration
+	// Region and Credentials sign the ACS websocket upgrade.
+	Region      string
+	Credentials aws.CredentialsProvider
+	// Reporter tunes state-change delivery; zero values take the defaults.
+	Reporter ReporterConfig
+	// Clock is the time source; nil means the real clock.
+	Clock clockwork.Clock
+}
+
+// ControlPlane is the agent's side of one control plane. It implements engine.Listener (subscribe it
+// before the engine starts) and acs.Handler.
+type ControlPlane struct {
+	cfg      Config
+	client   Client
+	eng      Engine
+	store    Store
+	log      *logger.Logger
+	reporter *Reporter
+	attach   *AttachmentReporter
+	creds    *CredentialsStore
+	seq      atomic.Int64
+	arn      atomic.Pointer[string] // the container instance ARN once registered
+}
+
+var (
+	_ engine.Listener = (*ControlPlane)(nil)
+	_ acs.Handler     = (*ControlPlane)(nil)
+)
+
+// New returns the control plane's side for client; nothing runs until Report and Connect.
+func New(cfg Config, client Client, eng Engine, store Store, log *logger.Logger) *ControlPlane {
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	return &ControlPlane{cfg: cfg, client: client, eng: eng, store: store, log: log,
+		reporter: NewReporter(client, store, cfg.Reporter, log),
+		attach:   NewAttachmentReporter(client, log),
+		creds:    NewCredentialsStore(cfg.Clock)}
+}
+
+// Credentials returns the store of task role credentials.
+func (c *ControlPlane) Credentials() *CredentialsStore { return c.creds }
+
+// InstanceArn returns the registered container instance ARN, or nil before registration.
+func (c *ControlPlane) InstanceArn() *string { return c.arn.Load() }
+
+// Tracked returns how many tasks (and undelivered attachment changes) each part remembers: the
+// state-change reporter, the attachment reporter, and the credentials store.
+func (c *ControlPlane) Tracked() (reporter, attachments, pendingAttachments, credentials int) {
+	attachments, pendingAttachments = c.attach.Tracked()
+	return c.reporter.Tracked(), attachments, pendingAttachments, c.creds.Len()
+}
+
+// TaskChanged passes a saved task change to the reporters; static tasks are the host's own and no
+// control plane knows them.
+func (c *ControlPlane) TaskChanged(t *task.Task) {
+	if t.Static {
+		return
+	}
+	c.reporter.Report(t)
+	c.attach.Report(t)
+}
+
+// TaskRemoved makes every part forget a task the engine has cleaned up.
+func (c *ControlPlane) TaskRemoved(arn string) {
+	c.reporter.TaskRemoved(arn)
+	c.attach.TaskRemoved(arn)
+	c.creds.TaskRemoved(arn)
+}
+
+// Report loads the sent records, re-reports what tasks holds that was not sent before a restart,
+// and delivers state changes until ctx ends. tasks are the engine's tasks after recovery; call
+// Report once, after the engine restored them.
+func (c *ControlPlane) Report(ctx context.Context, tasks []*task.Task) {
+	records, err := c.store.SentRecords(ctx)
+	if err != nil {
+		c.log.Error("some sent records cannot be read; their tasks' changes may be sent again", "error", err)
+	}
+	live := map[string]bool{}
+	for _, t := range tasks {
+		live[t.Arn] = true
+	}
+	c.reporter.Load(ctx, records, func(arn string) bool { return live[arn] })
+	for _, t := range tasks {
+		c.TaskChanged(t)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.attach.Run(ctx)
+	}()
+	c.reporter.Run(ctx)
+	<-done
+}
+
+// Connect registers the host (re-using the saved container instance ARN) and keeps the ACS session
+// open until ctx ends. It returns an error only when registration cannot succeed.
+func (c *ControlPlane) Connect(ctx context.Context) error {
+	arn, err := c.register(ctx)
+	if err != nil {
+		return err
+	}
+	if seq, err := c.store.SeqNum(ctx); err != nil {
+		c.log.Warn("the saved ACS sequence number cannot be read; starting from 0", "error", err)
+	} else {
+		c.seq.Store(seq)
+	}
+	backoffWait := time.Second
+	for ctx.Err() == nil {
+		endpoint, err := c.client.DiscoverPollEndpoint(ctx, arn)
+		if err != nil {
+			c.log.Warn("cannot discover the ACS endpoint; retrying", "error", err, "retry_in", backoffWait)
+			select {
+			case <-ctx.Done():
+			case <-c.cfg.Clock.After(backoffWait):
+			}
+			backoffWait = min(2*backoffWait, time.Minute)
+			continue
+		}
+		reg := c.cfg.Registration
+		client, err := acs.New(acs.Config{Endpoint: endpoint, Cluster: c.cfg.Cluster, ContainerInstanceArn: arn,
+			AgentVersion: reg.AgentVersion, AgentHash: reg.AgentHash, DockerVersion: reg.DockerVersion,
+			Region: c.cfg.Region, Credentials: c.cfg.Credentials, Logger: c.log,
+			Rediscover: func(ctx context.Context) (string, error) {
+				c.client.ForgetPollEndpoint(arn)
+				return c.client.DiscoverPollEndpoint(ctx, arn)
+			}}, c)
+		if err != nil {
+			return fmt.Errorf("ACS client: %w", err)
+		}
+		_ = client.Run(ctx) // returns only when ctx ends
+	}
+	return nil
+}
+
+// register registers this host and saves the registration before anything uses it; it retries until
+// it succeeds or ctx ends.
+func (c *ControlPlane) register(ctx context.Context) (string, error) {
+	reg := c.cfg.Registration
+	saved, ok, err := c.store.Registration(ctx)
+	if err != nil {
+		c.log.Warn("the saved registration cannot be read; registering anew", "error", err)
+	}
+	if ok && saved.Cluster == c.cfg.Cluster {
+		reg.ContainerInstanceArn = saved.ContainerInstanceArn
+	}
+	arn, err := c.client.RegisterContainerInstance(ctx, reg)
+	if err != nil {
+		return "", fmt.Errorf("register the container instance in cluster %s: %w", c.cfg.Cluster, err)
+	}
+	if err := c.store.SaveRegistration(ctx, state.Registration{Cluster: c.cfg.Cluster, ContainerInstanceArn: arn}); err != nil {
+		return "", fmt.Errorf("save the registration: %w", err)
+	}
+	c.arn.Store(&arn)
+	return arn, nil
+}
+
+// HandlePayload gives every accepted task to the engine, which returns once it is saved (and, for a
+// stop, once the stop is saved), and saves a STOPPED report for every rejected one; the sequence
+// number is saved last. Only then does the ACS client acknowledge the payload.
+func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
+	for _, a := range p.Tasks {
+		t := a.Task
+		for _, w := range a.Warnings {
+			c.log.Warn("task definition field ignored: "+w, "task", t.Arn)
+		}
+		c.putCredentials(t.Arn, acs.RoleTypeTaskApplication, a.RoleCredentials)
+		c.putCredentials(t.Arn, acs.RoleTypeTaskExecution, a.ExecutionRoleCredentials)
+		if err := c.eng.AddTask(ctx, t); err != nil {
+			return fmt.Errorf("accept task %s: %w", t.Arn, err)
+		}
+	}
+	for _, r := range p.Rejected {
+		if r.Arn == "" {
+			c.log.Warn("a task without an ARN was rejected; it cannot be reported", "error", r.Err)
+			continue
+		}
+		c.log.Warn("task rejected", "task", r.Arn, "error", r.Err)
+		if err := c.reporter.ReportRejected(ctx, r.Arn, "TaskDefinitionError: "+r.Err.Error(), c.cfg.Clock.Now()); err != nil {
+			return err
+		}
+	}
+	if err := c.store.SaveSeqNum(ctx, p.SeqNum); err != nil {
+		return fmt.Errorf("save the ACS sequence number: %w", err)
+	}
+	c.seq.Store(p.SeqNum)
+	return nil
+}
+
+// putCredentials stores credentials that came with a task, if any.
+func (c *ControlPlane) putCredentials(taskArn, roleType string, creds *acs.IAMRoleCredentials) {
+	if creds == nil {
+		return
+	}
+	if err := c.creds.Put(taskArn, roleType, *creds); err != nil {
+		c.log.Warn("task credentials not stored", "task", taskArn, "role_type", roleType, "error", err)
+	}
+}
+
+// HandleCredentials stores refreshed task role credentials. Malformed ones are logged and
+// acknowledged: resending them cannot make them valid.
+func (c *ControlPlane) HandleCredentials(_ context.Context, m acs.Credentials) error {
+	if err := c.creds.Put(m.TaskArn, m.RoleType, m.Credentials); err != nil {
+		c.log.Warn("task credentials not stored", "task", m.TaskArn, "role_type", m.RoleType, "error", err)
+		return nil
+	}
+	c.log.Info("task credentials received", "task", m.TaskArn, "role_type", m.RoleType)
+	return nil
+}
+
+// HandleENIAttachment logs the announcement; the task's payload carries the ENI the engine waits for.
+func (c *ControlPlane) HandleENIAttachment(_ context.Context, a acs.ENIAttachment) error {
+	for _, eni := range a.ENIs {
+		c.log.Info("ENI attachment announced", "task", a.TaskArn, "mac", eni.MacAddress)
+	}
+	return nil
+}
+
+// SeqNum is the sequence number of the last payload handled.
+func (c *ControlPlane) SeqNum() int64 { return c.seq.Load() }

@@ -1,0 +1,208 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/ecsclient"
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/state"
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// fakeControl is the ECS API as the control plane calls it.
+type fakeControl struct {
+	*fakeECS
+	forgotten int
+}
+
+func (f *fakeControl) RegisterContainerInstance(context.Context, ecsclient.Registration) (string, error) {
+	return "arn:instance", nil
+}
+
+func (f *fakeControl) DiscoverPollEndpoint(context.Context, string) (string, error) {
+	return "http://127.0.0.1:1/", nil
+}
+
+func (f *fakeControl) ForgetPollEndpoint(string) { f.forgotten++ }
+
+// fakeEngine accepts tasks; refuse makes AddTask fail for one ARN.
+type fakeEngine struct {
+	mu     sync.Mutex
+	added  []*task.Task
+	refuse string
+}
+
+func (e *fakeEngine) AddTask(_ context.Context, t *task.Task) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t.Arn == e.refuse {
+		return errors.New("disk full")
+	}
+	e.added = append(e.added, t)
+	return nil
+}
+
+func creds(id string, exp time.Time) *acs.IAMRoleCredentials {
+	return &acs.IAMRoleCredentials{CredentialsID: id, AccessKeyID: "AKID", SecretAccessKey: "secret", SessionToken: "tok",
+		Expiration: exp.UTC().Format(time.RFC3339)}
+}
+
+func TestHandlePayload(t *testing.T) {
+	ctx := context.Background()
+	store := state.NewMemory()
+	clock := clockwork.NewFakeClock()
+	eng := &fakeEngine{}
+	cp := New(Config{Clock: clock}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
+	good := &task.Task{Arn: "arn:good", DesiredStatus: task.TaskRunning}
+	err := cp.HandlePayload(ctx, acs.Payload{MessageID: "m1", SeqNum: 9,
+		Tasks:    []acs.Accepted{{Task: good, RoleCredentials: creds("c-task", clock.Now().Add(time.Hour)), ExecutionRoleCredentials: creds("c-exec", clock.Now().Add(time.Hour))}},
+		Rejected: []acs.Rejected{{Arn: "arn:bad", Err: errors.New("containers[0].image: required")}, {Err: errors.New("null task")}}})
+	require.NoError(t, err)
+
+	assert.Len(t, eng.added, 1)
+	seq, err := store.SeqNum(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(9), seq, "saved before HandlePayload returns, so before the ack")
+	assert.Equal(t, int64(9), cp.SeqNum())
+	got, ok := cp.Credentials().Get("c-task")
+	require.True(t, ok)
+	assert.Equal(t, acs.RoleTypeTaskApplication, got.RoleType)
+	got, ok = cp.Credentials().Get("c-exec")
+	require.True(t, ok)
+	assert.Equal(t, acs.RoleTypeTaskExecution, got.RoleType)
+
+	records, err := store.SentRecords(ctx)
+	require.NoError(t, err)
+	require.Len(t, records, 1, "the rejected task's report is saved before the ack; one without an ARN cannot be")
+	assert.Equal(t, "arn:bad", records[0].TaskArn)
+	require.NotNil(t, records[0].Report)
+	assert.Equal(t, "TaskDefinitionError: containers[0].image: required", records[0].Report.StoppedReason)
+	assert.Equal(t, task.TaskStopped, records[0].Report.KnownStatus)
+
+	eng.refuse = "arn:refused"
+	err = cp.HandlePayload(ctx, acs.Payload{SeqNum: 10, Tasks: []acs.Accepted{{Task: &task.Task{Arn: "arn:refused"}}}})
+	require.ErrorContains(t, err, "accept task arn:refused: disk full")
+	seq, err = store.SeqNum(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(9), seq, "a payload that was not accepted does not advance the sequence number")
+}
+
+// A rejected task's saved report survives a restart: a new process delivers it, then deletes it.
+func TestRejectedReportDeliveredAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	store := state.NewMemory()
+	f := newFakeECS()
+	f.setDown(true)
+	first := New(Config{}, &fakeControl{fakeECS: f}, &fakeEngine{}, store, logger.Nop())
+	require.NoError(t, first.HandlePayload(ctx, acs.Payload{SeqNum: 1, Rejected: []acs.Rejected{{Arn: "arn:bad", Err: errors.New("bad")}}}))
+	// The first process dies before delivering (its reporter never ran).
+
+	f.setDown(false)
+	second := New(Config{Reporter: ReporterConfig{NewBackoff: zeroBackoff}}, &fakeControl{fakeECS: f}, &fakeEngine{}, store, logger.Nop())
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		second.Report(rctx, nil)
+	}()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool {
+		records, err := store.SentRecords(ctx)
+		return err == nil && len(records) == 0
+	}, 10*time.Second, 5*time.Millisecond, "the record is deleted once delivered")
+	subs := submissions(f)
+	require.Len(t, subs, 1)
+	assert.Equal(t, "arn:bad", subs[0].Task)
+	assert.Equal(t, "STOPPED", subs[0].Status)
+	assert.Equal(t, "TaskDefinitionError: bad", subs[0].Reason)
+	assert.Zero(t, second.reporter.Tracked())
+}
+
+func TestCredentialsStore(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	s := NewCredentialsStore(clock)
+	require.NoError(t, s.Put("arn:t1", acs.RoleTypeTaskApplication, *creds("a1", clock.Now().Add(time.Hour))))
+	require.NoError(t, s.Put("arn:t1", acs.RoleTypeTaskExecution, *creds("e1", clock.Now().Add(2*time.Hour))))
+	require.NoError(t, s.Put("arn:t2", acs.RoleTypeTaskApplication, *creds("b1", clock.Now().Add(time.Hour))))
+
+	require.NoError(t, s.Put("arn:t1", acs.RoleTypeTaskApplication, *creds("a2", clock.Now().Add(3*time.Hour))))
+	_, ok := s.Get("a1")
+	assert.False(t, ok, "a refresh replaces the task's earlier set of the same role")
+	_, ok = s.Get("a2")
+	assert.True(t, ok)
+
+	clock.Advance(time.Hour)
+	_, ok = s.Get("b1")
+	assert.False(t, ok, "expired at its expiration")
+	_, ok = s.Get("e1")
+	assert.True(t, ok)
+
+	s.TaskRemoved("arn:t1")
+	assert.Zero(t, s.Len(), "removing the task drops its sets; the expired one went on Get")
+
+	err := s.Put("arn:t3", acs.RoleTypeTaskApplication, acs.IAMRoleCredentials{CredentialsID: "x", SecretAccessKey: "hush", Expiration: "tomorrow"})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "hush", "errors never carry a secret")
+	assert.Error(t, s.Put("arn:t3", acs.RoleTypeTaskApplication, acs.IAMRoleCredentials{}), "no ID")
+	assert.Zero(t, s.Len())
+}
+
+// 1,000 tasks run, reported and cleaned up leave nothing behind in the reporter, the attachment
+// reporter or the credentials store, and no sent record in the state store.
+func TestThousandTasksLeaveNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	store := state.NewMemory()
+	f := newFakeECS()
+	clock := clockwork.NewFakeClock()
+	cp := New(Config{Clock: clock, Reporter: ReporterConfig{NewBackoff: zeroBackoff}}, &fakeControl{fakeECS: f}, &fakeEngine{}, store, logger.Nop())
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cp.Report(rctx, nil)
+	}()
+	defer func() { cancel(); <-done }()
+
+	const n = 1000
+	for i := range n {
+		arn := fmt.Sprintf("arn:aws:ecs:us-west-2:123456789012:task/c/%04d", i)
+		tk := newTask(arn)
+		tk.ENI = &task.ENI{AttachmentArn: "arn:att/" + arn, MAC: "0a:00:00:00:00:01"}
+		require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: int64(i), Tasks: []acs.Accepted{{Task: tk,
+			RoleCredentials: creds("cred-"+arn, clock.Now().Add(time.Hour))}}}))
+		run := running(tk)
+		run.AWSVPC = &task.AWSVPC{}
+		cp.TaskChanged(run)
+		stop := stopped(run)
+		stop.AWSVPC = &task.AWSVPC{TornDown: true}
+		cp.TaskChanged(stop)
+		cp.TaskRemoved(arn)
+	}
+	require.Eventually(t, func() bool {
+		reporter, attachments, pending, credentials := cp.Tracked()
+		return reporter == 0 && attachments == 0 && pending == 0 && credentials == 0
+	}, 30*time.Second, 10*time.Millisecond, "every map is empty once everything is delivered")
+	records, err := store.SentRecords(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, records)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	assert.Len(t, f.attachments, 2*n, "ATTACHED and DETACHED of every task were delivered")
+	stoppedSent := 0
+	for _, ch := range f.accepted {
+		if ch.Status == ecsclient.StatusStopped {
+			stoppedSent++
+		}
+	}
+	assert.Equal(t, n, stoppedSent, "every task's STOPPED was delivered")
+}

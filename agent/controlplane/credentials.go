@@ -1,0 +1,123 @@
+package controlplane
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/berth-agent/berth/agent/acs"
+)
+
+// TaskCredentials are the credentials of one task role, as the control plane sent them.
+type TaskCredentials struct {
+	TaskArn     string
+	RoleType    string // acs.RoleTypeTaskApplication or acs.RoleTypeTaskExecution
+	Credentials acs.IAMRoleCredentials
+	Expiration  time.Time // zero when the control plane gave none
+}
+
+// CredentialsStore keeps the task role credentials the control plane sends, by credentials ID, for
+// the task credentials endpoint. A task has at most one set per role type (a refresh replaces the
+// old set); a set is dropped when it expires or when the engine removes its task, so the store is
+// bounded by the live tasks. It is safe for concurrent use.
+type CredentialsStore struct {
+	clock clockwork.Clock
+
+	mu     sync.Mutex
+	byID   map[string]TaskCredentials
+	byTask map[string]map[string]string // task ARN → role type → credentials ID
+}
+
+// NewCredentialsStore returns an empty store; a nil clock means the real one.
+func NewCredentialsStore(clock clockwork.Clock) *CredentialsStore {
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
+	return &CredentialsStore{clock: clock, byID: map[string]TaskCredentials{}, byTask: map[string]map[string]string{}}
+}
+
+// Put stores a task role's credentials, replacing the task's earlier set of the same role type, and
+// drops every set that has expired. It fails, storing nothing, for credentials without an ID or with
+// an expiration that is not RFC 3339; the error never contains a secret.
+func (s *CredentialsStore) Put(taskArn, roleType string, c acs.IAMRoleCredentials) error {
+	if c.CredentialsID == "" {
+		return fmt.Errorf("credentials of task %s (%s): no credentialsId", taskArn, roleType)
+	}
+	var exp time.Time
+	if c.Expiration != "" {
+		var err error
+		if exp, err = time.Parse(time.RFC3339, c.Expiration); err != nil {
+			return fmt.Errorf("credentials %s of task %s: expiration %q is not RFC 3339", c.CredentialsID, taskArn, c.Expiration)
+		}
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, tc := range s.byID {
+		if expired(tc, now) {
+			s.dropLocked(id)
+		}
+	}
+	if old, ok := s.byTask[taskArn][roleType]; ok {
+		s.dropLocked(old)
+	}
+	s.byID[c.CredentialsID] = TaskCredentials{TaskArn: taskArn, RoleType: roleType, Credentials: c, Expiration: exp}
+	if s.byTask[taskArn] == nil {
+		s.byTask[taskArn] = map[string]string{}
+	}
+	s.byTask[taskArn][roleType] = c.CredentialsID
+	return nil
+}
+
+// Get returns the unexpired credentials with the given ID.
+func (s *CredentialsStore) Get(id string) (TaskCredentials, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tc, ok := s.byID[id]
+	if !ok {
+		return TaskCredentials{}, false
+	}
+	if expired(tc, s.clock.Now()) {
+		s.dropLocked(id)
+		return TaskCredentials{}, false
+	}
+	return tc, true
+}
+
+// TaskRemoved drops every set of the task's credentials.
+func (s *CredentialsStore) TaskRemoved(taskArn string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range s.byTask[taskArn] {
+		delete(s.byID, id)
+	}
+	delete(s.byTask, taskArn)
+}
+
+// Len returns how many sets of credentials the store holds.
+func (s *CredentialsStore) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byID)
+}
+
+// dropLocked removes one set; the caller holds s.mu.
+func (s *CredentialsStore) dropLocked(id string) {
+	tc, ok := s.byID[id]
+	if !ok {
+		return
+	}
+	delete(s.byID, id)
+	if roles := s.byTask[tc.TaskArn]; roles != nil && roles[tc.RoleType] == id {
+		delete(roles, tc.RoleType)
+		if len(roles) == 0 {
+			delete(s.byTask, tc.TaskArn)
+		}
+	}
+}
+
+func expired(tc TaskCredentials, now time.Time) bool {
+	return !tc.Expiration.IsZero() && !now.Before(tc.Expiration)
+}
