@@ -1,7 +1,6 @@
 package localcp
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -25,10 +24,12 @@ func TestPayloadRoundTrip(t *testing.T) {
 
 			sent, err := acsTaskOf(rec, "RUNNING")
 			require.NoError(t, err)
-			wire, err := json.Marshal(acsPayloadMessage{MessageID: "m", SeqNum: 1, Tasks: []acsTask{sent}})
+			wire, err := acs.Encode(&acs.PayloadMessage{MessageID: "m", SeqNum: 1, Tasks: []*acs.Task{sent}})
 			require.NoError(t, err)
-			var got acs.PayloadMessage
-			require.NoError(t, json.Unmarshal(wire, &got))
+			m, err := acs.Decode(wire)
+			require.NoError(t, err)
+			got, ok := m.(*acs.PayloadMessage)
+			require.True(t, ok, "want a PayloadMessage, got %T", m)
 			require.Len(t, got.Tasks, 1)
 			back, warnings, err := acs.Definition(got.Tasks[0])
 			require.NoError(t, err)

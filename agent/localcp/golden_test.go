@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/acs"
 )
 
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/*.golden from the current code")
@@ -69,6 +71,15 @@ func TestACSWireGolden(t *testing.T) {
 	frames = append(frames, string(agent.readRaw()))
 	h.clock.ticks <- h.clock.Now()
 	frames = append(frames, string(agent.readRaw()))
+
+	// Every frame is what agent/acs makes of its own reading of it: one wire vocabulary.
+	for _, f := range frames {
+		m, err := acs.Decode([]byte(f))
+		require.NoError(t, err, "%s", f)
+		again, err := acs.Encode(m)
+		require.NoError(t, err)
+		assert.Equal(t, f, string(again))
+	}
 
 	got := strings.Join(frames, "\n") + "\n"
 	got = strings.NewReplacer(full, "TASK-FULL", sleep, "TASK-SLEEP", web, "TASK-WEB", ci, "INSTANCE").Replace(got)
