@@ -64,7 +64,7 @@ type dockerLogConfig struct {
 }
 
 // acsTaskOf renders a stored task as ACS sends it, through taskdef's translation to the task model.
-func acsTaskOf(t *taskRecord, desired string) (*acs.Task, error) {
+func acsTaskOf(t *taskRecord, desired task.TaskStatus) (*acs.Task, error) {
 	def, err := taskdef.Parse(t.Definition)
 	if err != nil {
 		return nil, fmt.Errorf("task %s: stored definition: %w", t.Arn, err)
@@ -75,7 +75,7 @@ func acsTaskOf(t *taskRecord, desired string) (*acs.Task, error) {
 		Arn:                     t.Arn,
 		Family:                  m.Family,
 		Version:                 strconv.Itoa(t.Revision),
-		DesiredStatus:           desired,
+		DesiredStatus:           taskStatusName(desired),
 		NetworkMode:             string(m.NetworkMode),
 		CPU:                     float64(m.CPU) / 1024,
 		Memory:                  int64(m.Memory),
@@ -179,13 +179,13 @@ type acsConn struct {
 	closeOnce   sync.Once
 
 	mu       sync.Mutex
-	inflight map[string]string      // task ARN → desired status sent on this connection, not yet acked
-	messages map[string][]sentState // message ID → what it carried
+	inflight map[string]task.TaskStatus // task ARN → desired status sent on this connection, not yet acked
+	messages map[string][]sentState     // message ID → what it carried
 }
 
 type sentState struct {
 	taskArn string
-	desired string
+	desired task.TaskStatus
 }
 
 func (c *acsConn) close() { c.closeOnce.Do(func() { _ = c.ws.Close() }) }
@@ -242,7 +242,7 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 		instanceArn: instanceArn,
 		clusterArn:  q.Get("clusterArn"),
 		kick:        make(chan struct{}, 1),
-		inflight:    map[string]string{},
+		inflight:    map[string]task.TaskStatus{},
 		messages:    map[string][]sentState{},
 	}
 	if !known {
@@ -400,7 +400,7 @@ func (s *Server) deliver(c *acsConn) error {
 	c.mu.Unlock()
 	arns := make([]string, 0, len(sent))
 	for _, st := range sent {
-		arns = append(arns, st.taskArn+"="+st.desired)
+		arns = append(arns, st.taskArn+"="+taskStatusName(st.desired))
 	}
 	s.log.Info("payload sent", "containerInstance", c.instanceArn, "messageId", msg.MessageID, "seqNum", msg.SeqNum, "tasks", strings.Join(arns, ","))
 	return c.write(&msg)
@@ -433,7 +433,7 @@ func (s *Server) acked(c *acsConn, messageID string) error {
 				s.log.Warn("ack for a task that is gone", "task", st.taskArn, "err", err)
 				continue
 			}
-			if !advances(t.AckedDesired, st.desired) {
+			if st.desired <= t.AckedDesired {
 				continue
 			}
 			t.AckedDesired = st.desired

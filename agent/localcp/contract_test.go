@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
 
@@ -22,7 +23,7 @@ func TestPayloadRoundTrip(t *testing.T) {
 			require.NoError(t, err)
 			rec := &taskRecord{Arn: "arn:aws:ecs:local:000000000000:task/default/0123", Revision: 3, Definition: canon}
 
-			sent, err := acsTaskOf(rec, "RUNNING")
+			sent, err := acsTaskOf(rec, task.TaskRunning)
 			require.NoError(t, err)
 			wire, err := acs.Encode(&acs.PayloadMessage{MessageID: "m", SeqNum: 1, Tasks: []*acs.Task{sent}})
 			require.NoError(t, err)
@@ -37,6 +38,14 @@ func TestPayloadRoundTrip(t *testing.T) {
 			require.NoError(t, back.Validate())
 
 			assert.Equal(t, def.NewTask(rec.Arn), back.NewTask(rec.Arn))
+
+			for _, desired := range []task.TaskStatus{task.TaskRunning, task.TaskStopped} {
+				sent, err := acsTaskOf(rec, desired)
+				require.NoError(t, err)
+				accepted, err := acs.TranslateTask(sent)
+				require.NoError(t, err)
+				assert.Equal(t, desired, accepted.Task.DesiredStatus)
+			}
 		})
 	}
 }
