@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,96 +23,8 @@ import (
 // writeTimeout bounds one websocket write.
 const writeTimeout = 10 * time.Second
 
-// Frames are encoded and decoded by agent/acs (acs.Encode, acs.Decode), with its message types
-// wherever their JSON is exactly what this package sends. The payload types below stay here because
-// the embedded control plane writes fields that agent/acs omits when empty ("cpu":0, "memory":0,
-// "environment":{}, "portMappings":[], "hostPort":0, "readOnly":false, "volumes":[],
-// "sourcePath":"", "autoprovision":false), and its wire format must not change; acs decodes both
-// forms alike.
-
-// acsPayloadMessage is acs.PayloadMessage as this package sends it.
-type acsPayloadMessage struct {
-	MessageID            string    `json:"messageId"`
-	ClusterArn           string    `json:"clusterArn"`
-	ContainerInstanceArn string    `json:"containerInstanceArn"`
-	SeqNum               int64     `json:"seqNum"`
-	GeneratedAt          int64     `json:"generatedAt"` // epoch milliseconds
-	Tasks                []acsTask `json:"tasks"`
-}
-
-// MessageType makes acsPayloadMessage an acs.Message.
-func (*acsPayloadMessage) MessageType() string { return acs.TypePayloadMessage }
-
-type acsTask struct {
-	Arn                     string         `json:"arn"`
-	Family                  string         `json:"family"`
-	Version                 string         `json:"version"`
-	DesiredStatus           string         `json:"desiredStatus"`
-	NetworkMode             string         `json:"networkMode"`
-	CPU                     float64        `json:"cpu,omitempty"`    // vCPUs
-	Memory                  int            `json:"memory,omitempty"` // MiB
-	Containers              []acsContainer `json:"containers"`
-	Volumes                 []acsVolume    `json:"volumes"`
-	LaunchType              string         `json:"launchType"`
-	TaskDefinitionAccountID string         `json:"taskDefinitionAccountId"`
-}
-
-type acsContainer struct {
-	Name            string                    `json:"name"`
-	Image           string                    `json:"image"`
-	CPU             int                       `json:"cpu"`
-	Memory          int                       `json:"memory"`
-	Essential       bool                      `json:"essential"`
-	EntryPoint      []string                  `json:"entryPoint,omitempty"`
-	Command         []string                  `json:"command,omitempty"`
-	Environment     map[string]string         `json:"environment"`
-	PortMappings    []acsPortMapping          `json:"portMappings"`
-	MountPoints     []acsMountPoint           `json:"mountPoints"`
-	VolumesFrom     []acsVolumeFrom           `json:"volumesFrom"`
-	Links           []string                  `json:"links"`
-	DependsOn       []acs.ContainerDependency `json:"dependsOn,omitempty"`
-	StartTimeout    int                       `json:"startTimeout,omitempty"` // seconds
-	StopTimeout     int                       `json:"stopTimeout,omitempty"`  // seconds
-	HealthCheckType string                    `json:"healthCheckType,omitempty"`
-	DockerConfig    acs.DockerConfig          `json:"dockerConfig"`
-	Privileged      bool                      `json:"privileged,omitempty"`
-}
-
-type acsPortMapping struct {
-	ContainerPort int    `json:"containerPort"`
-	HostPort      int    `json:"hostPort"`
-	Protocol      string `json:"protocol"`
-}
-
-type acsMountPoint struct {
-	SourceVolume  string `json:"sourceVolume"`
-	ContainerPath string `json:"containerPath"`
-	ReadOnly      bool   `json:"readOnly"`
-}
-
-type acsVolumeFrom struct {
-	SourceContainer string `json:"sourceContainer"`
-	ReadOnly        bool   `json:"readOnly"`
-}
-
-type acsVolume struct {
-	Name                      string                        `json:"name"`
-	Type                      string                        `json:"type"`
-	Host                      *acsHostVolume                `json:"host,omitempty"`
-	DockerVolumeConfiguration *acsDockerVolumeConfiguration `json:"dockerVolumeConfiguration,omitempty"`
-}
-
-type acsHostVolume struct {
-	SourcePath string `json:"sourcePath"`
-}
-
-type acsDockerVolumeConfiguration struct {
-	Scope         string            `json:"scope"`
-	Autoprovision bool              `json:"autoprovision"`
-	Driver        string            `json:"driver,omitempty"`
-	DriverOpts    map[string]string `json:"driverOpts,omitempty"`
-	Labels        map[string]string `json:"labels,omitempty"`
-}
+// Every frame is an agent/acs message, encoded and decoded by acs.Encode and acs.Decode: the agent's
+// ACS client and this control plane share one definition of the wire format.
 
 // Docker's container and host config, limited to what a task definition sets beyond the ACS fields.
 
@@ -151,23 +64,22 @@ type dockerLogConfig struct {
 }
 
 // acsTaskOf renders a stored task as ACS sends it, through taskdef's translation to the task model.
-func acsTaskOf(t *taskRecord, desired string) (acsTask, error) {
+func acsTaskOf(t *taskRecord, desired task.TaskStatus) (*acs.Task, error) {
 	def, err := taskdef.Parse(t.Definition)
 	if err != nil {
-		return acsTask{}, fmt.Errorf("task %s: stored definition: %w", t.Arn, err)
+		return nil, fmt.Errorf("task %s: stored definition: %w", t.Arn, err)
 	}
 	def.Revision = t.Revision
 	m := def.NewTask(t.Arn)
-	out := acsTask{
+	out := &acs.Task{
 		Arn:                     t.Arn,
 		Family:                  m.Family,
-		Version:                 fmt.Sprint(t.Revision),
-		DesiredStatus:           desired,
+		Version:                 strconv.Itoa(t.Revision),
+		DesiredStatus:           taskStatusName(desired),
 		NetworkMode:             string(m.NetworkMode),
 		CPU:                     float64(m.CPU) / 1024,
-		Memory:                  m.Memory,
-		Containers:              make([]acsContainer, 0, len(m.Containers)),
-		Volumes:                 make([]acsVolume, 0, len(m.Volumes)),
+		Memory:                  int64(m.Memory),
+		Containers:              make([]*acs.Container, 0, len(m.Containers)),
 		LaunchType:              "EC2",
 		TaskDefinitionAccountID: accountID,
 	}
@@ -177,56 +89,52 @@ func acsTaskOf(t *taskRecord, desired string) (acsTask, error) {
 	for _, c := range m.Containers {
 		ac, err := acsContainerOf(c)
 		if err != nil {
-			return acsTask{}, fmt.Errorf("task %s: container %q: %w", t.Arn, c.Name, err)
+			return nil, fmt.Errorf("task %s: container %q: %w", t.Arn, c.Name, err)
 		}
 		out.Containers = append(out.Containers, ac)
 	}
 	return out, nil
 }
 
-func acsVolumeOf(v task.Volume) acsVolume {
+func acsVolumeOf(v task.Volume) *acs.Volume {
 	if d := v.Docker; d != nil {
-		return acsVolume{Name: v.Name, Type: "docker", DockerVolumeConfiguration: &acsDockerVolumeConfiguration{
+		return &acs.Volume{Name: v.Name, Type: "docker", DockerVolumeConfiguration: &acs.DockerVolumeConfiguration{
 			Scope: d.Scope, Autoprovision: d.Autoprovision, Driver: d.Driver,
 			DriverOpts: maps.Clone(d.DriverOpts), Labels: maps.Clone(d.Labels),
 		}}
 	}
-	out := acsVolume{Name: v.Name, Type: "host", Host: &acsHostVolume{}}
+	out := &acs.Volume{Name: v.Name, Type: "host", Host: &acs.HostVolume{}}
 	if v.Host != nil {
 		out.Host.SourcePath = v.Host.SourcePath
 	}
 	return out
 }
 
-func acsContainerOf(c *task.Container) (acsContainer, error) {
-	out := acsContainer{
+func acsContainerOf(c *task.Container) (*acs.Container, error) {
+	out := &acs.Container{
 		Name:         c.Name,
 		Image:        c.Image,
-		CPU:          c.CPU,
-		Memory:       c.Memory,
-		Essential:    c.Essential,
+		CPU:          int64(c.CPU),
+		Memory:       int64(c.Memory),
+		Essential:    new(c.Essential), // sent either way: absent would mean true
 		EntryPoint:   slices.Clone(c.EntryPoint),
 		Command:      slices.Clone(c.Command),
 		Environment:  make(map[string]string, len(c.Environment)),
-		PortMappings: []acsPortMapping{},
-		MountPoints:  []acsMountPoint{},
-		VolumesFrom:  []acsVolumeFrom{},
-		Links:        []string{},
-		StartTimeout: int(c.StartTimeout / time.Second),
-		StopTimeout:  int(c.StopTimeout / time.Second),
+		StartTimeout: int64(c.StartTimeout / time.Second),
+		StopTimeout:  int64(c.StopTimeout / time.Second),
 		Privileged:   c.Privileged,
 	}
 	for _, kv := range c.Environment {
 		out.Environment[kv.Name] = kv.Value
 	}
 	for _, p := range c.PortMappings {
-		out.PortMappings = append(out.PortMappings, acsPortMapping{ContainerPort: int(p.ContainerPort), HostPort: int(p.HostPort), Protocol: p.Protocol})
+		out.PortMappings = append(out.PortMappings, acs.PortMapping{ContainerPort: int64(p.ContainerPort), HostPort: int64(p.HostPort), Protocol: p.Protocol})
 	}
 	for _, mp := range c.MountPoints {
-		out.MountPoints = append(out.MountPoints, acsMountPoint{SourceVolume: mp.SourceVolume, ContainerPath: mp.ContainerPath, ReadOnly: mp.ReadOnly})
+		out.MountPoints = append(out.MountPoints, acs.MountPoint{SourceVolume: mp.SourceVolume, ContainerPath: mp.ContainerPath, ReadOnly: mp.ReadOnly})
 	}
 	for _, vf := range c.VolumesFrom {
-		out.VolumesFrom = append(out.VolumesFrom, acsVolumeFrom{SourceContainer: vf.SourceContainer, ReadOnly: vf.ReadOnly})
+		out.VolumesFrom = append(out.VolumesFrom, acs.VolumeFrom{SourceContainer: vf.SourceContainer, ReadOnly: vf.ReadOnly})
 	}
 	for _, d := range c.DependsOn {
 		out.DependsOn = append(out.DependsOn, acs.ContainerDependency{ContainerName: d.ContainerName, Condition: string(d.Condition)})
@@ -252,13 +160,13 @@ func acsContainerOf(c *task.Container) (acsContainer, error) {
 	}
 	cb, err := json.Marshal(cfg)
 	if err != nil {
-		return acsContainer{}, fmt.Errorf("encode docker config: %w", err)
+		return nil, fmt.Errorf("encode docker config: %w", err)
 	}
 	hb, err := json.Marshal(host)
 	if err != nil {
-		return acsContainer{}, fmt.Errorf("encode docker host config: %w", err)
+		return nil, fmt.Errorf("encode docker host config: %w", err)
 	}
-	out.DockerConfig = acs.DockerConfig{Config: string(cb), HostConfig: string(hb)}
+	out.DockerConfig = &acs.DockerConfig{Config: string(cb), HostConfig: string(hb)}
 	return out, nil
 }
 
@@ -271,13 +179,13 @@ type acsConn struct {
 	closeOnce   sync.Once
 
 	mu       sync.Mutex
-	inflight map[string]string      // task ARN → desired status sent on this connection, not yet acked
-	messages map[string][]sentState // message ID → what it carried
+	inflight map[string]task.TaskStatus // task ARN → desired status sent on this connection, not yet acked
+	messages map[string][]sentState     // message ID → what it carried
 }
 
 type sentState struct {
 	taskArn string
-	desired string
+	desired task.TaskStatus
 }
 
 func (c *acsConn) close() { c.closeOnce.Do(func() { _ = c.ws.Close() }) }
@@ -334,7 +242,7 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 		instanceArn: instanceArn,
 		clusterArn:  q.Get("clusterArn"),
 		kick:        make(chan struct{}, 1),
-		inflight:    map[string]string{},
+		inflight:    map[string]task.TaskStatus{},
 		messages:    map[string][]sentState{},
 	}
 	if !known {
@@ -445,7 +353,7 @@ func (s *Server) readACS(c *acsConn) {
 // has neither acknowledged nor been sent on this connection.
 func (s *Server) deliver(c *acsConn) error {
 	var (
-		msg  acsPayloadMessage
+		msg  acs.PayloadMessage
 		sent []sentState
 	)
 	c.mu.Lock()
@@ -492,7 +400,7 @@ func (s *Server) deliver(c *acsConn) error {
 	c.mu.Unlock()
 	arns := make([]string, 0, len(sent))
 	for _, st := range sent {
-		arns = append(arns, st.taskArn+"="+st.desired)
+		arns = append(arns, st.taskArn+"="+taskStatusName(st.desired))
 	}
 	s.log.Info("payload sent", "containerInstance", c.instanceArn, "messageId", msg.MessageID, "seqNum", msg.SeqNum, "tasks", strings.Join(arns, ","))
 	return c.write(&msg)
@@ -525,7 +433,7 @@ func (s *Server) acked(c *acsConn, messageID string) error {
 				s.log.Warn("ack for a task that is gone", "task", st.taskArn, "err", err)
 				continue
 			}
-			if !advances(t.AckedDesired, st.desired) {
+			if st.desired <= t.AckedDesired {
 				continue
 			}
 			t.AckedDesired = st.desired

@@ -41,34 +41,49 @@ func dialACS(t *testing.T, ts *httptest.Server, ci string) *acsClient {
 	return c
 }
 
-// read returns the next frame, failing the test after a deadline.
-func (c *acsClient) read() (string, json.RawMessage) {
+// readRaw returns the bytes of the next frame, failing the test after a deadline.
+func (c *acsClient) readRaw() []byte {
 	c.t.Helper()
 	require.NoError(c.t, c.ws.SetReadDeadline(time.Now().Add(10*time.Second)))
-	var f acsFrame
-	require.NoError(c.t, c.ws.ReadJSON(&f))
-	return f.Type, f.Message
+	_, b, err := c.ws.ReadMessage()
+	require.NoError(c.t, err)
+	return b
 }
 
-func (c *acsClient) payload() acsPayloadMessage {
+// read returns the next frame as the agent's ACS client decodes it.
+func (c *acsClient) read() acs.Message {
 	c.t.Helper()
-	typ, msg := c.read()
-	require.Equal(c.t, "PayloadMessage", typ, "%s", msg)
-	var p acsPayloadMessage
-	require.NoError(c.t, json.Unmarshal(msg, &p))
+	b := c.readRaw()
+	m, err := acs.Decode(b)
+	require.NoError(c.t, err, "%s", b)
+	return m
+}
+
+func (c *acsClient) payload() *acs.PayloadMessage {
+	c.t.Helper()
+	m := c.read()
+	p, ok := m.(*acs.PayloadMessage)
+	require.True(c.t, ok, "want a PayloadMessage, got %T", m)
 	return p
 }
 
-func (c *acsClient) send(typ string, msg any) {
+// send writes a frame as the agent's ACS client encodes it.
+func (c *acsClient) send(m acs.Message) {
 	c.t.Helper()
-	b, err := json.Marshal(msg)
+	b, err := acs.Encode(m)
 	require.NoError(c.t, err)
-	require.NoError(c.t, c.ws.WriteJSON(acsFrame{Type: typ, Message: b}))
+	c.sendRaw(string(b))
 }
 
-func (c *acsClient) ack(p acsPayloadMessage) {
+// sendRaw writes a text frame as is, well-formed or not.
+func (c *acsClient) sendRaw(frame string) {
 	c.t.Helper()
-	c.send("AckRequest", acs.AckRequest{Cluster: p.ClusterArn, ContainerInstance: p.ContainerInstanceArn, MessageID: p.MessageID})
+	require.NoError(c.t, c.ws.WriteMessage(websocket.TextMessage, []byte(frame)))
+}
+
+func (c *acsClient) ack(p *acs.PayloadMessage) {
+	c.t.Helper()
+	c.send(&acs.AckRequest{Cluster: p.ClusterArn, ContainerInstance: p.ContainerInstanceArn, MessageID: p.MessageID})
 }
 
 func TestACS(t *testing.T) {
@@ -95,12 +110,12 @@ func TestACS(t *testing.T) {
 	assert.Equal(t, "RUNNING", web.DesiredStatus)
 	assert.Equal(t, "bridge", web.NetworkMode)
 	assert.InDelta(t, 0.25, web.CPU, 1e-9)
-	assert.Equal(t, 512, web.Memory)
+	assert.EqualValues(t, 512, web.Memory)
 	require.Len(t, web.Containers, 2)
 	c0, c1 := web.Containers[0], web.Containers[1]
 	assert.Equal(t, "web", c0.Name)
 	assert.Equal(t, map[string]string{"TESTAPP_NAME": "berth-example"}, c0.Environment)
-	assert.Equal(t, []acsPortMapping{{ContainerPort: 8080, HostPort: 8080, Protocol: "tcp"}}, c0.PortMappings)
+	assert.Equal(t, []acs.PortMapping{{ContainerPort: 8080, HostPort: 8080, Protocol: "tcp"}}, c0.PortMappings)
 	assert.Equal(t, "docker", c0.HealthCheckType)
 	var cfg dockerConfig
 	require.NoError(t, json.Unmarshal([]byte(c0.DockerConfig.Config), &cfg))
@@ -109,7 +124,8 @@ func TestACS(t *testing.T) {
 	assert.Equal(t, 5*time.Second, cfg.Healthcheck.Interval)
 	assert.Equal(t, 2*time.Second, cfg.Healthcheck.Timeout)
 	assert.Equal(t, 3, cfg.Healthcheck.Retries)
-	assert.False(t, c1.Essential)
+	require.NotNil(t, c1.Essential)
+	assert.False(t, *c1.Essential)
 	assert.Equal(t, []acs.ContainerDependency{{ContainerName: "web", Condition: "HEALTHY"}}, c1.DependsOn)
 	assert.Equal(t, []string{"sleep"}, c1.Command)
 
@@ -126,17 +142,21 @@ func TestACS(t *testing.T) {
 	assert.Equal(t, after, p2.Tasks[0].Arn)
 	assert.Equal(t, []string{"sleep", "5"}, p2.Tasks[0].Containers[0].Command)
 	assert.Equal(t, map[string]string{"A": "2", "B": "3"}, p2.Tasks[0].Containers[0].Environment)
+	// Frames the control plane cannot read, or does not know, are skipped; the acks behind them count
+	// (the new connection below is sent only what was not acked).
+	agent.sendRaw(`{"type":"NoSuchMessage","message":{}}`)
+	agent.sendRaw(`not a frame`)
+	agent.sendRaw(`{"type":"AckRequest","message":{"messageId":7}}`)
 	agent.ack(p)
 	agent.ack(p2)
 
 	// Heartbeats come on the clock's timer and are acked.
 	h.clock.ticks <- h.clock.Now()
-	typ, msg := agent.read()
-	require.Equal(t, "HeartbeatMessage", typ)
-	var hb acs.HeartbeatMessage
-	require.NoError(t, json.Unmarshal(msg, &hb))
+	hb, ok := agent.read().(*acs.HeartbeatMessage)
+	require.True(t, ok, "want a HeartbeatMessage")
 	assert.True(t, hb.Healthy)
-	agent.send("HeartbeatAckRequest", map[string]string{"messageId": hb.MessageID})
+	assert.NotEmpty(t, hb.MessageID)
+	agent.send(&acs.HeartbeatAckRequest{MessageID: hb.MessageID})
 
 	// StopTask sends the new desired status.
 	h.ok("StopTask", mustJSON(map[string]any{"task": before, "reason": "test"}))
@@ -182,8 +202,9 @@ func TestACSUnknownInstance(t *testing.T) {
 	ts := httptest.NewServer(h.srv.Handler())
 	t.Cleanup(ts.Close)
 	agent := dialACS(t, ts, "arn:aws:ecs:local:000000000000:container-instance/default/nope")
-	typ, _ := agent.read()
-	assert.Equal(t, "InvalidInstanceException", typ)
+	m, ok := agent.read().(*acs.InvalidInstanceException)
+	require.True(t, ok, "want an InvalidInstanceException")
+	assert.Contains(t, m.Message, "register it first")
 }
 
 func TestACSTaskPlacedWhenInstanceRegisters(t *testing.T) {

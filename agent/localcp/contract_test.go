@@ -1,13 +1,13 @@
 package localcp
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
 
@@ -23,12 +23,14 @@ func TestPayloadRoundTrip(t *testing.T) {
 			require.NoError(t, err)
 			rec := &taskRecord{Arn: "arn:aws:ecs:local:000000000000:task/default/0123", Revision: 3, Definition: canon}
 
-			sent, err := acsTaskOf(rec, "RUNNING")
+			sent, err := acsTaskOf(rec, task.TaskRunning)
 			require.NoError(t, err)
-			wire, err := json.Marshal(acsPayloadMessage{MessageID: "m", SeqNum: 1, Tasks: []acsTask{sent}})
+			wire, err := acs.Encode(&acs.PayloadMessage{MessageID: "m", SeqNum: 1, Tasks: []*acs.Task{sent}})
 			require.NoError(t, err)
-			var got acs.PayloadMessage
-			require.NoError(t, json.Unmarshal(wire, &got))
+			m, err := acs.Decode(wire)
+			require.NoError(t, err)
+			got, ok := m.(*acs.PayloadMessage)
+			require.True(t, ok, "want a PayloadMessage, got %T", m)
 			require.Len(t, got.Tasks, 1)
 			back, warnings, err := acs.Definition(got.Tasks[0])
 			require.NoError(t, err)
@@ -36,6 +38,14 @@ func TestPayloadRoundTrip(t *testing.T) {
 			require.NoError(t, back.Validate())
 
 			assert.Equal(t, def.NewTask(rec.Arn), back.NewTask(rec.Arn))
+
+			for _, desired := range []task.TaskStatus{task.TaskRunning, task.TaskStopped} {
+				sent, err := acsTaskOf(rec, desired)
+				require.NoError(t, err)
+				accepted, err := acs.TranslateTask(sent)
+				require.NoError(t, err)
+				assert.Equal(t, desired, accepted.Task.DesiredStatus)
+			}
 		})
 	}
 }

@@ -8,10 +8,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/acs"
 )
 
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/*.golden from the current code")
@@ -51,16 +52,9 @@ func TestACSWireGolden(t *testing.T) {
 	t.Cleanup(ts.Close)
 
 	var frames []string
-	readRaw := func(ws *acsClient) string {
-		t.Helper()
-		require.NoError(t, ws.ws.SetReadDeadline(time.Now().Add(10*time.Second)))
-		_, b, err := ws.ws.ReadMessage()
-		require.NoError(t, err)
-		return string(b)
-	}
 
 	// An unknown instance gets InvalidInstanceException.
-	frames = append(frames, readRaw(dialACS(t, ts, "arn:aws:ecs:local:000000000000:container-instance/default/nope")))
+	frames = append(frames, string(dialACS(t, ts, "arn:aws:ecs:local:000000000000:container-instance/default/nope").readRaw()))
 
 	ci := registerInstance(t, h)
 	h.ok("RegisterTaskDefinition", goldenFullDef)
@@ -68,15 +62,24 @@ func TestACSWireGolden(t *testing.T) {
 	h.ok("RegisterTaskDefinition", webRequest(t))
 	full := at(t, h.ok("RunTask", `{"taskDefinition":"full"}`), "tasks", 0, "taskArn").(string)
 	agent := dialACS(t, ts, ci)
-	frames = append(frames, readRaw(agent))
+	frames = append(frames, string(agent.readRaw()))
 	sleep := at(t, h.ok("RunTask", `{"taskDefinition":"sleep"}`), "tasks", 0, "taskArn").(string)
-	frames = append(frames, readRaw(agent))
+	frames = append(frames, string(agent.readRaw()))
 	web := at(t, h.ok("RunTask", `{"taskDefinition":"web"}`), "tasks", 0, "taskArn").(string)
-	frames = append(frames, readRaw(agent))
+	frames = append(frames, string(agent.readRaw()))
 	h.ok("StopTask", mustJSON(map[string]any{"task": sleep, "reason": "test"}))
-	frames = append(frames, readRaw(agent))
+	frames = append(frames, string(agent.readRaw()))
 	h.clock.ticks <- h.clock.Now()
-	frames = append(frames, readRaw(agent))
+	frames = append(frames, string(agent.readRaw()))
+
+	// Every frame is what agent/acs makes of its own reading of it: one wire vocabulary.
+	for _, f := range frames {
+		m, err := acs.Decode([]byte(f))
+		require.NoError(t, err, "%s", f)
+		again, err := acs.Encode(m)
+		require.NoError(t, err)
+		assert.Equal(t, f, string(again))
+	}
 
 	got := strings.Join(frames, "\n") + "\n"
 	got = strings.NewReplacer(full, "TASK-FULL", sleep, "TASK-SLEEP", web, "TASK-WEB", ci, "INSTANCE").Replace(got)

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/berth-agent/berth/agent/task"
 )
 
 type registerContainerInstanceRequest struct {
@@ -78,7 +80,7 @@ func (s *Server) placeWaiting(tx *bolt.Tx, ci *instanceRecord) (int, error) {
 	}
 	var waiting []*taskRecord
 	err := each(tx, bucketTasks, "", s.badRecord, func(t *taskRecord) error {
-		if t.ClusterName == ci.ClusterName && t.ContainerInstanceArn == "" && t.DesiredStatus == "RUNNING" {
+		if t.ClusterName == ci.ClusterName && t.ContainerInstanceArn == "" && t.DesiredStatus == task.TaskRunning {
 			waiting = append(waiting, t)
 		}
 		return nil
@@ -130,15 +132,15 @@ func (s *Server) instanceOut(tx *bolt.Tx, ci *instanceRecord) instanceOut {
 	}
 	cpu, mem := 0, 0
 	_ = each(tx, bucketTasks, "", s.badRecord, func(t *taskRecord) error {
-		if t.ContainerInstanceArn != ci.Arn || t.LastStatus == "STOPPED" {
+		if t.ContainerInstanceArn != ci.Arn || t.LastStatus.Terminal() {
 			return nil
 		}
 		cpu += t.CPU
 		mem += t.Memory
-		switch t.LastStatus {
-		case "RUNNING":
+		switch {
+		case t.LastStatus == task.TaskRunning:
 			out.RunningTasksCount++
-		case "PENDING":
+		case t.LastStatus < task.TaskRunning:
 			out.PendingTasksCount++
 		}
 		return nil

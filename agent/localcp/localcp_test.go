@@ -221,6 +221,7 @@ func TestErrors(t *testing.T) {
 		{"bad override", "RunTask", `{"taskDefinition":"sleep","overrides":{"containerOverrides":[{"name":"nope"}]}}`, "InvalidParameterException", "nope"},
 		{"unknown operation", "CreateService", `{}`, "UnknownOperationException", "CreateService"},
 		{"bad json", "ListTasks", `{`, "SerializationException", ""},
+		{"desired status ECS does not name", "ListTasks", `{"desiredStatus":"NONE"}`, "InvalidParameterException", "desiredStatus must be one of RUNNING, PENDING, STOPPED."},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -282,6 +283,9 @@ func TestRunTaskPendingWithoutInstance(t *testing.T) {
 	assert.Equal(t, []any{arn}, out["taskArns"])
 	out = h.ok("ListTasks", `{}`)
 	assert.Len(t, out["taskArns"], 1)
+	out = h.ok("ListTasks", `{"desiredStatus":"pending"}`)
+	require.Len(t, out["taskArns"], 1)
+	assert.NotEqual(t, arn, at(t, out, "taskArns", 0))
 
 	// The other one is placed when the agent registers.
 	ci := registerInstance(t, h)
@@ -363,6 +367,19 @@ func TestStateChanges(t *testing.T) {
 	assert.EqualValues(t, 3900-32, at(t, out, "containerInstances", 0, "remainingResources", 1, "integerValue"))
 	assert.Equal(t, false, at(t, out, "containerInstances", 0, "agentConnected"))
 
+	// A status that ECS does not name leaves the status as it is; the rest of the report counts.
+	h.ok("SubmitTaskStateChange", mustJSON(map[string]any{
+		"cluster": "default", "task": arn, "status": "PULLED",
+		"containers": []map[string]any{{"containerName": "app", "imageDigest": "sha256:feed", "status": "CREATED"}},
+	}))
+	h.ok("SubmitContainerStateChange", mustJSON(map[string]any{"task": arn, "containerName": "app", "status": "BOGUS"}))
+	out = h.ok("DescribeTasks", mustJSON(map[string]any{"tasks": []string{arn}}))
+	assert.Equal(t, "PENDING", at(t, out, "tasks", 0, "lastStatus"))
+	assert.Equal(t, "PENDING", at(t, out, "tasks", 0, "containers", 0, "lastStatus"))
+	assert.Equal(t, "sha256:feed", at(t, out, "tasks", 0, "containers", 0, "imageDigest"))
+	out = h.ok("ListTasks", `{"desiredStatus":"PENDING"}`)
+	assert.Equal(t, []any{arn}, out["taskArns"])
+
 	h.clock.Advance(5 * time.Second)
 	out = h.ok("SubmitContainerStateChange", mustJSON(map[string]any{
 		"cluster": "default", "task": arn, "containerName": "app", "runtimeId": "c0ffee", "status": "RUNNING",
@@ -384,6 +401,12 @@ func TestStateChanges(t *testing.T) {
 	assert.EqualValues(t, 32768, at(t, task, "containers", 0, "networkBindings", 0, "hostPort"))
 	out = h.ok("DescribeContainerInstances", mustJSON(map[string]any{"containerInstances": []string{ci}}))
 	assert.EqualValues(t, 1, at(t, out, "containerInstances", 0, "runningTasksCount"))
+	assert.EqualValues(t, 0, at(t, out, "containerInstances", 0, "pendingTasksCount"))
+	out = h.ok("DescribeClusters", `{"clusters":["default"]}`)
+	assert.EqualValues(t, 1, at(t, out, "clusters", 0, "runningTasksCount"))
+	assert.EqualValues(t, 0, at(t, out, "clusters", 0, "pendingTasksCount"))
+	out = h.ok("ListTasks", `{"desiredStatus":"PENDING"}`)
+	assert.Empty(t, out["taskArns"], "running, so no longer pending")
 
 	// A late RUNNING report does not move it back.
 	h.clock.Advance(5 * time.Second)
@@ -402,6 +425,10 @@ func TestStateChanges(t *testing.T) {
 	assert.EqualValues(t, 137, at(t, task, "containers", 0, "exitCode"))
 	assert.Equal(t, "OutOfMemoryError: Container killed due to memory usage", at(t, task, "containers", 0, "reason"))
 	assert.Equal(t, "STOPPED", at(t, task, "containers", 0, "lastStatus"))
+	out = h.ok("DescribeContainerInstances", mustJSON(map[string]any{"containerInstances": []string{ci}}))
+	assert.EqualValues(t, 0, at(t, out, "containerInstances", 0, "runningTasksCount"))
+	assert.EqualValues(t, 0, at(t, out, "containerInstances", 0, "pendingTasksCount"))
+	assert.EqualValues(t, 3900, at(t, out, "containerInstances", 0, "remainingResources", 1, "integerValue"))
 
 	h.fails("SubmitTaskStateChange", `{"task":"arn:aws:ecs:local:000000000000:task/default/00","status":"RUNNING"}`, "InvalidParameterException")
 	out = h.ok("SubmitAttachmentStateChanges", `{"cluster":"default","attachments":[{"attachmentArn":"a","status":"ATTACHED"}]}`)

@@ -16,6 +16,9 @@ package localcp
 //	instances/
 //	  <container inst. ARN>  → instanceRecord
 //
+// Task and container statuses (lastStatus, desiredStatus, ackedDesired) are stored by their ECS
+// names, PENDING, RUNNING and STOPPED, and held in memory as the task model's statuses.
+//
 // A record that does not decode is reported (logged) and skipped; it does not fail the whole read.
 
 import (
@@ -26,6 +29,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/berth-agent/berth/agent/task"
 )
 
 // schemaVersion is the version of the layout above that this code writes.
@@ -82,13 +87,14 @@ type taskRecord struct {
 	TaskMemory           int             `json:"taskMemory,omitempty"`
 	Version              int64           `json:"version"`
 
-	LastStatus    string `json:"lastStatus"`
-	DesiredStatus string `json:"desiredStatus"`
-	// AckedDesired is the desired status the agent acknowledged receiving ("" before the first ack).
-	// A task whose DesiredStatus differs from it is (re)sent over ACS.
-	AckedDesired  string `json:"ackedDesired,omitempty"`
-	StoppedReason string `json:"stoppedReason,omitempty"`
-	StopCode      string `json:"stopCode,omitempty"`
+	// The statuses are stored by their ECS names (see MarshalJSON).
+	LastStatus    task.TaskStatus `json:"-"`
+	DesiredStatus task.TaskStatus `json:"-"`
+	// AckedDesired is the desired status the agent acknowledged receiving (TaskNone before the first
+	// ack). A task whose DesiredStatus differs from it is (re)sent over ACS.
+	AckedDesired  task.TaskStatus `json:"-"`
+	StoppedReason string          `json:"stoppedReason,omitempty"`
+	StopCode      string          `json:"stopCode,omitempty"`
 
 	CreatedAt          time.Time `json:"createdAt"`
 	StartedAt          time.Time `json:"startedAt,omitzero"`
@@ -103,18 +109,89 @@ type taskRecord struct {
 
 // containerRecord is one container of a task as reported by the agent.
 type containerRecord struct {
-	Arn             string           `json:"arn"`
-	Name            string           `json:"name"`
-	Image           string           `json:"image"`
-	CPU             int              `json:"cpu,omitempty"`
-	Memory          int              `json:"memory,omitempty"`
-	Essential       bool             `json:"essential"`
-	LastStatus      string           `json:"lastStatus"`
-	RuntimeID       string           `json:"runtimeId,omitempty"`
-	ImageDigest     string           `json:"imageDigest,omitempty"`
-	ExitCode        *int             `json:"exitCode,omitempty"`
-	Reason          string           `json:"reason,omitempty"`
-	NetworkBindings []networkBinding `json:"networkBindings,omitempty"`
+	Arn             string               `json:"arn"`
+	Name            string               `json:"name"`
+	Image           string               `json:"image"`
+	CPU             int                  `json:"cpu,omitempty"`
+	Memory          int                  `json:"memory,omitempty"`
+	Essential       bool                 `json:"essential"`
+	LastStatus      task.ContainerStatus `json:"-"` // stored by its ECS name (see MarshalJSON)
+	RuntimeID       string               `json:"runtimeId,omitempty"`
+	ImageDigest     string               `json:"imageDigest,omitempty"`
+	ExitCode        *int                 `json:"exitCode,omitempty"`
+	Reason          string               `json:"reason,omitempty"`
+	NetworkBindings []networkBinding     `json:"networkBindings,omitempty"`
+}
+
+// MarshalJSON stores the record with its statuses by ECS name: "lastStatus" and "desiredStatus"
+// PENDING, RUNNING or STOPPED, "ackedDesired" RUNNING or STOPPED, absent before the first ack.
+func (t taskRecord) MarshalJSON() ([]byte, error) {
+	type fields taskRecord // the same fields, without these methods
+	v := struct {
+		fields
+		LastStatus    string `json:"lastStatus"`
+		DesiredStatus string `json:"desiredStatus"`
+		AckedDesired  string `json:"ackedDesired,omitempty"`
+	}{fields: fields(t), LastStatus: taskStatusName(t.LastStatus), DesiredStatus: taskStatusName(t.DesiredStatus)}
+	if t.AckedDesired != task.TaskNone {
+		v.AckedDesired = taskStatusName(t.AckedDesired)
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads a record that MarshalJSON wrote; a status that is not an ECS name is an error.
+func (t *taskRecord) UnmarshalJSON(b []byte) error {
+	type fields taskRecord
+	v := struct {
+		*fields
+		LastStatus    string `json:"lastStatus"`
+		DesiredStatus string `json:"desiredStatus"`
+		AckedDesired  string `json:"ackedDesired"`
+	}{fields: (*fields)(t)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	var err error
+	if t.LastStatus, err = parseTaskStatus(v.LastStatus); err != nil {
+		return fmt.Errorf("lastStatus: %w", err)
+	}
+	if t.DesiredStatus, err = parseTaskStatus(v.DesiredStatus); err != nil {
+		return fmt.Errorf("desiredStatus: %w", err)
+	}
+	t.AckedDesired = task.TaskNone
+	if v.AckedDesired != "" {
+		if t.AckedDesired, err = parseTaskStatus(v.AckedDesired); err != nil {
+			return fmt.Errorf("ackedDesired: %w", err)
+		}
+	}
+	return nil
+}
+
+// MarshalJSON stores the record with its "lastStatus" by ECS name: PENDING, RUNNING or STOPPED.
+func (c containerRecord) MarshalJSON() ([]byte, error) {
+	type fields containerRecord // the same fields, without these methods
+	return json.Marshal(struct {
+		fields
+		LastStatus string `json:"lastStatus"`
+	}{fields(c), containerStatusName(c.LastStatus)})
+}
+
+// UnmarshalJSON reads a record that MarshalJSON wrote; a status that is not an ECS name is an error.
+func (c *containerRecord) UnmarshalJSON(b []byte) error {
+	type fields containerRecord
+	v := struct {
+		*fields
+		LastStatus string `json:"lastStatus"`
+	}{fields: (*fields)(c)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	s, err := parseContainerStatus(v.LastStatus)
+	if err != nil {
+		return fmt.Errorf("container %q: lastStatus: %w", c.Name, err)
+	}
+	c.LastStatus = s
+	return nil
 }
 
 // instanceRecord is one registered container instance.

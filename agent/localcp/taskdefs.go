@@ -11,6 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
 
@@ -99,10 +100,10 @@ func (s *Server) clusterOut(tx *bolt.Tx, rec *clusterRecord) clusterOut {
 		if t.ClusterName != rec.Name {
 			return nil
 		}
-		switch t.LastStatus {
-		case "RUNNING":
+		switch {
+		case t.LastStatus == task.TaskRunning:
 			out.RunningTasksCount++
-		case "PENDING":
+		case t.LastStatus < task.TaskRunning:
 			out.PendingTasksCount++
 		}
 		return nil

@@ -12,20 +12,12 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
 
 // maxRunCount is the most tasks one RunTask call starts, as in ECS.
 const maxRunCount = 10
-
-// statusRank orders task and container statuses so that reports never move a status backwards.
-var statusRank = map[string]int{
-	"PROVISIONING": 1, "PENDING": 2, "ACTIVATING": 3, "RUNNING": 4,
-	"DEACTIVATING": 5, "STOPPING": 6, "DEPROVISIONING": 7, "STOPPED": 8,
-}
-
-// advances reports whether moving from status from to status to goes forward.
-func advances(from, to string) bool { return statusRank[to] > statusRank[from] }
 
 type runTaskRequest struct {
 	Cluster            string        `json:"cluster"`
@@ -256,8 +248,8 @@ func (s *Server) newTask(cluster string, td *taskDefRecord, def *taskdef.Definit
 		TaskCPU:              int(def.CPU),
 		TaskMemory:           int(def.Memory),
 		Version:              1,
-		LastStatus:           "PENDING",
-		DesiredStatus:        "RUNNING",
+		LastStatus:           task.TaskNone,
+		DesiredStatus:        task.TaskRunning,
 		CreatedAt:            s.clock.Now(),
 	}
 	if t.Group == "" {
@@ -280,7 +272,7 @@ func (s *Server) newTask(cluster string, td *taskDefRecord, def *taskdef.Definit
 			CPU:        c.CPU,
 			Memory:     m,
 			Essential:  c.Essential == nil || *c.Essential,
-			LastStatus: "PENDING",
+			LastStatus: task.ContainerNone,
 		})
 	}
 	t.CPU = max(int(def.CPU), cpu)
@@ -295,8 +287,8 @@ func (s *Server) taskOut(t *taskRecord) taskOut {
 		ClusterArn:           s.clusterArn(t.ClusterName),
 		TaskDefinitionArn:    t.TaskDefinitionArn,
 		ContainerInstanceArn: t.ContainerInstanceArn,
-		LastStatus:           t.LastStatus,
-		DesiredStatus:        t.DesiredStatus,
+		LastStatus:           taskStatusName(t.LastStatus),
+		DesiredStatus:        taskStatusName(t.DesiredStatus),
 		StartedBy:            t.StartedBy,
 		Version:              t.Version,
 		StoppedReason:        t.StoppedReason,
@@ -337,7 +329,7 @@ func (s *Server) taskOut(t *taskRecord) taskOut {
 			Image:           c.Image,
 			ImageDigest:     c.ImageDigest,
 			RuntimeID:       c.RuntimeID,
-			LastStatus:      c.LastStatus,
+			LastStatus:      containerStatusName(c.LastStatus),
 			ExitCode:        c.ExitCode,
 			Reason:          c.Reason,
 			NetworkBindings: c.NetworkBindings,
@@ -407,12 +399,12 @@ func (s *Server) stopTask(_ *http.Request, req *stopTaskRequest) (any, error) {
 		if err != nil {
 			return err
 		}
-		if t.DesiredStatus == "STOPPED" {
+		if t.DesiredStatus == task.TaskStopped {
 			return nil
 		}
 		changed = true
 		now := s.clock.Now()
-		t.DesiredStatus = "STOPPED"
+		t.DesiredStatus = task.TaskStopped
 		t.StoppedReason = req.Reason
 		if t.StoppedReason == "" {
 			t.StoppedReason = "Task stopped by user"
@@ -423,7 +415,7 @@ func (s *Server) stopTask(_ *http.Request, req *stopTaskRequest) (any, error) {
 		if t.ContainerInstanceArn == "" {
 			// Never placed: nothing runs it, so it stops here.
 			s.markStopped(t, now)
-			t.AckedDesired = "STOPPED"
+			t.AckedDesired = task.TaskStopped
 		}
 		return put(tx, bucketTasks, t.Arn, t)
 	})
@@ -439,8 +431,8 @@ func (s *Server) stopTask(_ *http.Request, req *stopTaskRequest) (any, error) {
 
 // markStopped records that t has stopped at now.
 func (s *Server) markStopped(t *taskRecord, now time.Time) {
-	t.LastStatus = "STOPPED"
-	t.DesiredStatus = "STOPPED"
+	t.LastStatus = task.TaskStopped
+	t.DesiredStatus = task.TaskStopped
 	if t.StoppedAt.IsZero() {
 		t.StoppedAt = now
 	}
@@ -451,7 +443,7 @@ func (s *Server) markStopped(t *taskRecord, now time.Time) {
 		t.ExecutionStoppedAt = now
 	}
 	for i := range t.Containers {
-		t.Containers[i].LastStatus = "STOPPED"
+		t.Containers[i].LastStatus = task.ContainerStopped
 	}
 }
 
@@ -502,12 +494,12 @@ type listTasksRequest struct {
 }
 
 func (s *Server) listTasks(_ *http.Request, req *listTasksRequest) (any, error) {
-	desired := strings.ToUpper(req.DesiredStatus)
-	if desired == "" {
-		desired = "RUNNING"
-	}
-	if desired != "RUNNING" && desired != "PENDING" && desired != "STOPPED" {
-		return nil, invalidParameter("desiredStatus must be one of RUNNING, PENDING, STOPPED.")
+	desired := task.TaskRunning
+	if req.DesiredStatus != "" {
+		var err error
+		if desired, err = parseTaskStatus(strings.ToUpper(req.DesiredStatus)); err != nil {
+			return nil, invalidParameter("desiredStatus must be one of RUNNING, PENDING, STOPPED.")
+		}
 	}
 	var tasks []*taskRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -523,11 +515,11 @@ func (s *Server) listTasks(_ *http.Request, req *listTasksRequest) (any, error) 
 				req.ContainerInstance != "" && lastSegment(t.ContainerInstanceArn) != lastSegment(req.ContainerInstance):
 				return nil
 			}
-			// ECS lists PENDING tasks under desired status RUNNING; PENDING asks for tasks not yet
-			// running.
+			// ECS lists PENDING tasks under desired status RUNNING; PENDING (task.TaskNone here) asks
+			// for tasks not yet running.
 			switch desired {
-			case "PENDING":
-				if t.DesiredStatus != "RUNNING" || t.LastStatus != "PENDING" {
+			case task.TaskNone:
+				if t.DesiredStatus != task.TaskRunning || t.LastStatus >= task.TaskRunning {
 					return nil
 				}
 			default:
@@ -620,16 +612,17 @@ func (s *Server) submitTaskStateChange(_ *http.Request, req *submitTaskStateChan
 		if !req.ExecutionStoppedAt.IsZero() {
 			t.ExecutionStoppedAt = req.ExecutionStoppedAt.time()
 		}
-		if !advances(t.LastStatus, req.Status) {
-			return
+		status, err := parseTaskStatus(req.Status)
+		if err != nil || status <= t.LastStatus {
+			return // a status ECS does not name, or a late report: the task keeps its status
 		}
-		t.LastStatus = req.Status
-		switch req.Status {
-		case "RUNNING":
+		t.LastStatus = status
+		switch status {
+		case task.TaskRunning:
 			if t.StartedAt.IsZero() {
 				t.StartedAt = now
 			}
-		case "STOPPED":
+		case task.TaskStopped:
 			if t.StoppedReason == "" {
 				t.StoppedReason = req.Reason
 				t.StopCode = "TaskFailedToStart"
@@ -641,14 +634,14 @@ func (s *Server) submitTaskStateChange(_ *http.Request, req *submitTaskStateChan
 				}
 			}
 			// The agent stopped it itself: nothing more to send.
-			t.AckedDesired = "STOPPED"
+			t.AckedDesired = task.TaskStopped
 			s.markStopped(t, now)
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.log.Debug("task state change", "task", t.Arn, "status", req.Status, "lastStatus", t.LastStatus)
+	s.log.Debug("task state change", "task", t.Arn, "status", req.Status, "lastStatus", taskStatusName(t.LastStatus))
 	return ack, nil
 }
 
@@ -672,8 +665,8 @@ func applyContainerChange(t *taskRecord, cc *containerStateChange) {
 		return
 	}
 	c := &t.Containers[i]
-	if advances(c.LastStatus, cc.Status) {
-		c.LastStatus = cc.Status
+	if status, err := parseContainerStatus(cc.Status); err == nil && status > c.LastStatus {
+		c.LastStatus = status
 	}
 	if cc.RuntimeID != "" {
 		c.RuntimeID = cc.RuntimeID
