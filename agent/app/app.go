@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerclient"
@@ -25,7 +27,6 @@ import (
 	"github.com/berth-agent/berth/agent/retry"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/statictasks"
-	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/version"
 )
 
@@ -57,8 +58,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	defer closeState(store, log)
-	var eng *engine.Engine
-	m := metrics.New(func() []*task.Task { return eng.Tasks() })
+	m := metrics.New()
 	client, err := newDockerClient(cfg, log, m.OnPullRetry)
 	if err != nil {
 		return fmt.Errorf("docker client: %w", err)
@@ -79,21 +79,23 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err != nil {
 		return err
 	}
-	eng = engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
+	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: opts.Hook},
-		m.Docker(client), recordingPuller{next: m.Puller(client.Puller()), images: client, store: store, log: log, nowFunc: time.Now},
+		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
 		auth, store, log)
+	m.CountTasks(eng.Tasks)
 
 	servers, err := listen(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer servers.close()
-	ecs, creds, region, err := NewECSClient(ctx, cfg, log)
+	ecs, creds, region, err := controlplane.NewECSClient(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	cp := controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: registration(cfg, resources, dockerVersion),
+	reg := controlplane.NewRegistration(cfg, resources, dockerVersion.Version, dockerVersion.APIVersion)
+	cp := controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg,
 		Region: region, Credentials: creds}, ecs, eng, store, log.With("control_plane", string(cfg.Mode)))
 	eng.Subscribe(cp)
 
@@ -112,7 +114,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return fmt.Errorf("recover saved tasks: %w", err)
 	}
 	if cni != nil {
-		removeNetworkLeftovers(ctx, cni, eng.Tasks, log)
+		removeNetworkLeftovers(ctx, cni, eng, log)
 	}
 	log.Info("task engine started", "cpu_units", resources.CPU, "memory_mib", resources.MemoryMiB)
 	var reporting errgroup.Group
@@ -143,7 +145,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	if opts.StopTasksOnExit {
-		stopAllTasks(eng, cfg, log)
+		stopAllTasks(eng, log)
 	}
 	log.Info("berth stopped")
 	return nil
@@ -185,7 +187,7 @@ type Options struct {
 	// --stop-tasks-on-exit); by default tasks keep running across an agent restart.
 	StopTasksOnExit bool
 	// Hook is passed to the engine (see engine.Config.Hook); the crash-recovery tests set it.
-	Hook func(point string, t *task.Task)
+	Hook engine.Hook
 }
 
 // openState opens the state store ECS_CHECKPOINT asks for: the bbolt file in ECS_DATADIR, or memory.
@@ -206,39 +208,13 @@ func openState(cfg *config.Config, log *logger.Logger) (state.Store, error) {
 // stateLockTimeout bounds the wait for another process's lock on the state file.
 const stateLockTimeout = 5 * time.Second
 
-// stopAllTasks stops every task and waits until they have stopped, bounded by the longest stop
-// timeout plus a margin.
-func stopAllTasks(eng *engine.Engine, cfg *config.Config, log *logger.Logger) {
-	const reason = "berth agent stopped with --stop-tasks-on-exit"
-	limit := 2*cfg.DockerStopTimeout + 30*time.Second
-	for _, t := range eng.Tasks() {
-		if err := eng.StopTask(context.Background(), t.Arn, reason); err != nil {
-			log.Warn("cannot stop a task before exit", "task", t.Arn, "error", err)
-		}
-		for _, c := range t.Containers {
-			limit = max(limit, 2*c.StopTimeout+30*time.Second)
-		}
+// stopAllTasks stops every task and waits until they have stopped, bounded by their stop timeouts.
+func stopAllTasks(eng *engine.Engine, log *logger.Logger) {
+	if left := eng.StopAll(context.Background(), "berth agent stopped with --stop-tasks-on-exit"); left > 0 {
+		log.Warn("tasks still running after the stop limit; exiting anyway", "running", left)
+		return
 	}
-	log.Info("stopping every task before exit", "limit", limit)
-	deadline := time.Now().Add(limit)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for range tick.C {
-		running := 0
-		for _, t := range eng.Tasks() {
-			if t.KnownStatus != task.TaskStopped {
-				running++
-			}
-		}
-		if running == 0 {
-			log.Info("every task stopped")
-			return
-		}
-		if time.Now().After(deadline) {
-			log.Warn("tasks still running after the stop limit; exiting anyway", "running", running)
-			return
-		}
-	}
+	log.Info("every task stopped")
 }
 
 // waitForDocker returns the Engine's version once it answers, logging while it does not (the agent

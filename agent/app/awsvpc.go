@@ -12,7 +12,6 @@ import (
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/logger"
-	"github.com/berth-agent/berth/agent/task"
 )
 
 // PauseImage is the image of every awsvpc task's pause container, built from misc/pause.
@@ -72,9 +71,9 @@ func ensurePauseImage(ctx context.Context, client *dockerclient.Client, tarball 
 
 // removeNetworkLeftovers deletes the networking of tasks the agent no longer knows (an agent killed
 // during setup, a task forgotten with its state).
-func removeNetworkLeftovers(ctx context.Context, cni *ecscni.Client, tasks func() []*task.Task, log *logger.Logger) {
+func removeNetworkLeftovers(ctx context.Context, cni *ecscni.Client, eng *engine.Engine, log *logger.Logger) {
 	known := map[string]bool{}
-	for _, t := range tasks() {
+	for _, t := range eng.Tasks() {
 		known[engine.CNITaskID(t.Arn)] = true
 	}
 	removed, err := cni.Leftovers(ctx, func(id string) bool { return known[id] })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -97,17 +98,24 @@ func TestHandlePayload(t *testing.T) {
 	assert.Equal(t, int64(9), seq, "a payload that was not accepted does not advance the sequence number")
 }
 
-// A rejected task's saved report survives a restart: a new process delivers it, then deletes it.
+// A rejected task's report is saved in berth.db before the ack: a process that dies right after
+// HandlePayload returned (the kill point between the saved report and its delivery) loses nothing,
+// and the next process delivers the report, then deletes it.
 func TestRejectedReportDeliveredAfterRestart(t *testing.T) {
 	ctx := context.Background()
-	store := state.NewMemory()
+	path := filepath.Join(t.TempDir(), "berth.db")
 	f := newFakeECS()
 	f.setDown(true)
-	first := New(Config{}, &fakeControl{fakeECS: f}, &fakeEngine{}, store, logger.Nop())
+	dying, err := state.OpenBolt(path, time.Second)
+	require.NoError(t, err)
+	first := New(Config{}, &fakeControl{fakeECS: f}, &fakeEngine{}, dying, logger.Nop())
 	require.NoError(t, first.HandlePayload(ctx, acs.Payload{SeqNum: 1, Rejected: []acs.Rejected{{Arn: "arn:bad", Err: errors.New("bad")}}}))
-	// The first process dies before delivering (its reporter never ran).
+	require.NoError(t, dying.Close()) // the process dies: its reporter never ran, nothing else is written
 
 	f.setDown(false)
+	store, err := state.OpenBolt(path, time.Second)
+	require.NoError(t, err)
+	defer store.Close()
 	second := New(Config{Reporter: ReporterConfig{NewBackoff: zeroBackoff}}, &fakeControl{fakeECS: f}, &fakeEngine{}, store, logger.Nop())
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

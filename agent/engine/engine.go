@@ -84,11 +84,14 @@ type Config struct {
 	Resources         Resources
 	// AWSVPC enables awsvpc tasks.
 	AWSVPC AWSVPCConfig
-	// Hook, if set, is called at each Hook* point with the task (which it must not keep or change).
-	Hook func(point string, t *task.Task)
+	// Hook, if set, is called at each Hook* point.
+	Hook Hook
 	// Clock is the engine's time source; nil means the real clock.
 	Clock clockwork.Clock
 }
+
+// Hook is called at a named step of a task's life with the task, which it must not keep or change.
+type Hook func(point string, t *task.Task)
 
 // Hook points: named steps of a task's life at which Config.Hook is called. The crash-recovery tests
 // kill the agent at each of them.
@@ -273,6 +276,38 @@ func (e *Engine) update(ctx context.Context, w *worker, desired task.TaskStatus)
 		return nil
 	}
 	return w.stop(ctx, "")
+}
+
+// StopAll stops every task with reason and waits until each has stopped, bounded by the longest
+// stop timeout of its containers (twice, plus 30 s for Docker) unless ctx ends first. It returns how
+// many tasks had not stopped by then.
+func (e *Engine) StopAll(ctx context.Context, reason string) int {
+	e.mu.Lock()
+	workers := e.listedLocked()
+	e.mu.Unlock()
+	limit := 2*e.cfg.StopTimeout + 30*time.Second
+	for _, w := range workers {
+		w.setDesired(task.TaskStopped, reason)
+		for _, c := range w.snapshot().Containers {
+			limit = max(limit, 2*c.StopTimeout+30*time.Second)
+		}
+	}
+	e.log.Info("stopping every task", "tasks", len(workers), "limit", limit)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	deadline := e.clock.After(limit)
+	left := 0
+	for _, w := range workers {
+		select {
+		case <-w.stopped:
+		case <-deadline:
+			cancel()
+			left++
+		case <-ctx.Done():
+			left++
+		}
+	}
+	return left
 }
 
 // stopping reports whether the engine's context has ended.

@@ -160,3 +160,38 @@ func TestTimeoutsFollowTheInjectedClock(t *testing.T) {
 	require.True(t, pollUntil(func() bool { return h.engine.Task(arn) == nil }), "cleaned up once the fake clock passed the wait")
 	assert.True(t, h.journal.removed(arn), "listeners hear that the task was removed")
 }
+
+// StopAll stops every task and returns once each has stopped; with stops that cannot finish it gives
+// up when its context ends and says how many are left.
+func TestStopAll(t *testing.T) {
+	h := newHarness(t, testConfig())
+	arns := []string{"arn:aws:ecs:local:000000000000:task/test-cluster/a", "arn:aws:ecs:local:000000000000:task/test-cluster/b"}
+	for _, arn := range arns {
+		h.add(newTask(arn, ctr("app")))
+		h.waitStatus(arn, task.TaskRunning)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	assert.Zero(t, h.engine.StopAll(ctx, "agent exits"))
+	for _, arn := range arns {
+		tk := h.engine.Task(arn)
+		assert.Equal(t, task.TaskStopped, tk.KnownStatus, "stopped before StopAll returned")
+		assert.Equal(t, "agent exits", tk.StoppedReason)
+	}
+
+	blocked := newHarness(t, testConfig())
+	const stuck = "arn:aws:ecs:local:000000000000:task/test-cluster/stuck"
+	blocked.add(newTask(stuck, ctr("app")))
+	blocked.waitStatus(stuck, task.TaskRunning)
+	release := make(chan struct{})
+	blocked.docker.setHook(func(op, _ string) error {
+		if op == "stop" {
+			<-release
+		}
+		return nil
+	})
+	defer close(release)
+	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelShort()
+	assert.Equal(t, 1, blocked.engine.StopAll(short, "agent exits"), "a stop that cannot finish is counted")
+}

@@ -42,15 +42,17 @@ type worker struct {
 	wake        chan struct{}
 	cleanNow    chan struct{} // closed to clean a stopped task up without waiting
 	stopSaved   chan struct{} // closed once a save holds desired STOPPED
+	stopped     chan struct{} // closed once a save holds known STOPPED
 	cleanOnce   sync.Once
 	stopOnce    sync.Once
+	stoppedOnce sync.Once
 
 	waitingSince map[string]time.Time // container name → when its dependsOn wait began (run only)
 }
 
 func newWorker(e *Engine, t *task.Task) *worker {
 	w := &worker{e: e, arn: t.Arn, t: t, log: e.log.With("task", t.Arn), desired: t.DesiredStatus,
-		snap: t.Clone(), wake: make(chan struct{}, 1), cleanNow: make(chan struct{}), stopSaved: make(chan struct{}),
+		snap: t.Clone(), wake: make(chan struct{}, 1), cleanNow: make(chan struct{}), stopSaved: make(chan struct{}), stopped: make(chan struct{}),
 		accepted: make(chan struct{}), waitingSince: map[string]time.Time{}}
 	for _, c := range t.Containers {
 		if c.DockerID != "" && c.KnownStatus != task.ContainerStopped {
@@ -156,6 +158,9 @@ func (w *worker) commit(ctx context.Context) {
 	w.e.hook(HookSaved, t)
 	if t.DesiredStatus == task.TaskStopped {
 		w.stopOnce.Do(func() { close(w.stopSaved) })
+	}
+	if t.KnownStatus == task.TaskStopped {
+		w.stoppedOnce.Do(func() { close(w.stopped) })
 	}
 	w.mu.Lock()
 	w.snap = t.Clone()

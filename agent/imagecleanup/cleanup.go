@@ -42,6 +42,7 @@ import (
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/set"
+	"github.com/berth-agent/berth/agent/state"
 )
 
 // Defaults for the zero fields of Config.
@@ -54,25 +55,18 @@ const (
 	DefaultPressureInterval = 10 * time.Second
 )
 
-// ImageRecord is one image Berth pulled, as the agent's state store keeps it.
-type ImageRecord struct {
-	Ref        string    // reference Berth pulled, e.g. "nginx:1.27"; the record's key
-	ImageID    string    // Docker's image ID ("sha256:…"); may be empty
-	PulledAt   time.Time // when the pull finished
-	LastUsedAt time.Time // when a task last used it; zero if never
-}
-
 // lastTouched is the later of PulledAt and LastUsedAt: the time the age of an image is counted from.
-func (r ImageRecord) lastTouched() time.Time {
+func lastTouched(r state.ImageRecord) time.Time {
 	if r.LastUsedAt.After(r.PulledAt) {
 		return r.LastUsedAt
 	}
 	return r.PulledAt
 }
 
-// Images is the record of images Berth pulled. DeleteImage of a missing record must succeed.
+// Images is the record of images Berth pulled; state.Store satisfies it. DeleteImage of a missing
+// record must succeed.
 type Images interface {
-	Images(ctx context.Context) ([]ImageRecord, error)
+	Images(ctx context.Context) ([]state.ImageRecord, error)
 	DeleteImage(ctx context.Context, ref string) error
 }
 
@@ -225,17 +219,17 @@ func (c *Cleaner) removeUnused(ctx context.Context, pressure bool, tried *set.Se
 	}
 	now := c.cfg.Now()
 	refs, ids := c.inUse()
-	var cands []ImageRecord
+	var cands []state.ImageRecord
 	for _, r := range records {
 		switch {
 		case r.Ref == "" || tried.Has(r.Ref) || used(r, refs, ids):
-		case !pressure && now.Sub(r.lastTouched()) < c.cfg.MinimumAge:
+		case !pressure && now.Sub(lastTouched(r)) < c.cfg.MinimumAge:
 		default:
 			cands = append(cands, r)
 		}
 	}
-	slices.SortFunc(cands, func(a, b ImageRecord) int {
-		return cmp.Or(a.lastTouched().Compare(b.lastTouched()), cmp.Compare(a.Ref, b.Ref))
+	slices.SortFunc(cands, func(a, b state.ImageRecord) int {
+		return cmp.Or(lastTouched(a).Compare(lastTouched(b)), cmp.Compare(a.Ref, b.Ref))
 	})
 	p.candidates = len(cands)
 
@@ -274,7 +268,7 @@ func (c *Cleaner) removeUnused(ctx context.Context, pressure bool, tried *set.Se
 		budget--
 		p.removed = append(p.removed, r.Ref)
 		c.log.Info("removed unused image", "image", r.Ref, "image_id", r.ImageID,
-			"age", now.Sub(r.lastTouched()).Round(time.Second), "disk_pressure", pressure)
+			"age", now.Sub(lastTouched(r)).Round(time.Second), "disk_pressure", pressure)
 		if err := c.images.DeleteImage(ctx, r.Ref); err != nil {
 			p.failed++
 			c.log.Warn("image cleanup: delete image record", "image", r.Ref, "error", err)
@@ -286,7 +280,7 @@ func (c *Cleaner) removeUnused(ctx context.Context, pressure bool, tried *set.Se
 
 // used reports whether a task uses the record's image, by ref or by image ID (with or without the
 // "sha256:" prefix).
-func used(r ImageRecord, refs, ids set.Set[string]) bool {
+func used(r state.ImageRecord, refs, ids set.Set[string]) bool {
 	if refs.Has(r.Ref) {
 		return true
 	}

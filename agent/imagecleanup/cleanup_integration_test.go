@@ -23,6 +23,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/set"
+	"github.com/berth-agent/berth/agent/state"
 )
 
 // itEngine is the real engine under test: Berth's client plus a raw client for building images.
@@ -105,13 +106,13 @@ func (e *itEngine) exists(t *testing.T, ref string) bool {
 // memImages is an in-memory Images.
 type memImages struct {
 	mu      sync.Mutex
-	records map[string]ImageRecord
+	records map[string]state.ImageRecord
 }
 
-func (m *memImages) Images(context.Context) ([]ImageRecord, error) {
+func (m *memImages) Images(context.Context) ([]state.ImageRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []ImageRecord
+	var out []state.ImageRecord
 	for _, r := range m.records {
 		out = append(out, r)
 	}
@@ -161,7 +162,7 @@ func TestIntegrationCycle(t *testing.T) {
 	e.createContainer(t, used, "task")
 
 	pulled := time.Now().Add(-2 * time.Hour)
-	images := &memImages{records: map[string]ImageRecord{
+	images := &memImages{records: map[string]state.ImageRecord{
 		unused: {Ref: unused, ImageID: unusedID, PulledAt: pulled},
 		used:   {Ref: used, ImageID: usedID, PulledAt: pulled},
 	}}
@@ -215,7 +216,7 @@ func TestIntegrationPressure(t *testing.T) {
 	require.Greater(t, before, 0.0)
 
 	now := time.Now() // both images are fresh: pressure ignores MinimumAge
-	images := &memImages{records: map[string]ImageRecord{
+	images := &memImages{records: map[string]state.ImageRecord{
 		unused: {Ref: unused, ImageID: unusedID, PulledAt: now},
 		used:   {Ref: used, ImageID: usedID, PulledAt: now},
 	}}

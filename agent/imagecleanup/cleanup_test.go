@@ -13,11 +13,12 @@ import (
 
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/set"
+	"github.com/berth-agent/berth/agent/state"
 )
 
 // rec is a record pulled pulledAgo ago and last used usedAgo ago (0 = never used).
-func rec(ref, id string, pulledAgo, usedAgo time.Duration) ImageRecord {
-	r := ImageRecord{Ref: ref, ImageID: id, PulledAt: ago(pulledAgo)}
+func rec(ref, id string, pulledAgo, usedAgo time.Duration) state.ImageRecord {
+	r := state.ImageRecord{Ref: ref, ImageID: id, PulledAt: ago(pulledAgo)}
 	if usedAgo > 0 {
 		r.LastUsedAt = ago(usedAgo)
 	}
@@ -43,7 +44,7 @@ func TestCycle(t *testing.T) {
 	h := time.Hour
 	tests := []struct {
 		name        string
-		records     []ImageRecord
+		records     []state.ImageRecord
 		cfg         Config
 		setup       func(*host)
 		wantRemoved []string // in order
@@ -52,7 +53,7 @@ func TestCycle(t *testing.T) {
 	}{
 		{
 			name: "oldest first by the later of pulled and last used",
-			records: []ImageRecord{
+			records: []state.ImageRecord{
 				rec("a", "sha256:a", 10*h, 2*h), // touched 2 h ago
 				rec("b", "sha256:b", 5*h, 0),    // touched 5 h ago
 				rec("c", "sha256:c", 9*h, 3*h),  // touched 3 h ago
@@ -61,7 +62,7 @@ func TestCycle(t *testing.T) {
 		},
 		{
 			name: "MinimumAge keeps images pulled or used recently",
-			records: []ImageRecord{
+			records: []state.ImageRecord{
 				rec("old", "", 3*h, 0),
 				rec("fresh-pull", "", 30*time.Minute, 0),
 				rec("used-recently", "", 30*h, 10*time.Minute),
@@ -72,20 +73,20 @@ func TestCycle(t *testing.T) {
 		},
 		{
 			name:        "custom MinimumAge",
-			records:     []ImageRecord{rec("a", "", 3*h, 0), rec("b", "", 5*h, 0)},
+			records:     []state.ImageRecord{rec("a", "", 3*h, 0), rec("b", "", 5*h, 0)},
 			cfg:         Config{MinimumAge: 4 * h},
 			wantRemoved: []string{"b"},
 			wantRecords: []string{"a"},
 		},
 		{
 			name:        "negative MinimumAge removes even fresh images",
-			records:     []ImageRecord{rec("a", "", time.Second, 0)},
+			records:     []state.ImageRecord{rec("a", "", time.Second, 0)},
 			cfg:         Config{MinimumAge: -1},
 			wantRemoved: []string{"a"},
 		},
 		{
 			name: "PerCycle limit takes the oldest",
-			records: []ImageRecord{
+			records: []state.ImageRecord{
 				rec("i1", "", 11*h, 0), rec("i2", "", 12*h, 0), rec("i3", "", 13*h, 0), rec("i4", "", 14*h, 0),
 				rec("i5", "", 15*h, 0), rec("i6", "", 16*h, 0), rec("i7", "", 17*h, 0),
 			},
@@ -95,7 +96,7 @@ func TestCycle(t *testing.T) {
 		},
 		{
 			name: "default PerCycle is 5",
-			records: []ImageRecord{
+			records: []state.ImageRecord{
 				rec("i1", "", 11*h, 0), rec("i2", "", 12*h, 0), rec("i3", "", 13*h, 0), rec("i4", "", 14*h, 0),
 				rec("i5", "", 15*h, 0), rec("i6", "", 16*h, 0),
 			},
@@ -104,7 +105,7 @@ func TestCycle(t *testing.T) {
 		},
 		{
 			name:        "in use by ref is never removed",
-			records:     []ImageRecord{rec("used", "sha256:u", 100*h, 0), rec("free", "sha256:f", 2*h, 0)},
+			records:     []state.ImageRecord{rec("used", "sha256:u", 100*h, 0), rec("free", "sha256:f", 2*h, 0)},
 			cfg:         Config{MinimumAge: -1, PerCycle: 10},
 			setup:       func(h *host) { h.useRef("used") },
 			wantRemoved: []string{"free"},
@@ -112,7 +113,7 @@ func TestCycle(t *testing.T) {
 		},
 		{
 			name: "in use by image ID is never removed, with or without the sha256 prefix",
-			records: []ImageRecord{
+			records: []state.ImageRecord{
 				rec("by-id", "sha256:1111", 100*h, 0),
 				rec("by-bare-id", "sha256:2222", 100*h, 0),
 				rec("bare-record", "3333", 100*h, 0),
@@ -130,7 +131,7 @@ func TestCycle(t *testing.T) {
 		},
 		{
 			name:        "Docker conflict is skipped, record kept, and does not use up PerCycle",
-			records:     []ImageRecord{rec("busy", "", 10*h, 0), rec("b", "", 9*h, 0), rec("c", "", 8*h, 0)},
+			records:     []state.ImageRecord{rec("busy", "", 10*h, 0), rec("b", "", 9*h, 0), rec("c", "", 8*h, 0)},
 			cfg:         Config{PerCycle: 2},
 			setup:       func(h *host) { h.conflicts.Add("busy") },
 			wantRemoved: []string{"b", "c"},
@@ -138,7 +139,7 @@ func TestCycle(t *testing.T) {
 		},
 		{
 			name:        "other Docker failures are returned, kept and count against PerCycle",
-			records:     []ImageRecord{rec("bad", "", 10*h, 0), rec("b", "", 9*h, 0), rec("c", "", 8*h, 0)},
+			records:     []state.ImageRecord{rec("bad", "", 10*h, 0), rec("b", "", 9*h, 0), rec("c", "", 8*h, 0)},
 			cfg:         Config{PerCycle: 2},
 			setup:       func(h *host) { h.removeErrs["bad"] = errEngine },
 			wantRemoved: []string{"b"},
@@ -147,7 +148,7 @@ func TestCycle(t *testing.T) {
 		},
 		{
 			name:        "record delete failure is returned; the image is still reported removed",
-			records:     []ImageRecord{rec("a", "", 10*h, 0)},
+			records:     []state.ImageRecord{rec("a", "", 10*h, 0)},
 			setup:       func(h *host) { h.deleteErr = errEngine },
 			wantRemoved: []string{"a"},
 			wantRecords: []string{"a"},
@@ -155,14 +156,14 @@ func TestCycle(t *testing.T) {
 		},
 		{
 			name:        "listing failure",
-			records:     []ImageRecord{rec("a", "", 10*h, 0)},
+			records:     []state.ImageRecord{rec("a", "", 10*h, 0)},
 			setup:       func(h *host) { h.listErr = errEngine },
 			wantRecords: []string{"a"},
 			wantErr:     errEngine,
 		},
 		{
 			name:        "a record without a ref is ignored",
-			records:     []ImageRecord{rec("", "sha256:x", 10*h, 0)},
+			records:     []state.ImageRecord{rec("", "sha256:x", 10*h, 0)},
 			wantRecords: []string{""},
 		},
 		{
@@ -217,7 +218,7 @@ func TestCycleRechecksInUseBeforeEachRemoval(t *testing.T) {
 func TestInUseNeverRemoved(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 200 {
-		var records []ImageRecord
+		var records []state.ImageRecord
 		for i := range 1 + rng.IntN(20) {
 			records = append(records, rec(fmt.Sprintf("img%d", i), fmt.Sprintf("sha256:%d", rng.IntN(8)),
 				time.Duration(rng.IntN(5000))*time.Minute, time.Duration(rng.IntN(3000))*time.Minute))
@@ -330,7 +331,7 @@ func TestPressure(t *testing.T) {
 	perState := func(x *host) float64 { return float64(50+4*x.engine.Len()+3*x.containers) / 100 }
 	tests := []struct {
 		name        string
-		records     []ImageRecord
+		records     []state.ImageRecord
 		containers  int
 		cfg         Config
 		setup       func(*host)
@@ -339,7 +340,7 @@ func TestPressure(t *testing.T) {
 	}{
 		{
 			name: "below high water does nothing",
-			records: []ImageRecord{
+			records: []state.ImageRecord{
 				rec("a", "", 10*h, 0), rec("b", "", 9*h, 0), rec("c", "", 8*h, 0),
 			}, // 0.62
 			containers:  2, // 0.68
@@ -347,7 +348,7 @@ func TestPressure(t *testing.T) {
 		},
 		{
 			name: "containers first, then images oldest first, until low water, ignoring MinimumAge",
-			records: []ImageRecord{
+			records: []state.ImageRecord{
 				rec("r1", "", time.Minute, 0), rec("r2", "", 2*time.Minute, 0), rec("r3", "", 3*time.Minute, 0),
 				rec("r4", "", 4*time.Minute, 0), rec("r5", "", 5*time.Minute, 0), rec("r6", "", 6*time.Minute, 0),
 			}, // 0.74
@@ -359,8 +360,8 @@ func TestPressure(t *testing.T) {
 		},
 		{
 			name:       "containers alone may suffice",
-			records:    []ImageRecord{rec("a", "", 10*h, 0)}, // 0.54
-			containers: 11,                                   // 0.87
+			records:    []state.ImageRecord{rec("a", "", 10*h, 0)}, // 0.54
+			containers: 11,                                         // 0.87
 			// 0.84, 0.81, 0.78, 0.75
 			wantEvents: []string{
 				"reclaim", "rm a", "delete a", "reclaim", "reclaim",
@@ -368,7 +369,7 @@ func TestPressure(t *testing.T) {
 		},
 		{
 			name: "in-use and refused images are kept; stops when nothing is left",
-			records: []ImageRecord{
+			records: []state.ImageRecord{
 				rec("used", "sha256:u", 10*h, 0), rec("busy", "", 9*h, 0), rec("free", "", 8*h, 0),
 				rec("u2", "sha256:u", 7*h, 0), rec("x1", "", 6*h, 0), rec("x2", "", 5*h, 0), rec("x3", "", 4*h, 0),
 			},
@@ -389,15 +390,15 @@ func TestPressure(t *testing.T) {
 		},
 		{
 			name:        "Disabled: containers only, never images",
-			records:     []ImageRecord{rec("a", "", 10*h, 0), rec("b", "", 9*h, 0)}, // 0.58
-			containers:  10,                                                         // 0.88
+			records:     []state.ImageRecord{rec("a", "", 10*h, 0), rec("b", "", 9*h, 0)}, // 0.58
+			containers:  10,                                                               // 0.88
 			cfg:         Config{Disabled: true, LowWater: 0.5},
 			wantEvents:  slices.Repeat([]string{"reclaim"}, 11),
 			wantRecords: []string{"a", "b"},
 		},
 		{
 			name:        "a failing reclaimer does not stop image removal",
-			records:     []ImageRecord{rec("a", "", 10*h, 0), rec("b", "", 9*h, 0), rec("c", "", 8*h, 0)}, // 0.62
+			records:     []state.ImageRecord{rec("a", "", 10*h, 0), rec("b", "", 9*h, 0), rec("c", "", 8*h, 0)}, // 0.62
 			cfg:         Config{HighWater: 0.6, LowWater: 0.55},
 			setup:       func(x *host) { x.reclaimErr = errEngine },
 			wantEvents:  []string{"reclaim", "rm a", "delete a", "rm b", "delete b", "rm c", "delete c"},

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/set"
+	"github.com/berth-agent/berth/agent/state"
 )
 
 // now is the fixed clock of the unit tests.
@@ -31,9 +32,9 @@ type host struct {
 	t  *testing.T
 	mu sync.Mutex
 
-	records map[string]ImageRecord // the state store
-	engine  set.Set[string]        // refs Docker still holds
-	refs    set.Set[string]        // in use by tasks
+	records map[string]state.ImageRecord // the state store
+	engine  set.Set[string]              // refs Docker still holds
+	refs    set.Set[string]              // in use by tasks
 	ids     set.Set[string]
 
 	conflicts  set.Set[string]  // refs Docker refuses to remove (a container uses them)
@@ -51,8 +52,8 @@ type host struct {
 	usage func(h *host) float64
 }
 
-func newHost(t *testing.T, records ...ImageRecord) *host {
-	h := &host{t: t, records: map[string]ImageRecord{}, removeErrs: map[string]error{}}
+func newHost(t *testing.T, records ...state.ImageRecord) *host {
+	h := &host{t: t, records: map[string]state.ImageRecord{}, removeErrs: map[string]error{}}
 	for _, r := range records {
 		h.records[r.Ref] = r
 		h.engine.Add(r.Ref)
@@ -60,13 +61,13 @@ func newHost(t *testing.T, records ...ImageRecord) *host {
 	return h
 }
 
-func (h *host) Images(context.Context) ([]ImageRecord, error) {
+func (h *host) Images(context.Context) ([]state.ImageRecord, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.listErr != nil {
 		return nil, h.listErr
 	}
-	out := make([]ImageRecord, 0, len(h.records))
+	out := make([]state.ImageRecord, 0, len(h.records))
 	for _, r := range h.records {
 		out = append(out, r)
 	}

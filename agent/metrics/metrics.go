@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	docker "github.com/fsouza/go-dockerclient"
@@ -26,10 +27,16 @@ type Metrics struct {
 	pullAttempts prometheus.Counter
 	pullRetries  prometheus.Counter
 	dockerCalls  *prometheus.HistogramVec
+	tasks        atomic.Pointer[func() []*task.Task]
 }
 
-// New returns the agent's metrics; tasks lists the tasks whose statuses are reported at each scrape.
-func New(tasks func() []*task.Task) *Metrics {
+// CountTasks makes every scrape count the tasks tasks returns by known status. It is safe to call
+// while metrics are served.
+func (m *Metrics) CountTasks(tasks func() []*task.Task) { m.tasks.Store(&tasks) }
+
+// New returns the agent's metrics. Task and container statuses are reported once CountTasks says
+// where the tasks are.
+func New() *Metrics {
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
 		pulls: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -46,7 +53,7 @@ func New(tasks func() []*task.Task) *Metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"op", "outcome"}),
 	}
-	m.registry.MustRegister(m.pulls, m.pullAttempts, m.pullRetries, m.dockerCalls, statusCollector{tasks: tasks},
+	m.registry.MustRegister(m.pulls, m.pullAttempts, m.pullRetries, m.dockerCalls, statusCollector{m: m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -63,7 +70,7 @@ var (
 
 // statusCollector counts tasks and containers by known status at scrape time.
 type statusCollector struct {
-	tasks func() []*task.Task
+	m *Metrics
 }
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -80,7 +87,11 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 	for s := task.ContainerNone; s <= task.ContainerStopped; s++ {
 		containers[s.String()] = 0
 	}
-	for _, t := range c.tasks() {
+	var list []*task.Task
+	if tasks := c.m.tasks.Load(); tasks != nil {
+		list = (*tasks)()
+	}
+	for _, t := range list {
 		tasks[t.KnownStatus.String()]++
 		for _, ct := range t.Containers {
 			containers[ct.KnownStatus.String()]++

@@ -63,7 +63,8 @@ func TestMetrics(t *testing.T) {
 		{KnownStatus: task.TaskRunning, Containers: []*task.Container{{KnownStatus: task.ContainerRunning}}},
 		{KnownStatus: task.TaskStopped, Containers: []*task.Container{{KnownStatus: task.ContainerStopped}}},
 	}
-	m := New(func() []*task.Task { return tasks })
+	m := New()
+	m.CountTasks(func() []*task.Task { return tasks })
 	ctx := context.Background()
 
 	attempts := []dockerclient.AttemptResult{{Number: 1, Err: errors.New("503")}, {Number: 2}}

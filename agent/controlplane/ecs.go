@@ -1,4 +1,4 @@
-package app
+package controlplane
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/berth-agent/berth/agent/config"
-	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/logger"
@@ -43,11 +42,12 @@ func NewECSClient(ctx context.Context, cfg *config.Config, log *logger.Logger) (
 	return client, creds, region, nil
 }
 
-// registration is what this host registers with its control plane.
-func registration(cfg *config.Config, resources engine.Resources, docker dockerclient.VersionInfo) ecsclient.Registration {
+// NewRegistration returns what this host registers with its control plane: the engine's resources,
+// the agent's and the Docker Engine's versions, and the configured capabilities and attributes.
+func NewRegistration(cfg *config.Config, resources engine.Resources, dockerVersion, dockerAPIVersion string) ecsclient.Registration {
 	return ecsclient.Registration{CPU: resources.CPU, MemoryMiB: resources.MemoryMiB,
 		ReservedPorts: resources.ReservedTCP, ReservedPortsUDP: resources.ReservedUDP,
-		AgentVersion: version.Get().Version, AgentHash: version.Get().GitHash, DockerVersion: docker.Version,
-		DockerAPIVersion: docker.APIVersion, LoggingDrivers: cfg.AvailableLoggingDrivers, TaskENI: cfg.TaskENIEnabled,
+		AgentVersion: version.Get().Version, AgentHash: version.Get().GitHash, DockerVersion: dockerVersion,
+		DockerAPIVersion: dockerAPIVersion, LoggingDrivers: cfg.AvailableLoggingDrivers, TaskENI: cfg.TaskENIEnabled,
 		Attributes: cfg.InstanceAttributes}
 }
