@@ -1,5 +1,5 @@
-// Package handlers serves the agent's HTTP APIs: introspection (/v1/metadata, later /v1/tasks and
-// /metrics), task metadata and task credentials. Response shapes follow the ECS agent's.
+// Package handlers serves the agent's introspection API on loopback: /v1/metadata, /v1/tasks and
+// /metrics. Response shapes follow the ECS agent's.
 package handlers
 
 import (
