@@ -43,7 +43,8 @@ test: images cni-plugins lint
 	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) BERTH_PAUSE_TARBALL=$(RUN_DIR)/images/pause.tar \
 		$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
 
-# Berth against the bare Docker Engine, side by side in one run; prints ratios.
+# Berth against the bare Docker Engine, side by side in one run; prints ratios. One section alone:
+# go run ./scripts/bench -only ecs (pull, engine, memory, awsvpc, cp, ecs; see scripts/bench/main.go).
 bench: images cni-plugins
 	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) $(GO) run ./scripts/bench
 

@@ -1,0 +1,474 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	docker "github.com/fsouza/go-dockerclient"
+	"golang.org/x/sync/errgroup"
+)
+
+// The ecs section drives the real berth binary as a process and talks to it only the way ECS does
+// (ECS JSON API and ACS), so it keeps working while the agent's packages change. The labels below
+// are ECS's and Berth's documented container labels (README), written out rather than imported.
+const (
+	labelManaged   = "com.berth-agent.managed"
+	labelTaskARN   = "com.amazonaws.ecs.task-arn"
+	labelContainer = "com.amazonaws.ecs.container-name"
+	labelFamily    = "com.amazonaws.ecs.task-definition-family"
+	labelRevision  = "com.amazonaws.ecs.task-definition-version"
+	labelCluster   = "com.amazonaws.ecs.cluster"
+	// labelBenchRun marks every container of one ecs bench run, on both sides; cleanup removes
+	// exactly those.
+	labelBenchRun = "com.berth-agent.bench-run"
+	ecsFamily     = "ecsbench"
+	// ecsDeadline bounds the whole section; each wait inside it has its own, shorter bound.
+	ecsDeadline = 10 * time.Minute
+)
+
+// ecsSize is one task count of the ecs section and how many measured rounds each side gets.
+type ecsSize struct{ tasks, rounds int }
+
+// parseECSRounds reads "1:9,20:5,50:3" (tasks:rounds, ...).
+func parseECSRounds(s string) ([]ecsSize, error) {
+	var out []ecsSize
+	for _, part := range strings.Split(s, ",") {
+		n, r, ok := strings.Cut(strings.TrimSpace(part), ":")
+		tasks, err1 := strconv.Atoi(n)
+		rounds, err2 := strconv.Atoi(r)
+		if !ok || err1 != nil || err2 != nil || tasks < 1 || rounds < 1 {
+			return nil, fmt.Errorf("-ecs-rounds: %q is not tasks:rounds", part)
+		}
+		out = append(out, ecsSize{tasks, rounds})
+	}
+	return out, nil
+}
+
+// ecsOptions are the ecs section's flags.
+type ecsOptions struct {
+	sizes    []ecsSize
+	keep     bool   // keep the temp dir: the agent's log, its state, the bench's timeline
+	logLevel string // the agent's ECS_LOGLEVEL
+}
+
+// ecsRun is one run of the ecs section.
+type ecsRun struct {
+	dc       *docker.Client
+	cp       *ecsStandIn
+	agent    *berthProcess
+	cluster  string
+	runID    string
+	hz       int
+	timeline *os.File // what the bench did when, beside the agent's log
+}
+
+// note writes one line to the timeline, in the agent log's time format.
+func (r *ecsRun) note(format string, args ...any) {
+	fmt.Fprintf(r.timeline, "time=%s %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), fmt.Sprintf(format, args...))
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+// ecsResult is what one size measured.
+type ecsResult struct {
+	size             ecsSize
+	berth, bare      []time.Duration
+	agentShare       []time.Duration // merged payload sent -> last RUNNING accepted
+	launchTicks      int64           // agent CPU while launching, summed over rounds
+	stopTicks        int64           // agent CPU while stopping
+	payloadsPerRound []int           // PayloadMessages localcp sent per berth round
+	rssMiB           float64         // max VmRSS with all N tasks running
+}
+
+// ecsMode runs the ecs section; any error ends the bench with exit 1 after cleaning up.
+func (b *bench) ecsMode(ctx context.Context, opts ecsOptions) {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeoutCause(ctx, ecsDeadline, fmt.Errorf("the ecs section took longer than %s", ecsDeadline))
+	defer cancel()
+	if err := b.runECS(ctx, opts); err != nil {
+		fail("ecs: %v", err)
+	}
+}
+
+func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
+	hz, err := clockTicks()
+	if err != nil {
+		return err
+	}
+	if _, err := b.dc.InspectImage(testImage); err != nil {
+		return fmt.Errorf("the test image %s must be in the Docker Engine (make images): %w", testImage, err)
+	}
+	dir, err := os.MkdirTemp("", "berth-bench-ecs")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if opts.keep {
+			fmt.Printf("  kept %s (agent log berth.log, bench timeline bench.log)\n", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	}()
+	bin := filepath.Join(dir, "berth")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./agent/cmd/berth").CombinedOutput(); err != nil {
+		return fmt.Errorf("build berth: %w\n%s", err, out)
+	}
+	cp, err := startStandIn(dir)
+	if err != nil {
+		return fmt.Errorf("stand-in ECS endpoint: %w", err)
+	}
+	defer cp.Close()
+
+	timeline, err := os.Create(filepath.Join(dir, "bench.log"))
+	if err != nil {
+		return err
+	}
+	defer timeline.Close()
+	var id [3]byte
+	_, _ = rand.Read(id[:])
+	r := &ecsRun{dc: b.dc, cp: cp, hz: hz, runID: hex.EncodeToString(id[:]), timeline: timeline}
+	r.cluster = "berth-bench-ecs-" + r.runID
+	env := agentEnv(dir, r.cluster, cp.endpoint, opts.logLevel)
+	if err := checkECSMode(ctx, bin, env); err != nil {
+		return err
+	}
+	// From here on the agent may have created containers: remove every one of this run, whatever
+	// happens, bounded in time.
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		if cerr := r.removeContainers(cctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleanup: %w", cerr))
+		}
+	}()
+	r.agent, err = startBerth(bin, dir, env)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if serr := r.agent.stop(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, r.agent.tail(30))
+		}
+	}()
+	ctx, unwatch := r.agent.watch(ctx)
+	defer unwatch()
+	if err := r.waitReady(ctx); err != nil {
+		return err
+	}
+	def := map[string]any{"family": ecsFamily, "containerDefinitions": []map[string]any{{
+		"name": "c", "image": testImage, "memory": 16, "essential": true, "command": []string{"sleep"}, "stopTimeout": 5,
+		"dockerLabels": map[string]string{labelBenchRun: r.runID}}}}
+	if err := cp.call(ctx, "RegisterTaskDefinition", def, nil); err != nil {
+		return err
+	}
+
+	fmt.Printf("ecs: berth in ecs mode (pid %d) against a stand-in ECS endpoint on 127.0.0.1 (localcp + ACS relay), cluster %s;\n", r.agent.pid(), r.cluster)
+	fmt.Println("  N one-container tasks (testapp sleep, prefer-cached) in ONE PayloadMessage; timed from the first RunTask call until the")
+	fmt.Println("  control plane accepted a RUNNING SubmitTaskStateChange for all N, vs creating+starting+inspecting N containers at once")
+	fmt.Println("  through the Docker Engine API; alternating which side goes first")
+	// Warm-up, not measured: the agent's first task (image inspect, first worker) and the Engine's
+	// first create after a quiet spell.
+	if _, err := r.berthRound(ctx, 1, nil); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	if _, err := r.bareRound(ctx, 1); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	var results []*ecsResult
+	for _, s := range opts.sizes {
+		res := &ecsResult{size: s}
+		berth := func() error { _, err := r.berthRound(ctx, s.tasks, res); return err }
+		bare := func() error {
+			d, err := r.bareRound(ctx, s.tasks)
+			res.bare = append(res.bare, d)
+			return err
+		}
+		for i := range s.rounds {
+			// Alternate which side goes first, so that neither always meets a warmer Engine.
+			sides := []func() error{berth, bare}
+			if i%2 == 1 {
+				sides = []func() error{bare, berth}
+			}
+			for _, side := range sides {
+				if err := side(); err != nil {
+					return fmt.Errorf("round %d with %d tasks: %w", i+1, s.tasks, err)
+				}
+			}
+		}
+		results = append(results, res)
+	}
+	r.print(results)
+	return nil
+}
+
+// waitReady waits until the agent registered with the stand-in and holds an ACS session open.
+func (r *ecsRun) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, time.Minute, errors.New("berth did not register and connect to ACS within a minute"))
+	defer cancel()
+	for {
+		var list struct {
+			ContainerInstanceArns []string `json:"containerInstanceArns"`
+		}
+		err := r.cp.call(ctx, "ListContainerInstances", map[string]any{"cluster": r.cluster}, &list)
+		if err == nil && len(list.ContainerInstanceArns) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("registration: %w (last error: %v)", context.Cause(ctx), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return r.cp.relay.waitSession(ctx)
+}
+
+// berthRound runs n tasks through the agent, stops them and removes their containers. res, if
+// not nil, receives the measurements.
+func (r *ecsRun) berthRound(ctx context.Context, n int, res *ecsResult) (time.Duration, error) {
+	pid := r.agent.pid()
+	cpu0, err := cpuTicks(pid)
+	if err != nil {
+		return 0, err
+	}
+	r.cp.relay.hold()
+	start := time.Now()
+	var arns, ids []string
+	for len(arns) < n {
+		var ran struct {
+			Tasks []struct {
+				TaskArn string `json:"taskArn"`
+			} `json:"tasks"`
+			Failures []struct {
+				Reason string `json:"reason"`
+			} `json:"failures"`
+		}
+		count := min(10, n-len(arns)) // RunTask starts at most 10 tasks per call, as in ECS
+		if err := r.cp.call(ctx, "RunTask", map[string]any{"cluster": r.cluster, "taskDefinition": ecsFamily, "count": count}, &ran); err != nil {
+			return 0, err
+		}
+		if len(ran.Tasks) != count {
+			return 0, fmt.Errorf("RunTask started %d of %d tasks: %+v", len(ran.Tasks), count, ran.Failures)
+		}
+		for _, t := range ran.Tasks {
+			arns, ids = append(arns, t.TaskArn), append(ids, taskID(t.TaskArn))
+		}
+	}
+	wctx, cancel := context.WithTimeoutCause(ctx, 30*time.Second, errors.New("30 s"))
+	payloads, sentAt, err := r.cp.relay.release(wctx, arns)
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	wctx, cancel = context.WithTimeoutCause(ctx, 3*time.Minute, errors.New("3 min"))
+	last, err := r.cp.states.wait(wctx, ids, "RUNNING")
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	took := last.Sub(start)
+	r.note("berth N=%d first_runtask=%s payload_sent=%s (%d from localcp) last_running_accepted=%s took=%s tasks=%s",
+		n, stamp(start), stamp(sentAt), payloads, stamp(last), took.Round(time.Millisecond), strings.Join(ids, ","))
+	if err := r.checkStatus(ctx, arns, "RUNNING"); err != nil {
+		return 0, err
+	}
+	cpu1, err := cpuTicks(pid)
+	if err != nil {
+		return 0, err
+	}
+	rss, err := residentMiB(pid)
+	if err != nil {
+		return 0, err
+	}
+	if bad, err := offHostSockets(pid); err != nil || len(bad) > 0 {
+		return 0, fmt.Errorf("berth must talk to loopback only: sockets %v (%v)", bad, err)
+	}
+
+	for _, arn := range arns {
+		if err := r.cp.call(ctx, "StopTask", map[string]any{"cluster": r.cluster, "task": arn, "reason": "bench round done"}, nil); err != nil {
+			return 0, err
+		}
+	}
+	wctx, cancel = context.WithTimeoutCause(ctx, 2*time.Minute, errors.New("2 min"))
+	_, err = r.cp.states.wait(wctx, ids, "STOPPED")
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	cpu2, err := cpuTicks(pid)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.removeContainers(ctx); err != nil {
+		return 0, err
+	}
+	if res != nil {
+		res.berth = append(res.berth, took)
+		res.agentShare = append(res.agentShare, last.Sub(sentAt))
+		res.launchTicks += cpu1 - cpu0
+		res.stopTicks += cpu2 - cpu1
+		res.payloadsPerRound = append(res.payloadsPerRound, payloads)
+		if rss > res.rssMiB {
+			res.rssMiB = rss
+		}
+	}
+	return took, nil
+}
+
+// checkStatus confirms through DescribeTasks that the control plane shows every task in status.
+func (r *ecsRun) checkStatus(ctx context.Context, arns []string, status string) error {
+	var d struct {
+		Tasks []struct {
+			TaskArn    string `json:"taskArn"`
+			LastStatus string `json:"lastStatus"`
+		} `json:"tasks"`
+	}
+	if err := r.cp.call(ctx, "DescribeTasks", map[string]any{"cluster": r.cluster, "tasks": arns}, &d); err != nil {
+		return err
+	}
+	ok := 0
+	for _, t := range d.Tasks {
+		if t.LastStatus == status {
+			ok++
+		}
+	}
+	if ok != len(arns) {
+		return fmt.Errorf("DescribeTasks shows %d of %d tasks %s", ok, len(arns), status)
+	}
+	return nil
+}
+
+// bareRound creates, starts and inspects n containers at once through the Engine API, as the agent
+// would make them (name shape, labels, memory, CPU shares, stop timeout, bridge network), and returns
+// the time until all of them run; then removes them.
+func (r *ecsRun) bareRound(ctx context.Context, n int) (time.Duration, error) {
+	names, arns := make([]string, n), make([]string, n)
+	for i := range names {
+		var b [22]byte
+		_, _ = rand.Read(b[:])
+		names[i] = fmt.Sprintf("ecs-%s-1-c-%s", ecsFamily, hex.EncodeToString(b[:6]))
+		arns[i] = fmt.Sprintf("arn:aws:ecs:us-east-1:000000000000:task/%s-bare/%s", r.cluster, hex.EncodeToString(b[6:]))
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	start := time.Now()
+	for i := range n {
+		g.Go(func() error {
+			c, err := r.dc.CreateContainer(docker.CreateContainerOptions{Context: gctx, Name: names[i],
+				Config: &docker.Config{Image: testImage, Cmd: []string{"sleep"}, StopTimeout: 5, Labels: map[string]string{
+					labelBenchRun: r.runID, labelManaged: "true", labelTaskARN: arns[i], labelContainer: "c",
+					labelFamily: ecsFamily, labelRevision: "1", labelCluster: r.cluster + "-bare"}},
+				HostConfig: &docker.HostConfig{Memory: 16 << 20, CPUShares: 2, NetworkMode: "bridge"}})
+			if err != nil {
+				return fmt.Errorf("bare create: %w", err)
+			}
+			if err := r.dc.StartContainerWithContext(c.ID, nil, gctx); err != nil {
+				return fmt.Errorf("bare start: %w", err)
+			}
+			for {
+				ci, err := r.dc.InspectContainerWithOptions(docker.InspectContainerOptions{ID: c.ID, Context: gctx})
+				if err != nil {
+					return fmt.Errorf("bare inspect: %w", err)
+				}
+				if ci.State.Running {
+					return nil
+				}
+				if ci.State.Status == "exited" || ci.State.Status == "dead" {
+					return fmt.Errorf("bare container %s %s", names[i], ci.State.Status)
+				}
+				select {
+				case <-gctx.Done():
+					return gctx.Err()
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		})
+	}
+	err := g.Wait()
+	took := time.Since(start)
+	r.note("bare N=%d start=%s all_running=%s took=%s", n, stamp(start), stamp(start.Add(took)), took.Round(time.Millisecond))
+	if rerr := r.removeContainers(ctx); err == nil {
+		err = rerr
+	}
+	return took, err
+}
+
+// removeContainers removes every container of this run and waits until Docker lists none.
+func (r *ecsRun) removeContainers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	filter := map[string][]string{"label": {labelBenchRun + "=" + r.runID}}
+	for {
+		list, err := r.dc.ListContainers(docker.ListContainersOptions{All: true, Filters: filter, Context: ctx})
+		if err != nil {
+			return fmt.Errorf("list bench containers: %w", err)
+		}
+		if len(list) == 0 {
+			return nil
+		}
+		var wg sync.WaitGroup
+		for _, c := range list {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = r.dc.RemoveContainer(docker.RemoveContainerOptions{ID: c.ID, Force: true, RemoveVolumes: true, Context: ctx})
+			}()
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return fmt.Errorf("%d bench containers not removed: %w", len(list), ctx.Err())
+		}
+	}
+}
+
+func (r *ecsRun) print(results []*ecsResult) {
+	ms := func(ticks int64, tasks int) float64 { return float64(ticks) * 1000 / float64(r.hz) / float64(tasks) }
+	fmt.Printf("  %4s %6s %12s %12s %8s %8s   %s\n", "N", "rounds", "bare median", "berth median", "ratio", "goal", "agent share: payload sent -> last RUNNING accepted (median)")
+	var launchTicks, stopTicks int64
+	var launched int
+	var rss float64
+	for _, res := range results {
+		goal := "<= 1.00"
+		if res.size.tasks == 1 {
+			goal = "<= 1.05"
+		}
+		mb, mk := median(res.berth), median(res.bare)
+		fmt.Printf("  %4d %6d %12s %12s %8.3f %8s   %s\n", res.size.tasks, res.size.rounds, mk.Round(time.Millisecond),
+			mb.Round(time.Millisecond), float64(mb)/float64(mk), goal, median(res.agentShare).Round(time.Millisecond))
+		launchTicks += res.launchTicks
+		stopTicks += res.stopTicks
+		launched += res.size.tasks * res.size.rounds
+		if res.size.tasks == 50 {
+			rss = res.rssMiB
+		}
+	}
+	for _, res := range results {
+		tasks := res.size.tasks * res.size.rounds
+		fmt.Printf("  N=%-3d berth min/max %s/%s, bare min/max %s/%s; PayloadMessages from localcp per round %v (sent to the agent as 1)\n",
+			res.size.tasks, slices.Min(res.berth).Round(time.Millisecond), slices.Max(res.berth).Round(time.Millisecond),
+			slices.Min(res.bare).Round(time.Millisecond), slices.Max(res.bare).Round(time.Millisecond), res.payloadsPerRound)
+		fmt.Printf("        agent CPU per task: launch %.1f ms, stop %.1f ms (%d tasks)\n", ms(res.launchTicks, tasks), ms(res.stopTicks, tasks), tasks)
+	}
+	fmt.Printf("  agent CPU per task launched %.1f ms over %d tasks (utime+stime, CLK_TCK %d)   goal <= 5 ms\n", ms(launchTicks, launched), launched, r.hz)
+	fmt.Printf("  agent CPU per task stopped  %.1f ms\n", ms(stopTicks, launched))
+	if rss > 0 {
+		fmt.Printf("  berth resident memory with 50 tasks running %.1f MiB (VmRSS, max over rounds)   goal <= 30 MiB\n", rss)
+	}
+	sessions, received, sent := r.cp.relay.counts()
+	fmt.Printf("  ACS: %d session(s); %d PayloadMessages from localcp, %d to the agent\n", sessions, received, sent)
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// berthProcess is the berth binary running as a child process of the bench.
+type berthProcess struct {
+	cmd     *exec.Cmd
+	logFile string
+	outFile string
+	exited  chan struct{} // closed when the process has been waited for
+	waitErr error
+}
+
+// agentEnv is the complete environment of the agent in ecs mode: nothing is inherited but PATH and
+// DOCKER_HOST, so no AWS or ECS setting of the caller's shell, and no proxy, reaches it.
+func agentEnv(dir, cluster, endpoint, logLevel string) []string {
+	env := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + dir,
+		"ECS_CLUSTER=" + cluster,
+		"AWS_DEFAULT_REGION=us-east-1",
+		"ECS_BACKEND_HOST=" + endpoint,
+		"AWS_ACCESS_KEY_ID=berth-bench",
+		"AWS_SECRET_ACCESS_KEY=berth-bench",
+		"AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=" + filepath.Join(dir, "aws-config-none"),
+		"AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(dir, "aws-credentials-none"),
+		"ECS_ENV_FILE=/dev/null",
+		"ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
+		"ECS_DATADIR=" + filepath.Join(dir, "data"),
+		"ECS_LOGFILE=" + filepath.Join(dir, "berth.log"),
+		"ECS_LOG_ROLLOVER_TYPE=none",
+		"ECS_LOGLEVEL=" + logLevel,
+		"ECS_LOCAL_CONTROL_PLANE_ADDR=" + freeLoopback(),
+		"ECS_INTROSPECTION_ADDR=" + freeLoopback(),
+		"ECS_IMAGE_PULL_BEHAVIOR=prefer-cached",
+	}
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		env = append(env, "DOCKER_HOST="+h)
+	}
+	return env
+}
+
+// checkECSMode asks `berth config` which mode the environment selects and fails unless it is ecs.
+func checkECSMode(ctx context.Context, bin string, env []string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "config")
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("berth config: %w\n%s", err, stderr.Bytes())
+	}
+	var eff struct {
+		Mode       string `json:"mode"`
+		ModeReason string `json:"modeReason"`
+	}
+	if err := json.Unmarshal(out, &eff); err != nil {
+		return fmt.Errorf("berth config printed no JSON: %w", err)
+	}
+	if eff.Mode != "ecs" {
+		return fmt.Errorf("berth config selects mode %q, not ecs, with ECS_CLUSTER, AWS_DEFAULT_REGION and ECS_BACKEND_HOST set: %s", eff.Mode, eff.ModeReason)
+	}
+	return nil
+}
+
+// startBerth runs `berth agent` with env; its stdout and stderr go to a file beside its log.
+func startBerth(bin, dir string, env []string) (*berthProcess, error) {
+	p := &berthProcess{logFile: filepath.Join(dir, "berth.log"), outFile: filepath.Join(dir, "berth.out"), exited: make(chan struct{})}
+	out, err := os.Create(p.outFile)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(bin, "agent")
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = out, out
+	// Should the bench die without cleaning up, the agent gets SIGTERM rather than living on.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := p.cmd.Start(); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("start berth: %w", err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		out.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+func (p *berthProcess) pid() int { return p.cmd.Process.Pid }
+
+// watch returns a context that ends, with a cause naming the exit, if the agent exits.
+func (p *berthProcess) watch(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-p.exited:
+			cancel(fmt.Errorf("berth exited (%v); its log: %s", p.waitErr, p.logFile))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// stop sends SIGTERM and waits up to 10 s (the agent promises 5 s), then kills it.
+func (p *berthProcess) stop() error {
+	select {
+	case <-p.exited:
+		return fmt.Errorf("berth had already exited: %v", p.waitErr)
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		if p.waitErr != nil {
+			return fmt.Errorf("berth exited on SIGTERM with %v", p.waitErr)
+		}
+		return nil
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return errors.New("berth did not exit within 10 s of SIGTERM; killed")
+	}
+}
+
+// tail returns the last lines the agent wrote (its log goes to stdout as well as to ECS_LOGFILE;
+// stdout also has what the Go runtime prints when it crashes), for an error report.
+func (p *berthProcess) tail(lines int) string {
+	data, err := os.ReadFile(p.outFile)
+	if err != nil || len(data) == 0 {
+		return fmt.Sprintf("(berth wrote nothing to %s)", p.outFile)
+	}
+	ls := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return fmt.Sprintf("--- last lines berth wrote:\n%s", strings.Join(ls[max(0, len(ls)-lines):], "\n"))
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of utime and stime in /proc/<pid>/stat.
+func clockTicks() (int, error) {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err != nil {
+		return 0, fmt.Errorf("getconf CLK_TCK: %w", err)
+	}
+	hz, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || hz <= 0 {
+		return 0, fmt.Errorf("getconf CLK_TCK printed %q", out)
+	}
+	return hz, nil
+}
+
+// cpuTicks returns utime+stime of a process, in clock ticks.
+func cpuTicks(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces: count fields after it.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return utime + stime, nil
+}
+
+// residentMiB returns VmRSS of a process.
+func residentMiB(pid int) (float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
+			if err != nil {
+				return 0, fmt.Errorf("VmRSS %q: %w", rest, err)
+			}
+			return float64(kib) / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// offHostSockets lists the process's TCP and UDP sockets whose local or remote address is not
+// loopback (a listening socket's unspecified remote address is fine).
+func offHostSockets(pid int) ([]string, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return nil, err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasPrefix(link, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	var bad []string
+	for _, proto := range []string{"tcp", "tcp6", "udp", "udp6"} {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, proto))
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || !inodes[f[9]] {
+				continue
+			}
+			local, remote := procAddr(f[1]), procAddr(f[2])
+			if local == nil || remote == nil || !local.IsLoopback() || !(remote.IsLoopback() || remote.IsUnspecified()) {
+				bad = append(bad, fmt.Sprintf("%s %s -> %s", proto, local, remote))
+			}
+		}
+	}
+	return bad, nil
+}
+
+// procAddr decodes the address of a /proc/net/{tcp,udp}[6] entry: hex, in 32-bit host-order words.
+func procAddr(s string) net.IP {
+	h, _, _ := strings.Cut(s, ":")
+	b, err := hex.DecodeString(h)
+	if err != nil || len(b)%4 != 0 {
+		return nil
+	}
+	for i := 0; i < len(b); i += 4 {
+		b[i], b[i+1], b[i+2], b[i+3] = b[i+3], b[i+2], b[i+1], b[i]
+	}
+	return net.IP(b)
+}
