@@ -96,7 +96,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	reg := controlplane.NewRegistration(cfg, resources, dockerVersion.Version, dockerVersion.APIVersion)
 	cp := controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg,
-		Region: region, Credentials: creds}, ecs, eng, store, log.With("control_plane", string(cfg.Mode)))
+		Region: region, Credentials: creds, Hook: opts.Hook}, ecs, eng, store, log.With("control_plane", string(cfg.Mode)))
 	eng.Subscribe(cp)
 
 	// The engine and the reporters outlive SIGTERM only as long as --stop-tasks-on-exit needs them.

@@ -72,7 +72,14 @@ type Config struct {
 	Reporter ReporterConfig
 	// Clock is the time source; nil means the real clock.
 	Clock clockwork.Clock
+	// Hook, if set, is called at HookRejectedSaved with the saved report; the crash-recovery tests
+	// kill the agent there.
+	Hook engine.Hook
 }
+
+// HookRejectedSaved is the point where a rejected task's STOPPED report is saved and the payload is
+// not acknowledged yet.
+const HookRejectedSaved = "rejected-saved"
 
 // ControlPlane is the agent's side of one control plane. It implements engine.Listener (subscribe it
 // before the engine starts) and acs.Handler.
@@ -243,8 +250,12 @@ func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
 			continue
 		}
 		c.log.Warn("task rejected", "task", r.Arn, "error", r.Err)
-		if err := c.reporter.ReportRejected(ctx, r.Arn, "TaskDefinitionError: "+r.Err.Error(), c.cfg.Clock.Now()); err != nil {
+		report, err := c.reporter.ReportRejected(ctx, r.Arn, "TaskDefinitionError: "+r.Err.Error(), c.cfg.Clock.Now())
+		if err != nil {
 			return err
+		}
+		if c.cfg.Hook != nil {
+			c.cfg.Hook(HookRejectedSaved, report)
 		}
 	}
 	if err := c.store.SaveSeqNum(ctx, p.SeqNum); err != nil {

@@ -168,20 +168,20 @@ func (r *Reporter) Report(t *task.Task) {
 }
 
 // ReportRejected reports a task the engine never held (rejected when it arrived) as STOPPED with
-// reason. It returns once the report is saved, so the caller may acknowledge the task; the report is
-// delivered later, after a restart if need be.
-func (r *Reporter) ReportRejected(ctx context.Context, arn, reason string, at time.Time) error {
+// reason. It returns the report once it is saved, so the caller may acknowledge the task; the report
+// is delivered later, after a restart if need be.
+func (r *Reporter) ReportRejected(ctx context.Context, arn, reason string, at time.Time) (*task.Task, error) {
 	report := &task.Task{Arn: arn, DesiredStatus: task.TaskStopped, KnownStatus: task.TaskStopped,
 		StoppedReason: reason, StoppedAt: at}
 	if err := r.store.SaveSent(ctx, state.SentRecord{TaskArn: arn, Report: report}); err != nil {
-		return fmt.Errorf("save the STOPPED report of rejected task %s: %w", arn, err)
+		return nil, fmt.Errorf("save the STOPPED report of rejected task %s: %w", arn, err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	q := r.queueLocked(arn)
-	q.rejected, q.pending = true, report
+	q.rejected, q.pending = true, report.Clone()
 	r.startLocked(arn, q)
-	return nil
+	return report, nil
 }
 
 // TaskRemoved tells the Reporter the engine has cleaned the task up: once what is queued for it is

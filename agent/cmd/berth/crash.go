@@ -8,7 +8,8 @@ import (
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// crashEnv names the test-only variable (its points are the engine.Hook* constants) that makes the agent kill itself with SIGKILL at one step of
+// crashEnv names the test-only variable (its points are the engine.Hook* constants and
+// controlplane.HookRejectedSaved) that makes the agent kill itself with SIGKILL at one step of
 // a task's life: BERTH_TEST_CRASH_AT=<hook point>[:<task known status>][@<task family>], for example
 // saved:RUNNING@web or after-create@web. The crash-recovery integration tests use it to stop the real
 // binary at exact points; nothing else should.

@@ -1,0 +1,150 @@
+//go:build integration
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/controlplane"
+	"github.com/berth-agent/berth/agent/localcp"
+	"github.com/berth-agent/berth/agent/logger"
+)
+
+// rejectingACS stands in for Amazon ECS: the embedded control plane answers the ECS API, while the
+// ACS websocket is the test's, which sends one payload on the first connection only (so a report that
+// arrives later can only come from what the agent saved), and records acks and task state changes.
+type rejectingACS struct {
+	cp      http.Handler
+	payload *acs.PayloadMessage
+
+	mu       sync.Mutex
+	conns    int
+	acks     []string
+	stopped  map[string]string // task ARN → reason of a STOPPED SubmitTaskStateChange
+	upgrader websocket.Upgrader
+}
+
+func (s *rejectingACS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/ws" {
+		s.serveACS(w, r)
+		return
+	}
+	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".SubmitTaskStateChange") {
+		body, _ := io.ReadAll(r.Body)
+		var ch struct{ Task, Status, Reason string }
+		if json.Unmarshal(body, &ch) == nil && ch.Task == s.payload.Tasks[0].Arn {
+			s.mu.Lock()
+			if ch.Status == "STOPPED" {
+				s.stopped[ch.Task] = ch.Reason
+			}
+			s.mu.Unlock()
+			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+			_, _ = w.Write([]byte(`{"acknowledgment":"ok"}`))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	s.cp.ServeHTTP(w, r)
+}
+
+func (s *rejectingACS) serveACS(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer ws.Close()
+	s.mu.Lock()
+	s.conns++
+	first := s.conns == 1
+	s.mu.Unlock()
+	if first {
+		frame, err := acs.Encode(s.payload)
+		if err != nil || ws.WriteMessage(websocket.TextMessage, frame) != nil {
+			return
+		}
+	}
+	for {
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			return
+		}
+		if m, err := acs.Decode(data); err == nil {
+			if ack, ok := m.(*acs.AckRequest); ok {
+				s.mu.Lock()
+				s.acks = append(s.acks, ack.MessageID)
+				s.mu.Unlock()
+			}
+		}
+	}
+}
+
+func (s *rejectingACS) state() (acks []string, stopped map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stopped = map[string]string{}
+	for k, v := range s.stopped {
+		stopped[k] = v
+	}
+	return append([]string(nil), s.acks...), stopped
+}
+
+// TestIntegrationRejectedTaskSurvivesAKill kills the agent (SIGKILL) after it saved the STOPPED
+// report of a task it rejected and before it acknowledged the payload. ACS never sends the payload
+// again, yet after the restart the control plane learns that the task stopped, and why.
+func TestIntegrationRejectedTaskSurvivesAKill(t *testing.T) {
+	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1"}, logger.Nop())
+	require.NoError(t, err)
+	bin := buildBerth(t)
+	env := newRecoveryEnv(t, bin)
+	const arn = "arn:aws:ecs:us-east-1:000000000000:task/rejected/0123456789abcdef"
+	standIn := &rejectingACS{cp: srv.Handler(), stopped: map[string]string{}, payload: &acs.PayloadMessage{
+		MessageID: "payload-1", SeqNum: 1, Tasks: []*acs.Task{{Arn: arn, Family: "rejected", Version: "1",
+			DesiredStatus: "RUNNING", NetworkMode: "awsvpc",
+			Containers: []*acs.Container{{Name: "c", Image: testappImage, Memory: 16}},
+			ElasticNetworkInterfaces: []*acs.ElasticNetworkInterface{{MacAddress: "not-a-mac", AttachmentArn: "arn:att",
+				IPv4Addresses: []acs.IPv4Address{{PrivateAddress: "10.0.0.5", Primary: true}}, SubnetGatewayIPv4Address: "10.0.0.1/24"}}}}}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hs := &http.Server{Handler: standIn}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		_ = srv.Close()
+	})
+	ecsMode := []string{"AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://" + ln.Addr().String(),
+		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}
+
+	first := env.start(append(ecsMode, "BERTH_TEST_CRASH_AT="+controlplane.HookRejectedSaved)...)
+	first.waitKilled(60 * time.Second)
+	acks, stopped := standIn.state()
+	assert.Empty(t, acks, "killed before the ack")
+	assert.Empty(t, stopped, "killed before the report")
+
+	second := env.start(ecsMode...)
+	require.Eventually(t, func() bool {
+		_, stopped := standIn.state()
+		return stopped[arn] != ""
+	}, 60*time.Second, 100*time.Millisecond, "the saved report is delivered after the restart; log:\n%s", second.out.String())
+	_, stopped = standIn.state()
+	assert.Contains(t, stopped[arn], "TaskDefinitionError")
+	assert.Contains(t, stopped[arn], "elasticNetworkInterfaces[0].macAddress", "the reason names the field")
+	standIn.mu.Lock()
+	assert.Equal(t, 2, standIn.conns, "each agent connected once; the payload was sent to the first only")
+	standIn.mu.Unlock()
+	second.stop()
+}
