@@ -392,26 +392,14 @@ func (e *Engine) CleanupStopped(ctx context.Context) (int, error) {
 	for _, w := range stopped {
 		w.cleanupNow()
 	}
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		left := 0
-		e.mu.Lock()
-		for _, w := range stopped {
-			if e.workers[w.arn] == w {
-				left++
-			}
-		}
-		e.mu.Unlock()
-		if left == 0 {
-			return len(stopped), nil
-		}
+	for i, w := range stopped {
 		select {
+		case <-w.gone:
 		case <-ctx.Done():
-			return len(stopped) - left, ctx.Err()
-		case <-tick.C:
+			return i, ctx.Err()
 		}
 	}
+	return len(stopped), nil
 }
 
 // trackContainer routes the Docker events of id to w.
@@ -423,6 +411,7 @@ func (e *Engine) trackContainer(id string, w *worker) {
 
 // forget drops a task whose cleanup is done and tells the listeners.
 func (e *Engine) forget(w *worker) {
+	defer close(w.gone)
 	e.mu.Lock()
 	delete(e.workers, w.arn)
 	for id, x := range e.byID {

@@ -43,6 +43,7 @@ type worker struct {
 	cleanNow    chan struct{} // closed to clean a stopped task up without waiting
 	stopSaved   chan struct{} // closed once a save holds desired STOPPED
 	stopped     chan struct{} // closed once a save holds known STOPPED
+	gone        chan struct{} // closed once the task is cleaned up and forgotten
 	cleanOnce   sync.Once
 	stopOnce    sync.Once
 	stoppedOnce sync.Once
@@ -52,7 +53,7 @@ type worker struct {
 
 func newWorker(e *Engine, t *task.Task) *worker {
 	w := &worker{e: e, arn: t.Arn, t: t, log: e.log.With("task", t.Arn), desired: t.DesiredStatus,
-		snap: t.Clone(), wake: make(chan struct{}, 1), cleanNow: make(chan struct{}), stopSaved: make(chan struct{}), stopped: make(chan struct{}),
+		snap: t.Clone(), wake: make(chan struct{}, 1), cleanNow: make(chan struct{}), stopSaved: make(chan struct{}), stopped: make(chan struct{}), gone: make(chan struct{}),
 		accepted: make(chan struct{}), waitingSince: map[string]time.Time{}}
 	for _, c := range t.Containers {
 		if c.DockerID != "" && c.KnownStatus != task.ContainerStopped {
