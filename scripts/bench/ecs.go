@@ -42,7 +42,7 @@ const (
 // ecsSize is one task count of the ecs section and how many measured rounds each side gets.
 type ecsSize struct{ tasks, rounds int }
 
-// parseECSRounds reads "1:9,20:5,50:3" (tasks:rounds, ...).
+// parseECSRounds reads "1:15,20:5,50:3": tasks:rounds, comma-separated.
 func parseECSRounds(s string) ([]ecsSize, error) {
 	var out []ecsSize
 	for _, part := range strings.Split(s, ",") {
