@@ -42,7 +42,7 @@ const (
 // ecsSize is one task count of the ecs section and how many measured rounds each side gets.
 type ecsSize struct{ tasks, rounds int }
 
-// parseECSRounds reads "1:9,20:5,50:3" (tasks:rounds, ...).
+// parseECSRounds reads "1:15,20:5,50:3": tasks:rounds, comma-separated.
 func parseECSRounds(s string) ([]ecsSize, error) {
 	var out []ecsSize
 	for _, part := range strings.Split(s, ",") {
@@ -73,6 +73,7 @@ type ecsRun struct {
 	runID    string
 	hz       int
 	timeline *os.File // what the bench did when, beside the agent's log
+	launched int      // tasks the agent has run, warm-up included
 }
 
 // note writes one line to the timeline, in the agent log's time format.
@@ -179,7 +180,12 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 		return err
 	}
 
-	fmt.Printf("ecs: berth in ecs mode (pid %d) against a stand-in ECS endpoint on 127.0.0.1 (localcp + ACS relay), cluster %s;\n", r.agent.pid(), r.cluster)
+	where := "on tmpfs"
+	if cp.tmpfs == "" {
+		where = "on disk (no /dev/shm)"
+	}
+	fmt.Printf("ecs: berth in ecs mode (pid %d) against a stand-in ECS endpoint on 127.0.0.1 (localcp, state %s, + ACS relay), cluster %s;\n",
+		r.agent.pid(), where, r.cluster)
 	fmt.Println("  N one-container tasks (testapp sleep, prefer-cached) in ONE PayloadMessage; timed from the first RunTask call until the")
 	fmt.Println("  control plane accepted a RUNNING SubmitTaskStateChange for all N, vs creating+starting+inspecting N containers at once")
 	fmt.Println("  through the Docker Engine API; alternating which side goes first")
@@ -214,8 +220,32 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 		}
 		results = append(results, res)
 	}
+	idle, err := r.idleCPU(ctx, 3*time.Second)
+	if err != nil {
+		return err
+	}
 	r.print(results)
+	fmt.Printf("  agent CPU while idle afterwards, with the %d tasks it ran stopped (and kept for ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION): %.1f ms/s\n",
+		r.launched, idle)
 	return nil
+}
+
+// idleCPU returns the agent's CPU use over window, in ms per second.
+func (r *ecsRun) idleCPU(ctx context.Context, window time.Duration) (float64, error) {
+	before, err := cpuTicks(r.agent.pid())
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-ctx.Done():
+		return 0, context.Cause(ctx)
+	case <-time.After(window):
+	}
+	after, err := cpuTicks(r.agent.pid())
+	if err != nil {
+		return 0, err
+	}
+	return float64(after-before) * 1000 / float64(r.hz) / window.Seconds(), nil
 }
 
 // waitReady waits until the agent registered with the stand-in and holds an ACS session open.
@@ -283,8 +313,6 @@ func (r *ecsRun) berthRound(ctx context.Context, n int, res *ecsResult) (time.Du
 		return 0, err
 	}
 	took := last.Sub(start)
-	r.note("berth N=%d first_runtask=%s payload_sent=%s (%d from localcp) last_running_accepted=%s took=%s tasks=%s",
-		n, stamp(start), stamp(sentAt), payloads, stamp(last), took.Round(time.Millisecond), strings.Join(ids, ","))
 	if err := r.checkStatus(ctx, arns, "RUNNING"); err != nil {
 		return 0, err
 	}
@@ -315,6 +343,9 @@ func (r *ecsRun) berthRound(ctx context.Context, n int, res *ecsResult) (time.Du
 	if err != nil {
 		return 0, err
 	}
+	r.launched += n
+	r.note("berth N=%d first_runtask=%s payload_sent=%s (%d from localcp) last_running_accepted=%s took=%s cpu_ticks_launch=%d cpu_ticks_stop=%d rss_mib=%.1f tasks=%s",
+		n, stamp(start), stamp(sentAt), payloads, stamp(last), took.Round(time.Millisecond), cpu1-cpu0, cpu2-cpu1, rss, strings.Join(ids, ","))
 	if err := r.removeContainers(ctx); err != nil {
 		return 0, err
 	}
@@ -365,6 +396,7 @@ func (r *ecsRun) bareRound(ctx context.Context, n int) (time.Duration, error) {
 		names[i] = fmt.Sprintf("ecs-%s-1-c-%s", ecsFamily, hex.EncodeToString(b[:6]))
 		arns[i] = fmt.Sprintf("arn:aws:ecs:us-east-1:000000000000:task/%s-bare/%s", r.cluster, hex.EncodeToString(b[6:]))
 	}
+	created, started := make([]time.Time, n), make([]time.Time, n)
 	g, gctx := errgroup.WithContext(ctx)
 	start := time.Now()
 	for i := range n {
@@ -377,9 +409,11 @@ func (r *ecsRun) bareRound(ctx context.Context, n int) (time.Duration, error) {
 			if err != nil {
 				return fmt.Errorf("bare create: %w", err)
 			}
+			created[i] = time.Now()
 			if err := r.dc.StartContainerWithContext(c.ID, nil, gctx); err != nil {
 				return fmt.Errorf("bare start: %w", err)
 			}
+			started[i] = time.Now()
 			for {
 				ci, err := r.dc.InspectContainerWithOptions(docker.InspectContainerOptions{ID: c.ID, Context: gctx})
 				if err != nil {
@@ -401,7 +435,13 @@ func (r *ecsRun) bareRound(ctx context.Context, n int) (time.Duration, error) {
 	}
 	err := g.Wait()
 	took := time.Since(start)
-	r.note("bare N=%d start=%s all_running=%s took=%s", n, stamp(start), stamp(start.Add(took)), took.Round(time.Millisecond))
+	if err == nil {
+		since := func(t time.Time) int64 { return t.Sub(start).Milliseconds() }
+		r.note("bare N=%d start=%s all_running=%s took=%s created_ms=%d/%d started_ms=%d/%d (first/last)", n, stamp(start),
+			stamp(start.Add(took)), took.Round(time.Millisecond), since(slices.MinFunc(created, time.Time.Compare)),
+			since(slices.MaxFunc(created, time.Time.Compare)), since(slices.MinFunc(started, time.Time.Compare)),
+			since(slices.MaxFunc(started, time.Time.Compare)))
+	}
 	if rerr := r.removeContainers(ctx); err == nil {
 		err = rerr
 	}

@@ -21,7 +21,6 @@ import (
 // berthProcess is the berth binary running as a child process of the bench.
 type berthProcess struct {
 	cmd     *exec.Cmd
-	logFile string
 	outFile string
 	exited  chan struct{} // closed when the process has been waited for
 	waitErr error
@@ -84,7 +83,7 @@ func checkECSMode(ctx context.Context, bin string, env []string) error {
 
 // startBerth runs `berth agent` with env; its stdout and stderr go to a file beside its log.
 func startBerth(bin, dir string, env []string) (*berthProcess, error) {
-	p := &berthProcess{logFile: filepath.Join(dir, "berth.log"), outFile: filepath.Join(dir, "berth.out"), exited: make(chan struct{})}
+	p := &berthProcess{outFile: filepath.Join(dir, "berth.out"), exited: make(chan struct{})}
 	out, err := os.Create(p.outFile)
 	if err != nil {
 		return nil, err
@@ -114,7 +113,7 @@ func (p *berthProcess) watch(ctx context.Context) (context.Context, context.Canc
 	go func() {
 		select {
 		case <-p.exited:
-			cancel(fmt.Errorf("berth exited (%v); its log: %s", p.waitErr, p.logFile))
+			cancel(fmt.Errorf("berth exited (%v)", p.waitErr))
 		case <-ctx.Done():
 		}
 	}()

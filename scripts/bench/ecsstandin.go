@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -36,13 +37,26 @@ type ecsStandIn struct {
 	back     *http.Server // localcp itself, reached only by the relay
 	front    *http.Server // what the agent and the bench talk to
 	endpoint string       // http://127.0.0.1:port of the front
+	tmpfs    string       // the directory of localcp's state on tmpfs, if any
 	relay    *acsRelay
 	states   *stateLog
 }
 
 // startStandIn serves localcp on one loopback port and the front on another. Close stops both.
-func startStandIn(dir string) (*ecsStandIn, error) {
-	cp, err := localcp.New(localcp.Config{DBPath: filepath.Join(dir, "localcp.db"), Region: "us-east-1"}, logger.Nop())
+// localcp's state file goes to tmpfs (/dev/shm) when there is one: the stand-in plays a remote
+// service, and its own fsyncs, serialised with every RunTask and state change, are not the agent's
+// cost. The agent's ECS_DATADIR stays on disk.
+func startStandIn(dir string) (s *ecsStandIn, err error) {
+	dbDir, tmpfs := dir, ""
+	if d, err := os.MkdirTemp("/dev/shm", "berth-bench-ecs-cp"); err == nil {
+		dbDir, tmpfs = d, d
+	}
+	defer func() {
+		if err != nil && tmpfs != "" {
+			_ = os.RemoveAll(tmpfs)
+		}
+	}()
+	cp, err := localcp.New(localcp.Config{DBPath: filepath.Join(dbDir, "localcp.db"), Region: "us-east-1"}, logger.Nop())
 	if err != nil {
 		return nil, err
 	}
@@ -57,8 +71,9 @@ func startStandIn(dir string) (*ecsStandIn, error) {
 		_ = cp.Close()
 		return nil, err
 	}
-	s := &ecsStandIn{
+	s = &ecsStandIn{
 		cp:       cp,
+		tmpfs:    tmpfs,
 		back:     &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 10 * time.Second},
 		endpoint: "http://" + frontLn.Addr().String(),
 		relay:    newACSRelay("ws://" + backLn.Addr().String() + "/ws"),
@@ -108,6 +123,9 @@ func (s *ecsStandIn) Close() {
 	s.relay.close()
 	_ = s.cp.Close()
 	_ = s.back.Shutdown(ctx)
+	if s.tmpfs != "" {
+		_ = os.RemoveAll(s.tmpfs)
+	}
 }
 
 // call sends one ECS API operation to the stand-in, as any ECS client would.

@@ -47,7 +47,7 @@ func main() {
 	only := flag.String("only", "", "run one section: pull, engine, memory, awsvpc, cp or ecs")
 	rounds := flag.Int("pull-rounds", 7, "measured pulls per side")
 	faultPulls := flag.Int("fault-pulls", 100, "pulls through the faulty proxy")
-	ecsRounds := flag.String("ecs-rounds", "1:9,20:5,50:3", "ecs section: tasks:rounds per size, comma-separated")
+	ecsRounds := flag.String("ecs-rounds", "1:15,20:5,50:3", "ecs section: tasks:rounds per size, comma-separated")
 	ecsKeep := flag.Bool("ecs-keep", false, "ecs section: keep the temp dir (agent log, state, bench timeline) and print its path")
 	ecsLogLevel := flag.String("ecs-loglevel", "info", "ecs section: the agent's ECS_LOGLEVEL")
 	flag.Parse()
