@@ -62,6 +62,9 @@ type ecsOptions struct {
 	sizes    []ecsSize
 	keep     bool   // keep the temp dir: the agent's log, its state, the bench's timeline
 	logLevel string // the agent's ECS_LOGLEVEL
+	// dataTmpfs puts the agent's ECS_DATADIR on tmpfs: a diagnostic, to see what the agent's fsyncs
+	// cost next to the Engine's on the same disk. Measurements that count are taken on disk.
+	dataTmpfs bool
 }
 
 // ecsRun is one run of the ecs section.
@@ -143,7 +146,16 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 	_, _ = rand.Read(id[:])
 	r := &ecsRun{dc: b.dc, cp: cp, hz: hz, runID: hex.EncodeToString(id[:]), timeline: timeline}
 	r.cluster = "berth-bench-ecs-" + r.runID
-	env := agentEnv(dir, r.cluster, cp.endpoint, opts.logLevel)
+	dataDir, dataWhere := filepath.Join(dir, "data"), "on disk"
+	if opts.dataTmpfs {
+		d, err := os.MkdirTemp("/dev/shm", "berth-bench-ecs-data")
+		if err != nil {
+			return fmt.Errorf("-ecs-datadir-tmpfs: %w", err)
+		}
+		defer os.RemoveAll(d)
+		dataDir, dataWhere = d, "ON TMPFS (diagnostic: no fsync cost)"
+	}
+	env := agentEnv(dir, dataDir, r.cluster, cp.endpoint, opts.logLevel)
 	if err := checkECSMode(ctx, bin, env); err != nil {
 		return err
 	}
@@ -184,8 +196,9 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 	if cp.tmpfs == "" {
 		where = "on disk (no /dev/shm)"
 	}
-	fmt.Printf("ecs: berth in ecs mode (pid %d) against a stand-in ECS endpoint on 127.0.0.1 (localcp, state %s, + ACS relay), cluster %s;\n",
-		r.agent.pid(), where, r.cluster)
+	fmt.Printf("ecs: berth in ecs mode (pid %d, ECS_DATADIR %s) against a stand-in ECS endpoint on 127.0.0.1 (localcp, state %s,\n",
+		r.agent.pid(), dataWhere, where)
+	fmt.Printf("  + ACS relay), cluster %s;\n", r.cluster)
 	fmt.Println("  N one-container tasks (testapp sleep, prefer-cached) in ONE PayloadMessage; timed from the first RunTask call until the")
 	fmt.Println("  control plane accepted a RUNNING SubmitTaskStateChange for all N, vs creating+starting+inspecting N containers at once")
 	fmt.Println("  through the Docker Engine API; alternating which side goes first")

@@ -28,7 +28,7 @@ type berthProcess struct {
 
 // agentEnv is the complete environment of the agent in ecs mode: nothing is inherited but PATH and
 // DOCKER_HOST, so no AWS or ECS setting of the caller's shell, and no proxy, reaches it.
-func agentEnv(dir, cluster, endpoint, logLevel string) []string {
+func agentEnv(dir, dataDir, cluster, endpoint, logLevel string) []string {
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + dir,
@@ -42,7 +42,7 @@ func agentEnv(dir, cluster, endpoint, logLevel string) []string {
 		"AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(dir, "aws-credentials-none"),
 		"ECS_ENV_FILE=/dev/null",
 		"ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
-		"ECS_DATADIR=" + filepath.Join(dir, "data"),
+		"ECS_DATADIR=" + dataDir,
 		"ECS_LOGFILE=" + filepath.Join(dir, "berth.log"),
 		"ECS_LOG_ROLLOVER_TYPE=none",
 		"ECS_LOGLEVEL=" + logLevel,

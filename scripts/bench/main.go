@@ -22,7 +22,8 @@
 //	        N=20 and 50 <= 1.00). Also the agent's CPU per task (utime+stime from /proc) and its
 //	        VmRSS with 50 tasks running (goals <= 5 ms, <= 30 MiB). The agent is driven only as a
 //	        process and over the wire; its containers and the bare ones carry a per-run label, and
-//	        only those are removed. -ecs-keep keeps the agent's log and the bench's timeline.
+//	        only those are removed. -ecs-keep keeps the agent's log and the bench's timeline;
+//	        -ecs-datadir-tmpfs (diagnostic) puts the agent's state on tmpfs to show what its fsyncs cost.
 package main
 
 import (
@@ -50,6 +51,7 @@ func main() {
 	ecsRounds := flag.String("ecs-rounds", "1:15,20:5,50:3", "ecs section: tasks:rounds per size, comma-separated")
 	ecsKeep := flag.Bool("ecs-keep", false, "ecs section: keep the temp dir (agent log, state, bench timeline) and print its path")
 	ecsLogLevel := flag.String("ecs-loglevel", "info", "ecs section: the agent's ECS_LOGLEVEL")
+	ecsDataTmpfs := flag.Bool("ecs-datadir-tmpfs", false, "ecs section, diagnostic: the agent's ECS_DATADIR on tmpfs (/dev/shm), to see what its fsyncs cost")
 	flag.Parse()
 	if !slices.Contains([]string{"", "pull", "engine", "memory", "awsvpc", "cp", "ecs"}, *only) {
 		fail("-only %q: not a section (pull, engine, memory, awsvpc, cp, ecs)", *only)
@@ -85,7 +87,7 @@ func main() {
 		b.controlPlane(ctx, 10)
 	}
 	if *only == "" || *only == "ecs" {
-		b.ecsMode(ctx, ecsOptions{sizes: sizes, keep: *ecsKeep, logLevel: *ecsLogLevel})
+		b.ecsMode(ctx, ecsOptions{sizes: sizes, keep: *ecsKeep, logLevel: *ecsLogLevel, dataTmpfs: *ecsDataTmpfs})
 	}
 }
 
