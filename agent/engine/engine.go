@@ -17,6 +17,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -99,7 +100,7 @@ const (
 	HookSaved        = "saved"         // a change of the task is saved; listeners are not told yet
 	HookBeforeCreate = "before-create" // a container's name is saved; Docker has not been asked to create it
 	HookAfterCreate  = "after-create"  // Docker created the container; its ID is not saved yet
-	HookBeforeStart  = "before-start"  // the created container is saved; Docker has not been asked to start it
+	HookBeforeStart  = "before-start"  // Docker created the container; it has not been asked to start it
 	HookAfterStart   = "after-start"   // Docker started the container; RUNNING is not saved yet
 	HookBeforeStop   = "before-stop"   // the stop is saved; Docker has not been asked to stop the containers
 	HookAfterStop    = "after-stop"    // Docker stopped the containers; STOPPED is not saved yet
@@ -236,6 +237,9 @@ func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
 
 	if save {
 		w.acceptErr = e.store.SaveTask(ctx, t) // accepted means saved: an ACS ack may follow
+		if w.acceptErr == nil {
+			w.saved, _ = json.Marshal(t) // the worker's first commit need not save it again
+		}
 	}
 	e.mu.Lock()
 	if w.acceptErr != nil {
@@ -253,7 +257,6 @@ func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
 	if w.acceptErr != nil {
 		return fmt.Errorf("save task %s: %w", t.Arn, w.acceptErr)
 	}
-	e.notify(t)
 	select {
 	case e.spawn <- w:
 		return nil

@@ -66,7 +66,8 @@ func TestTaskLifecycle(t *testing.T) {
 	assert.Equal(t, map[string]time.Duration{"app": 30 * time.Millisecond, "side": 70 * time.Millisecond}, timeouts,
 		"stop timeout: the container's own, else Config.StopTimeout")
 
-	// Listeners saw the task and each container move forward through every status, in order.
+	// Listeners saw the task and each container move forward, in order. A container's CREATED is saved
+	// with its start, which follows at once, so listeners hear RUNNING next.
 	var taskSeq []task.TaskStatus
 	ctrSeq := map[string][]task.ContainerStatus{}
 	for _, tk := range h.journal.notified(arn) {
@@ -75,9 +76,9 @@ func TestTaskLifecycle(t *testing.T) {
 			ctrSeq[c.Name] = append(ctrSeq[c.Name], c.KnownStatus)
 		}
 	}
-	assert.Equal(t, []task.TaskStatus{task.TaskNone, task.TaskPulled, task.TaskCreated, task.TaskRunning, task.TaskStopped}, compact(taskSeq))
+	assert.Equal(t, []task.TaskStatus{task.TaskNone, task.TaskPulled, task.TaskRunning, task.TaskStopped}, compact(taskSeq))
 	for _, name := range []string{"app", "side"} {
-		assert.Equal(t, []task.ContainerStatus{task.ContainerNone, task.ContainerPulled, task.ContainerCreated, task.ContainerRunning, task.ContainerStopped},
+		assert.Equal(t, []task.ContainerStatus{task.ContainerNone, task.ContainerPulled, task.ContainerRunning, task.ContainerStopped},
 			compact(ctrSeq[name]), name)
 	}
 }
@@ -828,7 +829,7 @@ func TestStoreBeforeListeners(t *testing.T) {
 		var failedOnce bool
 		h := newHarness(t, testConfig(), func(h *harness) {
 			h.store.fail = func(_ int, tk *task.Task) error {
-				if !failedOnce && tk.Containers[0].KnownStatus == task.ContainerCreated {
+				if !failedOnce && tk.Containers[0].DockerName != "" {
 					failedOnce = true
 					return errors.New("disk full")
 				}
@@ -842,7 +843,8 @@ func TestStoreBeforeListeners(t *testing.T) {
 		assert.Equal(t, saves, notifies)
 		assert.Equal(t, saves+1, h.store.saveCount(), "one save failed")
 		for _, tk := range h.journal.notified("arn:a") {
-			assert.NotEqual(t, task.ContainerCreated, tk.Containers[0].KnownStatus, "the unsaved CREATED state was reported")
+			c := tk.Containers[0]
+			assert.False(t, c.DockerName != "" && c.DockerID == "", "the unsaved state (name, no container yet) was reported")
 		}
 	})
 }

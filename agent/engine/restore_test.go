@@ -69,7 +69,7 @@ func TestRecoveryAtEveryKillPoint(t *testing.T) {
 		{name: "after pull", point: HookSaved, when: knownIs(task.TaskPulled), want: task.TaskRunning},
 		{name: "name saved, before create", point: HookBeforeCreate, want: task.TaskRunning},
 		{name: "created, ID not saved", point: HookAfterCreate, want: task.TaskRunning},
-		{name: "created and saved, before start", point: HookBeforeStart, want: task.TaskRunning},
+		{name: "created, before start", point: HookBeforeStart, want: task.TaskRunning},
 		{name: "started, RUNNING not saved", point: HookAfterStart, want: task.TaskRunning},
 		{name: "RUNNING saved, not reported", point: HookSaved, when: knownIs(task.TaskRunning), want: task.TaskRunning},
 		{name: "stop saved, containers not stopped", point: HookBeforeStop, stopTask: true, want: task.TaskStopped},

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -49,6 +51,7 @@ type worker struct {
 	stoppedOnce sync.Once
 
 	waitingSince map[string]time.Time // container name → when its dependsOn wait began (run only)
+	saved        []byte               // the task as last saved, JSON (run only, and add before run)
 }
 
 func newWorker(e *Engine, t *task.Task) *worker {
@@ -152,10 +155,19 @@ func (w *worker) commit(ctx context.Context) {
 		}
 		t.KnownStatus = known
 	}
+	data, err := json.Marshal(t)
+	if err != nil {
+		w.log.Error("encoding task state failed; the change is not reported", "error", err)
+		return
+	}
+	if bytes.Equal(data, w.saved) {
+		return // nothing changed since the last save: nothing to save or tell
+	}
 	if err := w.e.store.SaveTask(context.WithoutCancel(ctx), t); err != nil {
 		w.log.Error("saving task state failed; the change is not reported", "error", err)
 		return
 	}
+	w.saved = data
 	w.e.hook(HookSaved, t)
 	if t.DesiredStatus == task.TaskStopped {
 		w.stopOnce.Do(func() { close(w.stopSaved) })
@@ -181,6 +193,10 @@ func (w *worker) run(ctx context.Context) {
 	}
 	w.mu.Unlock()
 
+	if w.saved != nil { // AddTask saved it: that is the task's first saved change
+		w.e.hook(HookSaved, w.t)
+	}
+	w.e.notify(w.t)
 	w.t.DesiredStatus = task.TaskRunning
 	if stop, _ := w.stopWanted(); stop {
 		w.t.DesiredStatus = task.TaskStopped
@@ -293,7 +309,11 @@ func (w *worker) pullAll(ctx context.Context) bool {
 		r.c.KnownStatus = task.ContainerPulled
 		w.log.Info("image ready", "container", r.c.Name, "image", r.c.Image, "cached", r.res.Cached, "attempts", len(r.res.Attempts))
 	}
-	w.commit(ctx)
+	if !ok {
+		w.commit(ctx)
+	}
+	// A successful pull is saved with the next change (a container's name, before its create): an
+	// agent that dies before that pulls again, from the cache.
 	return ok
 }
 
@@ -450,7 +470,8 @@ func (w *worker) create(ctx context.Context, c *task.Container) error {
 	c.DockerID = created.ID
 	c.KnownStatus = task.ContainerCreated
 	w.e.trackContainer(c.DockerID, w)
-	w.commit(ctx)
+	// The ID is saved with the start that follows at once; an agent that dies in between finds the
+	// container by its saved name.
 	return nil
 }
 

@@ -215,7 +215,7 @@ func TestIntegrationCrashRecoveryKillPoints(t *testing.T) {
 		{name: "after pull", crash: "saved:PULLED"},
 		{name: "name saved, before create", crash: "before-create"},
 		{name: "after create, ID not saved", crash: "after-create"},
-		{name: "created and saved, before start", crash: "before-start"},
+		{name: "created, before start", crash: "before-start"},
 		{name: "after start, RUNNING not saved", crash: "after-start"},
 		{name: "RUNNING saved, not reported", crash: "saved:RUNNING"},
 		{name: "stop saved, containers not stopped", crash: "before-stop", stop: true},
