@@ -169,15 +169,15 @@ func (w *worker) commit(ctx context.Context) {
 	}
 	w.saved = data
 	w.e.hook(HookSaved, t)
+	w.mu.Lock()
+	w.snap = t.Clone()
+	w.mu.Unlock()
 	if t.DesiredStatus == task.TaskStopped {
 		w.stopOnce.Do(func() { close(w.stopSaved) })
 	}
 	if t.KnownStatus == task.TaskStopped {
 		w.stoppedOnce.Do(func() { close(w.stopped) })
 	}
-	w.mu.Lock()
-	w.snap = t.Clone()
-	w.mu.Unlock()
 	w.e.notify(t)
 }
 
