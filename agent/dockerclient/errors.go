@@ -12,6 +12,7 @@ import (
 
 	docker "github.com/fsouza/go-dockerclient"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/retry"
 )
 
@@ -47,7 +48,7 @@ type CannotPullContainerError struct {
 	Err   error
 }
 
-var _ retry.Retriable = (*CannotPullContainerError)(nil)
+var _ errdefs.Retriable = (*CannotPullContainerError)(nil)
 
 // Error names the image and the cause.
 func (e *CannotPullContainerError) Error() string {
@@ -57,15 +58,9 @@ func (e *CannotPullContainerError) Error() string {
 // Unwrap returns the cause.
 func (e *CannotPullContainerError) Unwrap() error { return e.Err }
 
-// Retry delegates to the first retry.Retriable in the cause's chain; a
-// cause that does not say is retried.
-func (e *CannotPullContainerError) Retry() bool {
-	var r retry.Retriable
-	if errors.As(e.Err, &r) {
-		return r.Retry()
-	}
-	return true
-}
+// Retry reports whether another pull may succeed: errdefs.IsRetriable of the
+// cause.
+func (e *CannotPullContainerError) Retry() bool { return errdefs.IsRetriable(e.Err) }
 
 // CreateEmptyVolumeError reports that an empty volume for a container could
 // not be created; it is never retried.
@@ -73,7 +68,7 @@ type CreateEmptyVolumeError struct {
 	Err error
 }
 
-var _ retry.Retriable = (*CreateEmptyVolumeError)(nil)
+var _ errdefs.Retriable = (*CreateEmptyVolumeError)(nil)
 
 // Error describes the failure.
 func (e *CreateEmptyVolumeError) Error() string {
@@ -127,7 +122,7 @@ type PullError struct {
 }
 
 var (
-	_ retry.Retriable    = (*PullError)(nil)
+	_ errdefs.Retriable  = (*PullError)(nil)
 	_ retry.RetryAfterer = (*PullError)(nil)
 )
 
@@ -204,14 +199,14 @@ var retryAfterText = regexp.MustCompile(`(?i)(?:retry[- ]after:?|try again in)\s
 // classifyPull turns an error from a pull attempt into a *PullError saying
 // what it is and whether to retry; throttling gets at least throttleDelay.
 // It is the only place pull error text and status codes are interpreted.
-// Errors that already carry a retry decision (retry.Retriable) and context
+// Errors that already carry a retry decision (errdefs.Retriable) and context
 // errors are returned unchanged.
 func classifyPull(err error, throttleDelay time.Duration) error {
 	if err == nil {
 		return nil
 	}
 	var pe *PullError
-	var r retry.Retriable
+	var r errdefs.Retriable
 	if errors.As(err, &pe) || errors.As(err, &r) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // fakeECRError stands in for registryauth's CannotPullECRContainerError: an
@@ -99,9 +99,7 @@ func TestClassifyPull(t *testing.T) {
 			// Wrapped for the caller, the decision is the same.
 			cp := &CannotPullContainerError{Image: "img", Err: got}
 			assert.Equal(t, tt.retry, cp.Retry())
-			var r retry.Retriable
-			require.ErrorAs(t, fmt.Errorf("engine: %w", cp), &r)
-			assert.Equal(t, tt.retry, r.Retry())
+			assert.Equal(t, tt.retry, errdefs.IsRetriable(fmt.Errorf("engine: %w", cp)))
 		})
 	}
 }
@@ -114,7 +112,7 @@ func TestClassifyPullKeepsDecidedErrors(t *testing.T) {
 	}{
 		{"non-retriable from registryauth", fmt.Errorf("auth: %w", fakeECRError{}), false},
 		{"create empty volume", &CreateEmptyVolumeError{Err: errors.New("disk full")}, false},
-		{"explicitly retriable", retry.NewRetriableError(true, errors.New("unauthorized")), true},
+		{"explicitly retriable", errdefs.Transient(errors.New("unauthorized")), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	docker "github.com/fsouza/go-dockerclient"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
 )
@@ -392,7 +393,7 @@ func (p *Puller) run(ctx context.Context, f *flight, creds docker.AuthConfigurat
 		}
 		p.log.Info("registry refused the credentials; retrying once with fresh ones", "image", f.image)
 		creds = fresh
-		return retry.NewRetriableError(true, err)
+		return errdefs.Transient(err)
 	})
 	stopReport()
 	wg.Wait()

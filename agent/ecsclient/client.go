@@ -218,7 +218,7 @@ type AttachmentStateChange struct {
 }
 
 // SubmitAttachmentStateChanges reports attachment changes. It makes one attempt; errors are
-// *APIError (retry.Retriable says whether to try again).
+// *APIError (errdefs.IsRetriable says whether to try again).
 func (c *Client) SubmitAttachmentStateChanges(ctx context.Context, changes []AttachmentStateChange) error {
 	in := &ecs.SubmitAttachmentStateChangesInput{Cluster: aws.String(c.cluster)}
 	for _, a := range changes {

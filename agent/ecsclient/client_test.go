@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 func baseRegistration() Registration {
@@ -370,8 +370,7 @@ func TestErrorTranslation(t *testing.T) {
 			if !errors.As(err, &ae) {
 				t.Fatalf("err = %v (%T), want *APIError", err, err)
 			}
-			var r retry.Retriable
-			if !errors.As(err, &r) || r.Retry() != tc.retriable {
+			if errdefs.IsRetriable(err) != tc.retriable {
 				t.Errorf("retriable = %v, want %v (%v)", ae.Retriable, tc.retriable, err)
 			}
 			if tc.class != nil && !errors.Is(err, tc.class) {

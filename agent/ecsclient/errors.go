@@ -10,7 +10,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
 
-	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // Error classes of the ECS API, matched with errors.Is on any error this package returns.
@@ -29,7 +29,7 @@ var (
 	ErrAttributesNotEchoed = errors.New("registration response does not echo the registered attributes")
 )
 
-// APIError is an ECS API call that failed. It implements retry.Retriable and unwraps to its class
+// APIError is an ECS API call that failed. It implements errdefs.Retriable and unwraps to its class
 // (one of the Err* sentinels, when one applies) and to the SDK's error.
 type APIError struct {
 	Op        string // the ECS operation, e.g. "SubmitTaskStateChange"
@@ -41,7 +41,7 @@ type APIError struct {
 	err       error
 }
 
-var _ retry.Retriable = (*APIError)(nil)
+var _ errdefs.Retriable = (*APIError)(nil)
 
 func (e *APIError) Error() string {
 	switch {
@@ -117,4 +117,4 @@ func translate(op string, err error) error {
 }
 
 // permanent marks err as not retriable for the retry loops.
-func permanent(err error) error { return retry.NewRetriableError(false, err) }
+func permanent(err error) error { return errdefs.Permanent(err) }

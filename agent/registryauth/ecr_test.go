@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
-	"github.com/berth-agent/berth/agent/retry"
 	"github.com/berth-agent/berth/agent/set"
 )
 
@@ -187,9 +187,7 @@ func TestECRErrors(t *testing.T) {
 			got, err := p.Auth(context.Background(), ecrImage)
 			require.Error(t, err)
 			assert.Zero(t, got)
-			var r retry.Retriable
-			require.True(t, errors.As(err, &r))
-			assert.Equal(t, tt.wantRetry, r.Retry())
+			assert.Equal(t, tt.wantRetry, errdefs.IsRetriable(err))
 			var cannot *CannotPullECRContainerError
 			var unreachable *ECRUnreachableError
 			if tt.wantRetry {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // ErrInvalidConfig is wrapped by every error New returns for engine auth settings that do not parse.
@@ -24,7 +24,7 @@ type CannotPullECRContainerError struct {
 	Err      error
 }
 
-var _ retry.Retriable = (*CannotPullECRContainerError)(nil)
+var _ errdefs.Retriable = (*CannotPullECRContainerError)(nil)
 
 // Error names the image and the registry and gives the cause.
 func (e *CannotPullECRContainerError) Error() string {
@@ -45,7 +45,7 @@ type ECRUnreachableError struct {
 	Err      error
 }
 
-var _ retry.Retriable = (*ECRUnreachableError)(nil)
+var _ errdefs.Retriable = (*ECRUnreachableError)(nil)
 
 // Error names the image and the registry and gives the cause.
 func (e *ECRUnreachableError) Error() string {
@@ -59,7 +59,7 @@ func (e *ECRUnreachableError) Unwrap() error { return e.Err }
 func (e *ECRUnreachableError) Retry() bool { return true }
 
 // invalidReference marks an ErrInvalidReference error as not retriable.
-func invalidReference(err error) error { return retry.NewRetriableError(false, err) }
+func invalidReference(err error) error { return errdefs.Permanent(err) }
 
 // refusedError marks a fetch failure as a refusal (becomes CannotPullECRContainerError).
 type refusedError struct{ err error }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/config"
-	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 func TestRegistryHost(t *testing.T) {
@@ -166,9 +166,7 @@ func TestInvalidReferenceIsNotRetriable(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p.Auth(context.Background(), "")
 	require.ErrorIs(t, err, ErrInvalidReference)
-	var r retry.Retriable
-	require.True(t, errors.As(err, &r))
-	assert.False(t, r.Retry())
+	assert.False(t, errdefs.IsRetriable(err))
 }
 
 func TestParseECRHost(t *testing.T) {

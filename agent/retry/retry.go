@@ -5,14 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
-)
 
-// Retriable is implemented by errors that state whether the failed operation
-// may be retried.
-type Retriable interface {
-	// Retry reports whether the operation that produced the error may be retried.
-	Retry() bool
-}
+	"github.com/berth-agent/berth/agent/errdefs"
+)
 
 // RetryAfterer is implemented by errors that demand a minimum wait before the
 // next attempt, such as an HTTP 429 response carrying a Retry-After header.
@@ -20,40 +15,6 @@ type RetryAfterer interface {
 	// RetryAfter returns the minimum delay before the next attempt; values <= 0 impose none.
 	RetryAfter() time.Duration
 }
-
-// RetriableError wraps an error with an explicit retry decision.
-type RetriableError struct {
-	retriable bool
-	err       error
-}
-
-var _ Retriable = (*RetriableError)(nil)
-
-// NewRetriableError returns err marked as retriable or not; it returns nil if
-// err is nil so results can be wrapped unconditionally.
-func NewRetriableError(retriable bool, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &RetriableError{retriable: retriable, err: err}
-}
-
-// Retry reports the retry decision the error was created with.
-func (e *RetriableError) Retry() bool { return e.retriable }
-
-// Error returns the wrapped error's message.
-func (e *RetriableError) Error() string {
-	if e.err == nil {
-		if e.retriable {
-			return "retriable error"
-		}
-		return "non-retriable error"
-	}
-	return e.err.Error()
-}
-
-// Unwrap returns the wrapped error.
-func (e *RetriableError) Unwrap() error { return e.err }
 
 // Clock supplies the timers the retry loop waits on.
 type Clock interface {
@@ -78,8 +39,8 @@ type Retrier struct {
 	OnRetry func(attempt int, err error, delay time.Duration)
 }
 
-// RetryWithBackoffCtx calls fn until it succeeds, returns an error whose
-// Retriable.Retry reports false, or ctx is done, waiting on the real clock
+// RetryWithBackoffCtx calls fn until it succeeds, returns an error that is not
+// retriable (errdefs.IsRetriable), or ctx is done, waiting on the real clock
 // between attempts as Retrier.Retry describes.
 func RetryWithBackoffCtx(ctx context.Context, backoff Backoff, fn func() error) error {
 	return Retrier{}.Retry(ctx, backoff, fn)
@@ -91,15 +52,14 @@ func RetryNWithBackoffCtx(ctx context.Context, backoff Backoff, n int, fn func()
 	return Retrier{}.RetryN(ctx, backoff, n, fn)
 }
 
-// Retry calls fn until it returns nil, returns an error for which some
-// Retriable in its chain (found with errors.As) reports Retry() == false (that
-// error is returned as is), or ctx is done. Errors not implementing Retriable
-// are retried. Between attempts it waits max(backoff.Duration(), RetryAfter())
-// where RetryAfter comes from a RetryAfterer in the error's chain; a nil
-// backoff means no delay. ctx is checked before every attempt and interrupts
-// waits immediately; the error then wraps ctx.Err() and the last attempt's
-// error, if any, so both match errors.Is. It never returns nil unless fn
-// succeeded.
+// Retry calls fn until it returns nil, returns an error that is not retriable
+// according to errdefs.IsRetriable (that error is returned as is), or ctx is
+// done; an error that says nothing about retrying is retried. Between attempts
+// it waits max(backoff.Duration(), RetryAfter()) where RetryAfter comes from
+// a RetryAfterer in the error's chain; a nil backoff means no delay. ctx is
+// checked before every attempt and interrupts waits immediately; the error
+// then wraps ctx.Err() and the last attempt's error, if any, so both match
+// errors.Is. It never returns nil unless fn succeeded.
 func (r Retrier) Retry(ctx context.Context, backoff Backoff, fn func() error) error {
 	return r.run(ctx, backoff, 0, fn)
 }
@@ -122,9 +82,7 @@ func (r Retrier) run(ctx context.Context, backoff Backoff, limit int, fn func() 
 		}
 
 		err := fn()
-		var retriable Retriable
-		isRetriable := errors.As(err, &retriable)
-		if err == nil || (isRetriable && !retriable.Retry()) {
+		if err == nil || !errdefs.IsRetriable(err) {
 			return err
 		}
 		lastErr = err

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // instantClock fires every timer immediately and records requested delays.
@@ -51,7 +53,7 @@ type retryAfterError struct{ d time.Duration }
 func (e retryAfterError) Error() string             { return fmt.Sprintf("slow down for %v", e.d) }
 func (e retryAfterError) RetryAfter() time.Duration { return e.d }
 
-// permanentError implements Retriable directly.
+// permanentError implements errdefs.Retriable directly.
 type permanentError struct{ retry bool }
 
 func (e permanentError) Error() string { return "permanent" }
@@ -65,7 +67,8 @@ func TestRetry(t *testing.T) {
 	errA := errors.New("a")
 	errB := errors.New("b")
 	errC := errors.New("c")
-	nonRetriable := NewRetriableError(false, errA)
+	nonRetriable := errdefs.Permanent(errA)
+	notFound := fmt.Errorf("image: %w", errdefs.ErrNotFound)
 
 	tests := []struct {
 		name string
@@ -80,7 +83,7 @@ func TestRetry(t *testing.T) {
 		{"success after three failures", 0, []error{errA, errB, errC}, 4, nil},
 		{"success after two failures limited", 5, []error{errA, errB}, 3, nil},
 		{"success on the last allowed attempt", 3, []error{errA, errB}, 3, nil},
-		{"retriable true is retried", 0, []error{NewRetriableError(true, errA)}, 2, nil},
+		{"retriable true is retried", 0, []error{errdefs.Transient(errA)}, 2, nil},
 		{"non-retriable stops after one attempt", 0, []error{nonRetriable, errB}, 1, nonRetriable},
 		{"non-retriable stops after one attempt limited", 5, []error{nonRetriable, errB}, 1, nonRetriable},
 		{"custom Retriable false stops", 0, []error{permanentError{retry: false}, nil}, 1, permanentError{retry: false}},
@@ -88,7 +91,9 @@ func TestRetry(t *testing.T) {
 		{"non-retriable after retriable failures", 0, []error{errA, errB, nonRetriable}, 3, nonRetriable},
 		{"attempts exhausted returns last error", 3, []error{errA, errB, errC, nil}, 3, errC},
 		{"single attempt allowed", 1, []error{errA, nil}, 1, errA},
-		{"retriable true exhausted", 2, []error{NewRetriableError(true, errA), errB, nil}, 2, errB},
+		{"retriable true exhausted", 2, []error{errdefs.Transient(errA), errB, nil}, 2, errB},
+		{"a permanent class stops", 0, []error{errA, notFound, nil}, 2, notFound},
+		{"a retriable class is retried", 0, []error{fmt.Errorf("x: %w", errdefs.ErrUnavailable), errA}, 3, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,7 +138,7 @@ func TestRetry(t *testing.T) {
 
 func TestNonRetriableWrappedTwice(t *testing.T) {
 	base := errors.New("bad request")
-	wrapped := fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", NewRetriableError(false, base)))
+	wrapped := fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", errdefs.Permanent(base)))
 	tests := []struct {
 		name string
 		run  func(r Retrier, fn func() error) error
@@ -318,7 +323,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 		{"retry-after below backoff", 30 * ms, retryAfterError{5 * ms}, 30 * ms},
 		{"retry-after wrapped", 1 * ms, fmt.Errorf("http: %w", fmt.Errorf("429: %w", retryAfterError{2 * time.Second})), 2 * time.Second},
 		{"retry-after negative ignored", 3 * ms, retryAfterError{-time.Second}, 3 * ms},
-		{"retry-after inside retriable error", 1 * ms, NewRetriableError(true, retryAfterError{40 * ms}), 40 * ms},
+		{"retry-after inside retriable error", 1 * ms, errdefs.Transient(retryAfterError{40 * ms}), 40 * ms},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -408,28 +413,4 @@ func TestPackageFunctionsUseRealClock(t *testing.T) {
 			assert.Less(t, time.Since(start), 500*time.Millisecond)
 		})
 	}
-}
-
-func TestRetriableError(t *testing.T) {
-	base := errors.New("base")
-	tests := []struct {
-		name      string
-		retriable bool
-	}{
-		{"retriable", true},
-		{"not retriable", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := NewRetriableError(tt.retriable, base)
-			require.Error(t, err)
-			assert.Equal(t, "base", err.Error())
-			assert.ErrorIs(t, err, base)
-			var r Retriable
-			require.ErrorAs(t, fmt.Errorf("wrap: %w", err), &r)
-			assert.Equal(t, tt.retriable, r.Retry())
-		})
-	}
-	assert.NoError(t, NewRetriableError(false, nil))
-	assert.Equal(t, "non-retriable error", (&RetriableError{}).Error())
 }
