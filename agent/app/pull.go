@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/registryauth"
 	"github.com/berth-agent/berth/agent/retry"
@@ -84,7 +85,8 @@ func Pull(ctx context.Context, res *config.Result, image string, out, console io
 	return nil
 }
 
-// PullFailureClass names what kind of pull failure err is and whether it is worth retrying.
+// PullFailureClass names what kind of pull failure err is and whether it is retried; an error of no
+// known kind says what errdefs.IsRetriable says of it.
 func PullFailureClass(err error) string {
 	var ecr *registryauth.CannotPullECRContainerError
 	classes := []struct {
@@ -94,7 +96,7 @@ func PullFailureClass(err error) string {
 		{errors.As(err, &ecr), "ECR refused credentials, not retried"},
 		{errors.Is(err, dockerclient.ErrAuthRefused), "registry authentication refused, not retried"},
 		{errors.Is(err, dockerclient.ErrInvalidReference), "invalid image reference, not retried"},
-		{errors.Is(err, dockerclient.ErrNotFound), "repository or manifest not found, not retried"},
+		{errdefs.IsNotFound(err), "repository or manifest not found, not retried"},
 		{errors.Is(err, dockerclient.ErrInactivity), "no progress within the inactivity timeout, retried"},
 		{errors.Is(err, dockerclient.ErrTooManyRequests), "registry throttled the pull, retried"},
 		{errors.Is(err, dockerclient.ErrRegistryUnavailable), "registry unavailable, retried"},
@@ -107,7 +109,10 @@ func PullFailureClass(err error) string {
 			return c.text
 		}
 	}
-	return "unclassified, retried"
+	if errdefs.IsRetriable(err) {
+		return "unclassified, retried"
+	}
+	return "unclassified, not retried"
 }
 
 func bytesText(n int64) string {

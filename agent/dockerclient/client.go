@@ -10,7 +10,9 @@
 //   - pulls fail with *CannotPullContainerError wrapping a *PullError whose
 //     classes (ErrAuthRefused, ErrNotFound, ErrInvalidReference,
 //     ErrTooManyRequests, ErrRegistryUnavailable, ErrConnection,
-//     ErrInactivity) say what happened and whether it is retried.
+//     ErrInactivity) say what happened and whether it is retried;
+//   - every class matches an agent/errdefs class too, so callers that only
+//     care about the kind ask errdefs.IsNotFound, errdefs.IsRetriable, ….
 //
 // Image pulls go through a Puller (pull.go): retries with backoff, an
 // inactivity watchdog, one overall deadline, shared pulls of one image, a

@@ -17,28 +17,35 @@ import (
 )
 
 // Error classes. Errors returned by this package match at most a few of
-// these with errors.Is; the text of Docker's messages is matched only in
-// this file (see classifyPull and the container helpers below).
+// these with errors.Is, and through them an errdefs class; the text of
+// Docker's messages is matched only in this file (see classifyPull and the
+// container helpers below). ErrNotFound and ErrConflict are the errdefs
+// classes themselves; the others are finer kinds that callers tell apart.
 var (
-	// ErrNotFound: the container, image, repository or manifest does not exist.
-	ErrNotFound = errors.New("not found")
-	// ErrConflict: the Engine refused because something depends on the object (HTTP 409), such as an
-	// image a container uses.
-	ErrConflict = errors.New("in use")
-	// ErrNameInUse: a container with the requested name exists already.
-	ErrNameInUse = errors.New("container name in use")
-	// ErrAuthRefused: the registry refused the credentials (or their absence). Not retried.
-	ErrAuthRefused = errors.New("registry refused the credentials")
-	// ErrInvalidReference: the image reference is malformed. Not retried.
-	ErrInvalidReference = errors.New("invalid image reference")
-	// ErrInactivity: a pull attempt made no progress for the inactivity timeout. Retried.
-	ErrInactivity = errors.New("pull made no progress")
-	// ErrTooManyRequests: the registry throttled the pull (HTTP 429). Retried after a delay.
-	ErrTooManyRequests = errors.New("registry throttled the request")
-	// ErrRegistryUnavailable: the registry answered with a 5xx status. Retried.
-	ErrRegistryUnavailable = errors.New("registry unavailable")
-	// ErrConnection: the connection failed, was reset or timed out. Retried.
-	ErrConnection = errors.New("connection failed")
+	// ErrNotFound is errdefs.ErrNotFound: the container, image, repository or manifest does not exist.
+	ErrNotFound = errdefs.ErrNotFound
+	// ErrConflict is errdefs.ErrConflict: the Engine refused because something depends on the object
+	// (HTTP 409), such as an image a container uses.
+	ErrConflict = errdefs.ErrConflict
+	// ErrNameInUse: a container with the requested name exists already. An errdefs.ErrConflict.
+	ErrNameInUse = errdefs.New(errdefs.ErrConflict, "container name in use")
+	// ErrAuthRefused: the registry refused the credentials (or their absence). An
+	// errdefs.ErrUnauthorized; not retried.
+	ErrAuthRefused = errdefs.New(errdefs.ErrUnauthorized, "registry refused the credentials")
+	// ErrInvalidReference: the image reference is malformed — Berth's one notion of it, whether Docker
+	// or the credentials lookup (AuthSource) found it out. An errdefs.ErrInvalidArgument; not retried.
+	ErrInvalidReference = errdefs.New(errdefs.ErrInvalidArgument, "invalid image reference")
+	// ErrInactivity: a pull attempt made no progress for the inactivity timeout. An
+	// errdefs.ErrUnavailable; retried.
+	ErrInactivity = errdefs.New(errdefs.ErrUnavailable, "pull made no progress")
+	// ErrTooManyRequests: the registry throttled the pull (HTTP 429). An errdefs.ErrResourceExhausted;
+	// retried after a delay.
+	ErrTooManyRequests = errdefs.New(errdefs.ErrResourceExhausted, "registry throttled the request")
+	// ErrRegistryUnavailable: the registry answered with a 5xx status. An errdefs.ErrUnavailable;
+	// retried.
+	ErrRegistryUnavailable = errdefs.New(errdefs.ErrUnavailable, "registry unavailable")
+	// ErrConnection: the connection failed, was reset or timed out. An errdefs.ErrUnavailable; retried.
+	ErrConnection = errdefs.New(errdefs.ErrUnavailable, "connection failed")
 )
 
 // CannotPullContainerError is returned by pulls; it names the image and
@@ -195,6 +202,18 @@ var pullRules = []pullRule{
 // retryAfterText finds a delay a throttling message asks for, such as
 // "retry after 30s", "Retry-After: 30" or "try again in 30 seconds".
 var retryAfterText = regexp.MustCompile(`(?i)(?:retry[- ]after:?|try again in)\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|minutes?)?\b`)
+
+// classifyAuth classifies a failure of AuthSource.Auth. An invalid argument
+// there can only be the image reference (AuthSource's contract), so it
+// becomes ErrInvalidReference; anything else is classified like a pull
+// attempt's error.
+func classifyAuth(err error, throttleDelay time.Duration) error {
+	err = fmt.Errorf("registry credentials: %w", err)
+	if errdefs.IsInvalidArgument(err) && !errors.Is(err, ErrInvalidReference) {
+		return &PullError{Err: err, Classes: []error{ErrInvalidReference}}
+	}
+	return classifyPull(err, throttleDelay)
+}
 
 // classifyPull turns an error from a pull attempt into a *PullError saying
 // what it is and whether to retry; throttling gets at least throttleDelay.

@@ -104,6 +104,34 @@ func TestClassifyPull(t *testing.T) {
 	}
 }
 
+func TestSentinelsMatchTheirErrdefsClass(t *testing.T) {
+	tests := []struct {
+		sentinel, class error
+		retriable       bool
+	}{
+		{ErrNotFound, errdefs.ErrNotFound, false},
+		{ErrConflict, errdefs.ErrConflict, false},
+		{ErrNameInUse, errdefs.ErrConflict, false},
+		{ErrAuthRefused, errdefs.ErrUnauthorized, false},
+		{ErrInvalidReference, errdefs.ErrInvalidArgument, false},
+		{ErrPullerClosed, errdefs.ErrFailedPrecondition, false},
+		{ErrInactivity, errdefs.ErrUnavailable, true},
+		{ErrRegistryUnavailable, errdefs.ErrUnavailable, true},
+		{ErrConnection, errdefs.ErrUnavailable, true},
+		{ErrTooManyRequests, errdefs.ErrResourceExhausted, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.sentinel.Error(), func(t *testing.T) {
+			err := fmt.Errorf("op: %w", tt.sentinel)
+			assert.ErrorIs(t, err, tt.class)
+			assert.Equal(t, tt.retriable, errdefs.IsRetriable(err))
+		})
+	}
+	assert.NotErrorIs(t, ErrConnection, ErrRegistryUnavailable, "finer kinds of one class stay apart")
+	nf := &NotFoundError{Kind: "image", Name: "x", Err: errors.New("no such image")}
+	assert.True(t, errdefs.IsNotFound(nf))
+}
+
 func TestClassifyPullKeepsDecidedErrors(t *testing.T) {
 	tests := []struct {
 		name  string

@@ -20,8 +20,12 @@ import (
 
 // AuthSource supplies registry credentials for a pull (declared here, where it is consumed; implemented by agent/registryauth).
 type AuthSource interface {
-	Auth(ctx context.Context, image string) (docker.AuthConfiguration, error) // zero value = anonymous
-	Invalidate(image string)                                                  // the registry refused the credentials Auth returned
+	// Auth returns credentials for image's registry; the zero value means anonymous. An error that
+	// matches errdefs.ErrInvalidArgument says image is not a valid reference: the pull fails with
+	// ErrInvalidReference and is not retried.
+	Auth(ctx context.Context, image string) (docker.AuthConfiguration, error)
+	// Invalidate says the registry refused the credentials Auth returned.
+	Invalidate(image string)
 }
 
 // Behavior is ECS_IMAGE_PULL_BEHAVIOR: when to pull and when a local copy will do.
@@ -163,8 +167,8 @@ type PullResult struct {
 	Duration time.Duration   // time this call took
 }
 
-// ErrPullerClosed is returned by Pull after Close.
-var ErrPullerClosed = errors.New("puller closed")
+// ErrPullerClosed is returned by Pull after Close. An errdefs.ErrFailedPrecondition: not retried.
+var ErrPullerClosed = errdefs.New(errdefs.ErrFailedPrecondition, "puller closed")
 
 // errWaitersGone cancels a shared pull nobody waits for any more.
 var errWaitersGone = errors.New("every caller of the pull went away")
@@ -245,7 +249,7 @@ func (p *Puller) pull(ctx context.Context, image string, auth AuthSource) (PullR
 	if auth != nil {
 		creds, err = auth.Auth(ctx, image)
 		if err != nil {
-			err = &CannotPullContainerError{Image: image, Err: classifyPull(fmt.Errorf("registry credentials: %w", err), p.cfg.ThrottleDelay)}
+			err = &CannotPullContainerError{Image: image, Err: classifyAuth(err, p.cfg.ThrottleDelay)}
 		}
 	}
 	var res PullResult

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/retry"
 )
 
@@ -300,6 +301,21 @@ func TestPullAuthSourceFailure(t *testing.T) {
 	require.ErrorAs(t, err, &cp)
 	assert.False(t, cp.Retry())
 	assert.Equal(t, 0, f.pullCount())
+}
+
+func TestPullInvalidReferenceFromAuthSource(t *testing.T) {
+	f := newFakeDocker(t)
+	c := f.client(Config{Pull: fastPull()})
+	// What registryauth returns for "/busybox": an invalid argument of its own.
+	authErr := fmt.Errorf("image %q: %w", "/busybox", errdefs.New(errdefs.ErrInvalidArgument, "invalid image reference"))
+	res, err := c.PullImage(t.Context(), "/busybox", &fakeAuth{err: authErr})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrInvalidReference, "one notion of an invalid reference, whoever found it")
+	assert.ErrorIs(t, err, authErr)
+	assert.False(t, errdefs.IsRetriable(err))
+	assert.Empty(t, res.Attempts)
+	assert.Equal(t, 0, f.pullCount())
+	assert.Equal(t, `cannot pull image "/busybox": registry credentials: image "/busybox": invalid image reference`, err.Error())
 }
 
 func TestConcurrentPullsShareOnePull(t *testing.T) {

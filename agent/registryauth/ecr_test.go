@@ -193,8 +193,10 @@ func TestECRErrors(t *testing.T) {
 			if tt.wantRetry {
 				require.ErrorAs(t, err, &unreachable)
 				assert.False(t, errors.As(err, &cannot))
+				assert.True(t, errdefs.IsUnavailable(err))
 			} else {
 				require.ErrorAs(t, err, &cannot)
+				assert.True(t, errdefs.IsUnauthorized(err))
 				assert.Equal(t, ecrImage, cannot.Image)
 				assert.Equal(t, ecrHost+":5000", cannot.Registry)
 			}

@@ -146,13 +146,13 @@ func New(cfg Config, log *logger.Logger) (*Provider, error) {
 // Auth returns credentials for image's registry: the static credentials configured for its host
 // (these win, even for an ECR host, and need no AWS), an ECR token for an included ECR image, and
 // anonymous (the zero value, nil error) otherwise — including for ECR images when AWS is
-// unreachable. Errors: ErrInvalidReference (not retriable) for an unreadable image,
-// *CannotPullECRContainerError when ECR refuses, *ECRUnreachableError (retriable) when ECR cannot
-// be reached, and the context's error when ctx ends first. Safe for concurrent use.
+// unreachable. Errors: one matching errdefs.ErrInvalidArgument (not retriable) for an unreadable
+// image, *CannotPullECRContainerError when ECR refuses, *ECRUnreachableError (retriable) when ECR
+// cannot be reached, and the context's error when ctx ends first. Safe for concurrent use.
 func (p *Provider) Auth(ctx context.Context, image string) (docker.AuthConfiguration, error) {
 	host, err := registryHost(image)
 	if err != nil {
-		return docker.AuthConfiguration{}, invalidReference(err)
+		return docker.AuthConfiguration{}, err
 	}
 	if auth, ok := p.static[host]; ok {
 		return auth, nil
