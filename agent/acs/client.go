@@ -32,6 +32,8 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/gorilla/websocket"
 
+	"github.com/berth-agent/berth/agent/ecsclient"
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
 )
@@ -195,11 +197,11 @@ func New(cfg Config, h Handler) (*Client, error) {
 	return c, nil
 }
 
-// ErrInactiveInstance matches (errors.Is) the error of a session that ACS ended with
-// InactiveInstanceException: the container instance was deregistered.
-var ErrInactiveInstance = errors.New("the container instance was deregistered")
-
-// ExceptionError is an ErrorMessage or exception frame ACS sent; it ends the session.
+// ExceptionError is an ErrorMessage or exception frame ACS sent; it ends the session. It matches
+// (errors.Is) the class of its exception: ecsclient.ErrInactiveInstance for an
+// InactiveInstanceException (the container instance was deregistered — the same notion the ECS API
+// client reports), errdefs.ErrUnauthorized for AccessDeniedException, errdefs.ErrInvalidArgument for
+// BadRequestException and errdefs.ErrUnavailable for ServerException.
 type ExceptionError struct {
 	Type    string // the frame type, e.g. InactiveInstanceException
 	Message string
@@ -210,9 +212,19 @@ func (e *ExceptionError) Error() string {
 	return fmt.Sprintf("ACS sent %s: %s", e.Type, e.Message)
 }
 
-// Is matches ErrInactiveInstance for an InactiveInstanceException.
-func (e *ExceptionError) Is(target error) bool {
-	return target == ErrInactiveInstance && e.Type == TypeInactiveInstanceException
+// Unwrap returns the class of the exception, or nil for one of no known class.
+func (e *ExceptionError) Unwrap() error {
+	switch e.Type {
+	case TypeInactiveInstanceException:
+		return ecsclient.ErrInactiveInstance
+	case TypeAccessDeniedException:
+		return errdefs.ErrUnauthorized
+	case TypeBadRequestException:
+		return errdefs.ErrInvalidArgument
+	case TypeServerException:
+		return errdefs.ErrUnavailable
+	}
+	return nil
 }
 
 // HandshakeError is a websocket upgrade that the server answered with an HTTP status other than 101.
@@ -248,7 +260,7 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		var delay time.Duration
 		switch {
-		case errors.Is(err, ErrInactiveInstance):
+		case errors.Is(err, ecsclient.ErrInactiveInstance):
 			delay = c.cfg.InactiveBackoff
 			c.log.Error("the container instance was deregistered: ACS reports it inactive; waiting before reconnecting",
 				"containerInstance", c.cfg.ContainerInstanceArn, "cluster", c.cfg.Cluster, "retryIn", delay)

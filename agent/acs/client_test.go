@@ -21,6 +21,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/ecsclient"
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
 )
@@ -596,10 +598,30 @@ func TestInactiveInstanceBacksOffLong(t *testing.T) {
 	assert.Zero(t, backoffs.Load(), "the short backoff was not used")
 }
 
-func TestExceptionErrorIsInactive(t *testing.T) {
-	err := error(&ExceptionError{Type: TypeInactiveInstanceException, Message: "m"})
-	assert.ErrorIs(t, err, ErrInactiveInstance)
-	assert.NotErrorIs(t, &ExceptionError{Type: TypeServerException}, ErrInactiveInstance)
+func TestExceptionErrorClasses(t *testing.T) {
+	tests := []struct {
+		typ       string
+		class     error // nil: none
+		retriable bool
+	}{
+		{TypeInactiveInstanceException, ecsclient.ErrInactiveInstance, false},
+		{TypeAccessDeniedException, errdefs.ErrUnauthorized, false},
+		{TypeBadRequestException, errdefs.ErrInvalidArgument, false},
+		{TypeServerException, errdefs.ErrUnavailable, true},
+		{TypeErrorMessage, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.typ, func(t *testing.T) {
+			err := fmt.Errorf("session: %w", &ExceptionError{Type: tt.typ, Message: "m"})
+			if tt.class != nil {
+				assert.ErrorIs(t, err, tt.class)
+			}
+			assert.Equal(t, tt.typ == TypeInactiveInstanceException, errors.Is(err, ecsclient.ErrInactiveInstance),
+				"one notion of an inactive instance, shared with the ECS API client")
+			assert.Equal(t, tt.typ == TypeInactiveInstanceException, errdefs.IsFailedPrecondition(err))
+			assert.Equal(t, tt.retriable, errdefs.IsRetriable(err))
+		})
+	}
 }
 
 func TestCredentialsStoredThenAcked(t *testing.T) {
@@ -686,4 +708,11 @@ func TestMalformedFrameErrorHasNoContents(t *testing.T) {
 	_, err := Decode(frame)
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "AKIDSECRET")
+}
+
+func TestMalformedFrameIsInvalidArgument(t *testing.T) {
+	_, err := Decode([]byte(`{"type": "HeartbeatMessage", "message": [1]}`))
+	require.ErrorIs(t, err, ErrMalformedFrame)
+	assert.True(t, errdefs.IsInvalidArgument(err))
+	assert.False(t, errdefs.IsRetriable(err))
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
 )
@@ -190,7 +191,7 @@ func (c *Client) Drain(ctx context.Context, instanceArn string) error {
 		}
 		if len(out.Failures) > 0 {
 			f := out.Failures[0]
-			return permanent(fmt.Errorf("ecs UpdateContainerInstancesState %q: %s: %s",
+			return errdefs.Permanent(fmt.Errorf("ecs UpdateContainerInstancesState %q: %s: %s",
 				aws.ToString(f.Arn), aws.ToString(f.Reason), aws.ToString(f.Detail)))
 		}
 		return nil

@@ -347,18 +347,20 @@ func TestErrorTranslation(t *testing.T) {
 	tests := []struct {
 		name      string
 		h         handlerFunc
-		class     error
+		class     error // this package's finer class; nil: none
+		errdefs   error // the errdefs class; nil: none
 		retriable bool
 	}{
-		{"server exception", apiError(500, "ServerException", "oops"), nil, true},
-		{"bare 503", func(map[string]any) (int, any) { return 503, map[string]any{} }, nil, true},
-		{"throttled", apiError(400, "ThrottlingException", "slow down"), ErrThrottled, true},
-		{"inactive instance", apiError(400, "ClientException", "The referenced container instance is inactive."), ErrInactiveInstance, false},
-		{"inactive instance exception", apiError(400, "InactiveInstanceException", ""), ErrInactiveInstance, false},
-		{"cluster not found", apiError(400, "ClusterNotFoundException", "Cluster not found."), ErrClusterNotFound, false},
-		{"invalid parameter", apiError(400, "InvalidParameterException", "bad"), ErrInvalidParameter, false},
-		{"access denied", apiError(400, "AccessDeniedException", "no"), ErrAccessDenied, false},
-		{"other client error", apiError(400, "ClientException", "nope"), nil, false},
+		{"server exception", apiError(500, "ServerException", "oops"), nil, errdefs.ErrUnavailable, true},
+		{"bare 503", func(map[string]any) (int, any) { return 503, map[string]any{} }, nil, errdefs.ErrUnavailable, true},
+		{"bare 429", func(map[string]any) (int, any) { return 429, map[string]any{} }, ErrThrottled, errdefs.ErrResourceExhausted, true},
+		{"throttled", apiError(400, "ThrottlingException", "slow down"), ErrThrottled, errdefs.ErrResourceExhausted, true},
+		{"inactive instance", apiError(400, "ClientException", "The referenced container instance is inactive."), ErrInactiveInstance, errdefs.ErrFailedPrecondition, false},
+		{"inactive instance exception", apiError(400, "InactiveInstanceException", ""), ErrInactiveInstance, errdefs.ErrFailedPrecondition, false},
+		{"cluster not found", apiError(400, "ClusterNotFoundException", "Cluster not found."), ErrClusterNotFound, errdefs.ErrNotFound, false},
+		{"invalid parameter", apiError(400, "InvalidParameterException", "bad"), ErrInvalidParameter, errdefs.ErrInvalidArgument, false},
+		{"access denied", apiError(400, "AccessDeniedException", "no"), ErrAccessDenied, errdefs.ErrUnauthorized, false},
+		{"other client error", apiError(400, "ClientException", "nope"), nil, nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -375,6 +377,12 @@ func TestErrorTranslation(t *testing.T) {
 			}
 			if tc.class != nil && !errors.Is(err, tc.class) {
 				t.Errorf("err = %v, want class %v", err, tc.class)
+			}
+			if tc.errdefs != nil && !errors.Is(err, tc.errdefs) {
+				t.Errorf("err = %v, want errdefs class %v", err, tc.errdefs)
+			}
+			if tc.errdefs == nil && (errdefs.IsInvalidArgument(err) || errdefs.IsUnavailable(err) || errdefs.IsNotFound(err)) {
+				t.Errorf("err = %v matches an errdefs class it should not", err)
 			}
 		})
 	}
