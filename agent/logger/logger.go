@@ -10,7 +10,6 @@
 package logger
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -21,6 +20,8 @@ import (
 	"time"
 
 	"github.com/cihub/seelog"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // Accepted values for Config.Level.
@@ -60,8 +61,9 @@ const DatePattern = "2006-01-02-15"
 // TimeLayout is the layout of the time field in every record (UTC, milliseconds).
 const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// ErrInvalidConfig is wrapped by every error New returns for a bad Config value.
-var ErrInvalidConfig = errors.New("invalid logger config")
+// ErrInvalidConfig is wrapped by every error New returns for a bad Config value. An
+// errdefs.ErrInvalidArgument.
+var ErrInvalidConfig = errdefs.New(errdefs.ErrInvalidArgument, "invalid logger config")
 
 // Config selects the level, destinations, rollover and format of a Logger.
 // Zero-valued fields take the Default* values.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 var fixedTime = time.Date(2026, 11, 30, 4, 15, 45, 123456789, time.UTC)
@@ -228,6 +230,7 @@ func TestBadConfig(t *testing.T) {
 			require.Error(t, err)
 			assert.Nil(t, l)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
+			assert.True(t, errdefs.IsInvalidArgument(err))
 			assert.Contains(t, err.Error(), tt.field)
 			assert.Contains(t, err.Error(), tt.value)
 		})
