@@ -15,6 +15,7 @@ require (
 	github.com/containernetworking/plugins v1.10.0
 	github.com/fsouza/go-dockerclient v1.13.3
 	github.com/gorilla/websocket v1.5.3
+	github.com/jonboulle/clockwork v0.5.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
 	github.com/vishvananda/netlink v1.3.1

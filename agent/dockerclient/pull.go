@@ -11,6 +11,7 @@ import (
 	"time"
 
 	docker "github.com/fsouza/go-dockerclient"
+	"github.com/jonboulle/clockwork"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/berth-agent/berth/agent/errdefs"
@@ -92,8 +93,9 @@ type PullConfig struct {
 	ThrottleDelay     time.Duration // least wait after the registry throttled a pull
 
 	// Clock drives the watchdog, progress logging and (unless Retrier.Clock
-	// is set) backoff waits; nil is the wall clock.
-	Clock Clock
+	// is set) backoff waits; nil is the wall clock. The overall PullTimeout
+	// is a context deadline on the wall clock.
+	Clock clockwork.Clock
 	// Retrier runs the attempts; its OnRetry, if set, is called after the
 	// Puller's own retry logging.
 	Retrier retry.Retrier
@@ -136,7 +138,7 @@ func (c PullConfig) withDefaults() PullConfig {
 		c.ThrottleDelay = DefaultThrottleDelay
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Retrier.Clock == nil {
 		c.Retrier.Clock = c.Clock
@@ -482,22 +484,15 @@ func (p *Puller) watch(ctx context.Context, t *progressTracker, cancel context.C
 			cancel(fmt.Errorf("no progress for %v: %w", timeout, ErrInactivity))
 			return
 		}
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, p.cfg.Clock, timeout-idle) != nil {
 			return
-		case <-p.cfg.Clock.After(timeout - idle):
 		}
 	}
 }
 
 // report logs the pull's progress every ProgressInterval until ctx ends.
 func (p *Puller) report(ctx context.Context, f *flight, start time.Time) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.cfg.Clock.After(p.cfg.ProgressInterval):
-		}
+	for retry.Sleep(ctx, p.cfg.Clock, p.cfg.ProgressInterval) == nil {
 		n, t := f.current()
 		elapsed := p.cfg.Clock.Now().Sub(start).Round(time.Millisecond)
 		if t == nil {

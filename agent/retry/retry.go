@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/berth-agent/berth/agent/errdefs"
 )
 
@@ -16,23 +18,12 @@ type RetryAfterer interface {
 	RetryAfter() time.Duration
 }
 
-// Clock supplies the timers the retry loop waits on.
-type Clock interface {
-	// After returns a channel that receives once at least d has elapsed.
-	After(d time.Duration) <-chan time.Time
-}
-
-// realClock is the wall clock.
-type realClock struct{}
-
-// After waits on a real timer.
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Retrier runs retry loops; its zero value is ready to use with the real clock.
 // A Retrier is safe for concurrent use as long as its fields are not modified.
 type Retrier struct {
-	// Clock is used for backoff waits; nil means the real clock.
-	Clock Clock
+	// Clock is used for backoff waits; nil means the real clock. Tests pass a
+	// clockwork.FakeClock and advance it past each wait.
+	Clock clockwork.Clock
 	// OnRetry, if non-nil, is called after each failed attempt that will be
 	// retried, with the 1-based attempt number, its error and the delay about
 	// to be waited.
@@ -94,7 +85,7 @@ func (r Retrier) run(ctx context.Context, backoff Backoff, limit int, fn func() 
 		if r.OnRetry != nil {
 			r.OnRetry(attempt, err, delay)
 		}
-		if ctxErr := r.wait(ctx, delay); ctxErr != nil {
+		if ctxErr := Sleep(ctx, r.Clock, delay); ctxErr != nil {
 			return abortError(attempt, ctxErr, lastErr)
 		}
 	}
@@ -113,20 +104,22 @@ func nextDelay(backoff Backoff, err error) time.Duration {
 	return max(delay, 0)
 }
 
-// wait blocks for d on the Retrier's clock, returning ctx.Err() if ctx is
-// done first.
-func (r Retrier) wait(ctx context.Context, d time.Duration) error {
+// Sleep waits d on clock (nil: the real clock) and returns nil, or returns
+// ctx.Err() as soon as ctx is done; d <= 0 does not wait. Its timer is stopped
+// when it returns, so a fake clock counts no waiter that nobody waits on.
+func Sleep(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	clock := r.Clock
 	if clock == nil {
-		clock = realClock{}
+		clock = clockwork.NewRealClock()
 	}
+	t := clock.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-clock.After(d):
+	case <-t.Chan():
 		return nil
 	}
 }
