@@ -31,6 +31,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/gorilla/websocket"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/errdefs"
@@ -80,18 +81,6 @@ type ENIAttachment struct {
 	WaitTimeout time.Duration // how long ACS waits for the attachment; 0 when not given
 }
 
-// Clock is the time source of the client: Now for signing and connection lifetimes, After for every
-// wait (backoff, heartbeat timeout, periodic reconnect).
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Defaults applied by New to zero Config fields.
 const (
 	DefaultHeartbeatTimeout        = time.Minute      // plus up to DefaultHeartbeatJitter
@@ -139,8 +128,11 @@ type Config struct {
 	PeriodicReconnect time.Duration
 	// InactiveBackoff is the wait after InactiveInstanceException; zero means DefaultInactiveBackoff.
 	InactiveBackoff time.Duration
-	Clock           Clock          // nil: the wall clock
-	Logger          *logger.Logger // nil: no logging
+	// Clock is the time source: Now for signing and connection lifetimes, timers for every wait
+	// (backoff, heartbeat timeout, periodic reconnect). Nil is the wall clock. Write deadlines on the
+	// socket are always wall-clock time.
+	Clock  clockwork.Clock
+	Logger *logger.Logger // nil: no logging
 }
 
 // Client keeps a session with ACS open and hands what it receives to a Handler.
@@ -148,7 +140,7 @@ type Client struct {
 	cfg     Config
 	h       Handler
 	log     *logger.Logger
-	clock   Clock
+	clock   clockwork.Clock
 	backoff retry.Backoff
 	base    *url.URL
 	signer  *v4.Signer
@@ -188,7 +180,7 @@ func New(cfg Config, h Handler) (*Client, error) {
 		seen: newRecentIDs(rememberedIDs),
 	}
 	if c.clock == nil {
-		c.clock = realClock{}
+		c.clock = clockwork.NewRealClock()
 	}
 	if c.backoff == nil {
 		c.backoff = retry.NewExponentialBackoff(250*time.Millisecond, 2*time.Minute, 0.2, 1.5)
@@ -270,12 +262,8 @@ func (c *Client) Run(ctx context.Context) error {
 			delay = c.backoff.Duration()
 			c.log.Warn("ACS session ended; reconnecting", "error", err, "retryIn", delay)
 		}
-		if delay > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-c.clock.After(delay):
-			}
+		if err := retry.Sleep(ctx, c.clock, delay); err != nil {
+			return err
 		}
 	}
 }
@@ -362,11 +350,15 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 	var periodic <-chan time.Time // nil: never
 	switch p := c.cfg.PeriodicReconnect; {
 	case p == 0:
-		periodic = c.clock.After(DefaultPeriodicReconnect + rand.N(DefaultPeriodicReconnectJitter))
+		p = DefaultPeriodicReconnect + rand.N(DefaultPeriodicReconnectJitter)
+		fallthrough
 	case p > 0:
-		periodic = c.clock.After(p)
+		t := c.clock.NewTimer(p)
+		defer t.Stop()
+		periodic = t.Chan()
 	}
-	heartbeat := c.clock.After(hbTimeout)
+	heartbeat := c.clock.NewTimer(hbTimeout)
+	defer heartbeat.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -375,17 +367,28 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 			return true, fmt.Errorf("read from ACS: %w", err)
 		case err := <-workErr:
 			return true, err
-		case <-heartbeat:
+		case <-heartbeat.Chan():
 			return true, errHeartbeatTimeout
 		case <-periodic:
 			return true, errPeriodicReconnect
 		case data := <-frames:
-			heartbeat = c.clock.After(hbTimeout)
+			restart(heartbeat, hbTimeout)
 			if err := s.dispatch(data, work); err != nil {
 				return true, err
 			}
 		}
 	}
+}
+
+// restart makes t fire d from now, dropping a firing it may have made meanwhile.
+func restart(t clockwork.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.Chan():
+		default:
+		}
+	}
+	t.Reset(d)
 }
 
 // session is one websocket connection.
