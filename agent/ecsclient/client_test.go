@@ -8,9 +8,10 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/errdefs"
 )
@@ -295,28 +296,10 @@ func TestAttributesDockerAPIVersions(t *testing.T) {
 	}
 }
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 func TestDiscoverPollEndpointCached(t *testing.T) {
 	f := newFakeECS(t)
-	clk := &fakeClock{now: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)}
-	c := newTestClient(t, f, func(cfg *Config) { cfg.Now = clk.Now })
+	clk := clockwork.NewFakeClockAt(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := newTestClient(t, f, func(cfg *Config) { cfg.Clock = clk })
 	ctx := context.Background()
 
 	for i := range 2 {

@@ -17,9 +17,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/cihub/seelog"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/errdefs"
 )
@@ -216,7 +216,7 @@ type core struct {
 	sl        seelog.LoggerInterface // nil for Nop
 	min       level
 	json      bool
-	now       func() time.Time
+	clock     clockwork.Clock // stamps records
 	closeOnce sync.Once
 }
 
@@ -247,10 +247,10 @@ func New(cfg Config, console io.Writer) (*Logger, error) {
 		return nil, err
 	}
 	return &Logger{core: &core{
-		sl:   sl,
-		min:  s.min,
-		json: s.format == FormatJSON,
-		now:  time.Now,
+		sl:    sl,
+		min:   s.min,
+		json:  s.format == FormatJSON,
+		clock: clockwork.NewRealClock(),
 	}}, nil
 }
 
@@ -273,7 +273,7 @@ func prepareFile(path string) error {
 
 // Nop returns a logger that discards everything.
 func Nop() *Logger {
-	return &Logger{core: &core{min: offLevel, now: time.Now}}
+	return &Logger{core: &core{min: offLevel, clock: clockwork.NewRealClock()}}
 }
 
 // With returns a child carrying the extra key/value fields; l is not modified.
@@ -337,9 +337,9 @@ func (l *Logger) log(lvl level, msg string, kv []any) {
 	}
 	var line []byte
 	if l.core.json {
-		line = appendJSON(make([]byte, 0, 256), lvl, l.core.now(), msg, fields)
+		line = appendJSON(make([]byte, 0, 256), lvl, l.core.clock.Now(), msg, fields)
 	} else {
-		line = appendLogfmt(make([]byte, 0, 256), lvl, l.core.now(), msg, fields)
+		line = appendLogfmt(make([]byte, 0, 256), lvl, l.core.clock.Now(), msg, fields)
 	}
 	s := string(line)
 	sl := l.core.sl

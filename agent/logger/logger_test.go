@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -26,7 +27,7 @@ func newTest(t *testing.T, cfg Config) (*Logger, *Buffer) {
 	var buf Buffer
 	l, err := New(cfg, &buf)
 	require.NoError(t, err)
-	l.core.now = func() time.Time { return fixedTime }
+	l.core.clock = clockwork.NewFakeClockAt(fixedTime)
 	t.Cleanup(l.Close)
 	return l, &buf
 }

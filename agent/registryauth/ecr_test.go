@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	docker "github.com/fsouza/go-dockerclient"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -53,8 +54,8 @@ func TestECRTokenCacheRefreshInvalidate(t *testing.T) {
 	setEnvCredentials(t)
 	imds := newFakeIMDS(t, "us-east-1")
 	ecr := newFakeECR(t, t0.Add(12*time.Hour)).useAsDefault(t)
-	clock := &fakeClock{now: t0}
-	p, buf := newProvider(t, Config{AWSRegion: "us-east-1", Now: clock.Now})
+	clock := clockwork.NewFakeClockAt(t0)
+	p, buf := newProvider(t, Config{AWSRegion: "us-east-1", Clock: clock})
 	ctx := context.Background()
 
 	steps := []struct {
@@ -102,8 +103,8 @@ func TestECRRefreshFailureKeepsValidToken(t *testing.T) {
 	setEnvCredentials(t)
 	t.Setenv("AWS_MAX_ATTEMPTS", "1")
 	ecr := newFakeECR(t, t0.Add(time.Hour)).useAsDefault(t)
-	clock := &fakeClock{now: t0}
-	p, buf := newProvider(t, Config{AWSRegion: "us-east-1", Now: clock.Now})
+	clock := clockwork.NewFakeClockAt(t0)
+	p, buf := newProvider(t, Config{AWSRegion: "us-east-1", Clock: clock})
 
 	_, err := p.Auth(context.Background(), ecrImage)
 	require.NoError(t, err)
