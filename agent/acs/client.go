@@ -255,12 +255,12 @@ func (c *Client) Run(ctx context.Context) error {
 		case errors.Is(err, ecsclient.ErrInactiveInstance):
 			delay = c.cfg.InactiveBackoff
 			c.log.Error("the container instance was deregistered: ACS reports it inactive; waiting before reconnecting",
-				"containerInstance", c.cfg.ContainerInstanceArn, "cluster", c.cfg.Cluster, "retryIn", delay)
+				"container_instance", c.cfg.ContainerInstanceArn, "cluster", c.cfg.Cluster, "retry_in", delay)
 		case errors.Is(err, errPeriodicReconnect):
 			c.log.Debug("reconnecting to ACS (periodic)")
 		default:
 			delay = c.backoff.Duration()
-			c.log.Warn("ACS session ended; reconnecting", "error", err, "retryIn", delay)
+			c.log.Warn("ACS session ended; reconnecting", "error", err, "retry_in", delay)
 		}
 		if err := retry.Sleep(ctx, c.clock, delay); err != nil {
 			return err
@@ -515,14 +515,14 @@ func (s *session) handle(ctx context.Context, m Message) error {
 	switch m := m.(type) {
 	case *PayloadMessage:
 		if m.MessageID != "" && s.c.seen.has(m.MessageID) {
-			log.Debug("ACS sent a payload again; acknowledging it without handling it twice", "messageId", m.MessageID)
+			log.Debug("ACS sent a payload again; acknowledging it without handling it twice", "message_id", m.MessageID)
 			return s.ackPayload(m)
 		}
 		accepted, rejected := TranslatePayload(m)
 		p := Payload{MessageID: m.MessageID, SeqNum: m.SeqNum, Tasks: accepted, Rejected: rejected}
 		if err := h.HandlePayload(ctx, p); err != nil {
 			if ctx.Err() == nil {
-				log.Warn("payload not accepted; leaving it unacknowledged for ACS to resend", "messageId", m.MessageID, "error", err)
+				log.Warn("payload not accepted; leaving it unacknowledged for ACS to resend", "message_id", m.MessageID, "error", err)
 			}
 			return nil
 		}
@@ -534,7 +534,7 @@ func (s *session) handle(ctx context.Context, m Message) error {
 		cr := Credentials{MessageID: m.MessageID, TaskArn: m.TaskArn, RoleType: m.RoleType, Credentials: m.RoleCredentials}
 		if err := h.HandleCredentials(ctx, cr); err != nil {
 			if ctx.Err() == nil {
-				log.Warn("credentials not stored; leaving them unacknowledged", "messageId", m.MessageID, "task", m.TaskArn, "error", err)
+				log.Warn("credentials not stored; leaving them unacknowledged", "message_id", m.MessageID, "task", m.TaskArn, "error", err)
 			}
 			return nil
 		}
@@ -552,7 +552,7 @@ func (s *session) handle(ctx context.Context, m Message) error {
 		}
 		if err := h.HandleENIAttachment(ctx, a); err != nil {
 			if ctx.Err() == nil {
-				log.Warn("ENI attachment not recorded; leaving it unacknowledged", "messageId", m.MessageID, "task", m.TaskArn, "error", err)
+				log.Warn("ENI attachment not recorded; leaving it unacknowledged", "message_id", m.MessageID, "task", m.TaskArn, "error", err)
 			}
 			return nil
 		}

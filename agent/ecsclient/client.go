@@ -201,7 +201,7 @@ func (c *Client) Drain(ctx context.Context, instanceArn string) error {
 	if err != nil {
 		return fmt.Errorf("drain %q: %w", instanceArn, err)
 	}
-	c.log.Info("container instance draining", "containerInstance", instanceArn)
+	c.log.Info("container instance draining", "container_instance", instanceArn)
 	return nil
 }
 

@@ -125,7 +125,7 @@ func (c *Client) RegisterContainerInstance(ctx context.Context, r Registration) 
 	if err != nil {
 		return "", fmt.Errorf("register container instance in cluster %q: %w", c.cluster, err)
 	}
-	c.log.Info("container instance registered", "cluster", c.cluster, "containerInstance", arn)
+	c.log.Info("container instance registered", "cluster", c.cluster, "container_instance", arn)
 	return arn, nil
 }
 
