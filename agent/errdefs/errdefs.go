@@ -56,9 +56,6 @@ var (
 	ErrResourceExhausted = errors.New("resource exhausted")
 )
 
-// permanentClasses are the classes IsRetriable answers false for.
-var permanentClasses = [...]error{ErrNotFound, ErrInvalidArgument, ErrUnauthorized, ErrConflict, ErrFailedPrecondition}
-
 // IsNotFound reports whether err is of class ErrNotFound.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 
@@ -116,12 +113,7 @@ func IsRetriable(err error) bool {
 	if errors.As(err, &r) {
 		return r.Retry()
 	}
-	for _, class := range permanentClasses {
-		if errors.Is(err, class) {
-			return false
-		}
-	}
-	return true
+	return !(IsNotFound(err) || IsInvalidArgument(err) || IsUnauthorized(err) || IsConflict(err) || IsFailedPrecondition(err))
 }
 
 // Permanent returns err marked as not retriable, whatever its class; nil stays nil. The result
