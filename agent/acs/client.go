@@ -31,7 +31,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/gorilla/websocket"
+	"github.com/jonboulle/clockwork"
 
+	"github.com/berth-agent/berth/agent/ecsclient"
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
 )
@@ -77,18 +80,6 @@ type ENIAttachment struct {
 	ENIs        []*ElasticNetworkInterface
 	WaitTimeout time.Duration // how long ACS waits for the attachment; 0 when not given
 }
-
-// Clock is the time source of the client: Now for signing and connection lifetimes, After for every
-// wait (backoff, heartbeat timeout, periodic reconnect).
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Defaults applied by New to zero Config fields.
 const (
@@ -141,8 +132,11 @@ type Config struct {
 	PeriodicReconnect time.Duration
 	// InactiveBackoff is the wait after InactiveInstanceException; zero means DefaultInactiveBackoff.
 	InactiveBackoff time.Duration
-	Clock           Clock          // nil: the wall clock
-	Logger          *logger.Logger // nil: no logging
+	// Clock is the time source: Now for signing and connection lifetimes, timers for every wait
+	// (backoff, heartbeat timeout, periodic reconnect). Nil is the wall clock. Write deadlines on the
+	// socket are always wall-clock time.
+	Clock  clockwork.Clock
+	Logger *logger.Logger // nil: no logging
 }
 
 // Client keeps a session with ACS open and hands what it receives to a Handler.
@@ -150,7 +144,7 @@ type Client struct {
 	cfg     Config
 	h       Handler
 	log     *logger.Logger
-	clock   Clock
+	clock   clockwork.Clock
 	backoff retry.Backoff
 	base    *url.URL
 	signer  *v4.Signer
@@ -187,7 +181,7 @@ func New(cfg Config, h Handler) (*Client, error) {
 		seen: newRecentIDs(rememberedIDs),
 	}
 	if c.clock == nil {
-		c.clock = realClock{}
+		c.clock = clockwork.NewRealClock()
 	}
 	if c.backoff == nil {
 		c.backoff = retry.NewExponentialBackoff(250*time.Millisecond, 2*time.Minute, 0.2, 1.5)
@@ -229,11 +223,11 @@ func (c *Client) rediscover(ctx context.Context) {
 	}
 }
 
-// ErrInactiveInstance matches (errors.Is) the error of a session that ACS ended with
-// InactiveInstanceException: the container instance was deregistered.
-var ErrInactiveInstance = errors.New("the container instance was deregistered")
-
-// ExceptionError is an ErrorMessage or exception frame ACS sent; it ends the session.
+// ExceptionError is an ErrorMessage or exception frame ACS sent; it ends the session. It matches
+// (errors.Is) the class of its exception: ecsclient.ErrInactiveInstance for an
+// InactiveInstanceException (the container instance was deregistered — the same notion the ECS API
+// client reports), errdefs.ErrUnauthorized for AccessDeniedException, errdefs.ErrInvalidArgument for
+// BadRequestException and errdefs.ErrUnavailable for ServerException.
 type ExceptionError struct {
 	Type    string // the frame type, e.g. InactiveInstanceException
 	Message string
@@ -244,9 +238,19 @@ func (e *ExceptionError) Error() string {
 	return fmt.Sprintf("ACS sent %s: %s", e.Type, e.Message)
 }
 
-// Is matches ErrInactiveInstance for an InactiveInstanceException.
-func (e *ExceptionError) Is(target error) bool {
-	return target == ErrInactiveInstance && e.Type == TypeInactiveInstanceException
+// Unwrap returns the class of the exception, or nil for one of no known class.
+func (e *ExceptionError) Unwrap() error {
+	switch e.Type {
+	case TypeInactiveInstanceException:
+		return ecsclient.ErrInactiveInstance
+	case TypeAccessDeniedException:
+		return errdefs.ErrUnauthorized
+	case TypeBadRequestException:
+		return errdefs.ErrInvalidArgument
+	case TypeServerException:
+		return errdefs.ErrUnavailable
+	}
+	return nil
 }
 
 // HandshakeError is a websocket upgrade that the server answered with an HTTP status other than 101.
@@ -282,25 +286,21 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		var delay time.Duration
 		switch {
-		case errors.Is(err, ErrInactiveInstance):
+		case errors.Is(err, ecsclient.ErrInactiveInstance):
 			delay = c.cfg.InactiveBackoff
 			c.log.Error("the container instance was deregistered: ACS reports it inactive; waiting before reconnecting",
-				"containerInstance", c.cfg.ContainerInstanceArn, "cluster", c.cfg.Cluster, "retryIn", delay)
+				"container_instance", c.cfg.ContainerInstanceArn, "cluster", c.cfg.Cluster, "retry_in", delay)
 		case errors.Is(err, errPeriodicReconnect):
 			c.log.Debug("reconnecting to ACS (periodic)")
 		default:
 			delay = c.backoff.Duration()
-			c.log.Warn("ACS session ended; reconnecting", "error", err, "retryIn", delay)
+			c.log.Warn("ACS session ended; reconnecting", "error", err, "retry_in", delay)
 			if !connected {
 				c.rediscover(ctx)
 			}
 		}
-		if delay > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-c.clock.After(delay):
-			}
+		if err := retry.Sleep(ctx, c.clock, delay); err != nil {
+			return err
 		}
 	}
 }
@@ -387,11 +387,15 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 	var periodic <-chan time.Time // nil: never
 	switch p := c.cfg.PeriodicReconnect; {
 	case p == 0:
-		periodic = c.clock.After(DefaultPeriodicReconnect + rand.N(DefaultPeriodicReconnectJitter))
+		p = DefaultPeriodicReconnect + rand.N(DefaultPeriodicReconnectJitter)
+		fallthrough
 	case p > 0:
-		periodic = c.clock.After(p)
+		t := c.clock.NewTimer(p)
+		defer t.Stop()
+		periodic = t.Chan()
 	}
-	heartbeat := c.clock.After(hbTimeout)
+	heartbeat := c.clock.NewTimer(hbTimeout)
+	defer heartbeat.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -400,17 +404,28 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 			return true, fmt.Errorf("read from ACS: %w", err)
 		case err := <-workErr:
 			return true, err
-		case <-heartbeat:
+		case <-heartbeat.Chan():
 			return true, errHeartbeatTimeout
 		case <-periodic:
 			return true, errPeriodicReconnect
 		case data := <-frames:
-			heartbeat = c.clock.After(hbTimeout)
+			restart(heartbeat, hbTimeout)
 			if err := s.dispatch(data, work); err != nil {
 				return true, err
 			}
 		}
 	}
+}
+
+// restart makes t fire d from now, dropping a firing it may have made meanwhile.
+func restart(t clockwork.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.Chan():
+		default:
+		}
+	}
+	t.Reset(d)
 }
 
 // session is one websocket connection.
@@ -537,14 +552,14 @@ func (s *session) handle(ctx context.Context, m Message) error {
 	switch m := m.(type) {
 	case *PayloadMessage:
 		if m.MessageID != "" && s.c.seen.has(m.MessageID) {
-			log.Debug("ACS sent a payload again; acknowledging it without handling it twice", "messageId", m.MessageID)
+			log.Debug("ACS sent a payload again; acknowledging it without handling it twice", "message_id", m.MessageID)
 			return s.ackPayload(m)
 		}
 		accepted, rejected := TranslatePayload(m)
 		p := Payload{MessageID: m.MessageID, SeqNum: m.SeqNum, Tasks: accepted, Rejected: rejected}
 		if err := h.HandlePayload(ctx, p); err != nil {
 			if ctx.Err() == nil {
-				log.Warn("payload not accepted; leaving it unacknowledged for ACS to resend", "messageId", m.MessageID, "error", err)
+				log.Warn("payload not accepted; leaving it unacknowledged for ACS to resend", "message_id", m.MessageID, "error", err)
 			}
 			return nil
 		}
@@ -556,7 +571,7 @@ func (s *session) handle(ctx context.Context, m Message) error {
 		cr := Credentials{MessageID: m.MessageID, TaskArn: m.TaskArn, RoleType: m.RoleType, Credentials: m.RoleCredentials}
 		if err := h.HandleCredentials(ctx, cr); err != nil {
 			if ctx.Err() == nil {
-				log.Warn("credentials not stored; leaving them unacknowledged", "messageId", m.MessageID, "task", m.TaskArn, "error", err)
+				log.Warn("credentials not stored; leaving them unacknowledged", "message_id", m.MessageID, "task", m.TaskArn, "error", err)
 			}
 			return nil
 		}
@@ -574,7 +589,7 @@ func (s *session) handle(ctx context.Context, m Message) error {
 		}
 		if err := h.HandleENIAttachment(ctx, a); err != nil {
 			if ctx.Err() == nil {
-				log.Warn("ENI attachment not recorded; leaving it unacknowledged", "messageId", m.MessageID, "task", m.TaskArn, "error", err)
+				log.Warn("ENI attachment not recorded; leaving it unacknowledged", "message_id", m.MessageID, "task", m.TaskArn, "error", err)
 			}
 			return nil
 		}

@@ -18,9 +18,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/gorilla/websocket"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/ecsclient"
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
 )
@@ -237,27 +240,24 @@ func (h *fakeHandler) payloadCount() int {
 	return len(h.payloads)
 }
 
-// recordingClock is the wall clock that also records every wait asked of it.
-type recordingClock struct {
+// fakeClock is clockwork's fake clock that also records every wait asked of it.
+type fakeClock struct {
+	*clockwork.FakeClock
 	mu    sync.Mutex
 	waits []time.Duration
-	// long, when non-zero, is a wait that is recorded and then cut short.
-	long time.Duration
 }
 
-func (c *recordingClock) Now() time.Time { return time.Now() }
+func newFakeClock() *fakeClock { return &fakeClock{FakeClock: clockwork.NewFakeClock()} }
 
-func (c *recordingClock) After(d time.Duration) <-chan time.Time {
+// NewTimer records d and starts a fake timer.
+func (c *fakeClock) NewTimer(d time.Duration) clockwork.Timer {
 	c.mu.Lock()
 	c.waits = append(c.waits, d)
 	c.mu.Unlock()
-	if c.long != 0 && d == c.long {
-		return time.After(time.Millisecond)
-	}
-	return time.After(d)
+	return c.FakeClock.NewTimer(d)
 }
 
-func (c *recordingClock) count(d time.Duration) int {
+func (c *fakeClock) count(d time.Duration) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
@@ -267,6 +267,12 @@ func (c *recordingClock) count(d time.Duration) int {
 		}
 	}
 	return n
+}
+
+// asked waits until the client has asked for its n-th wait of d.
+func (c *fakeClock) asked(t *testing.T, d time.Duration, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.count(d) >= n }, waitFor, time.Millisecond, "no wait of %v asked for", d)
 }
 
 func testConfig(f *fakeACS) Config {
@@ -498,17 +504,19 @@ func TestDropMidPayloadReconnects(t *testing.T) {
 }
 
 func TestHeartbeatTimeoutReconnects(t *testing.T) {
+	const timeout = time.Minute
 	f := newFakeACS(t)
 	cfg := testConfig(f)
-	cfg.HeartbeatTimeout = 100 * time.Millisecond
+	cfg.HeartbeatTimeout = timeout
+	clock := newFakeClock()
+	cfg.Clock = clock
 	start(t, cfg, newFakeHandler())
 
 	c := f.next(t)
-	// Frames paced below the timeout keep the session alive for several timeouts.
-	pace := time.NewTicker(40 * time.Millisecond)
-	defer pace.Stop()
+	// Frames 40 s apart keep the session alive for four timeouts; each ack says the frame was read.
+	clock.asked(t, timeout, 1)
 	for range 6 {
-		<-pace.C
+		clock.Advance(40 * time.Second)
 		c.send(t, &HeartbeatMessage{MessageID: "hb"})
 		assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
 	}
@@ -517,10 +525,13 @@ func TestHeartbeatTimeoutReconnects(t *testing.T) {
 		t.Fatal("reconnected although frames came in time")
 	default:
 	}
-	// Then the server goes quiet: the client reconnects on its own.
-	quiet := time.Now()
+	// Then the server goes quiet for a whole timeout: the client reconnects, after its backoff.
+	clock.Advance(timeout - time.Second)
+	c.expectNothing(t, 50*time.Millisecond)
+	clock.Advance(time.Second)
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the client waits its reconnect backoff")
+	clock.Advance(time.Second)
 	f.next(t)
-	assert.Less(t, time.Since(quiet), cfg.HeartbeatTimeout+2*time.Second)
 }
 
 func TestSeqNumInReconnectQuery(t *testing.T) {
@@ -582,7 +593,7 @@ func (b countingBackoff) Duration() time.Duration {
 func TestInactiveInstanceBacksOffLong(t *testing.T) {
 	f := newFakeACS(t)
 	cfg := testConfig(f)
-	clock := &recordingClock{long: 7 * time.Hour}
+	clock := newFakeClock()
 	cfg.Clock = clock
 	cfg.InactiveBackoff = 7 * time.Hour
 	var backoffs atomic.Int32
@@ -591,15 +602,43 @@ func TestInactiveInstanceBacksOffLong(t *testing.T) {
 
 	c := f.next(t)
 	c.send(t, &InactiveInstanceException{Message: "instance deregistered"})
-	f.next(t) // the recording clock cuts the long wait short
+	clock.asked(t, 7*time.Hour, 1)
+	clock.Advance(7*time.Hour - time.Second)
+	select {
+	case <-f.conns:
+		t.Fatal("reconnected before the inactive backoff ended")
+	case <-time.After(50 * time.Millisecond):
+	}
+	clock.Advance(time.Second)
+	f.next(t)
 	assert.Equal(t, 1, clock.count(7*time.Hour))
 	assert.Zero(t, backoffs.Load(), "the short backoff was not used")
 }
 
-func TestExceptionErrorIsInactive(t *testing.T) {
-	err := error(&ExceptionError{Type: TypeInactiveInstanceException, Message: "m"})
-	assert.ErrorIs(t, err, ErrInactiveInstance)
-	assert.NotErrorIs(t, &ExceptionError{Type: TypeServerException}, ErrInactiveInstance)
+func TestExceptionErrorClasses(t *testing.T) {
+	tests := []struct {
+		typ       string
+		class     error // nil: none
+		retriable bool
+	}{
+		{TypeInactiveInstanceException, ecsclient.ErrInactiveInstance, false},
+		{TypeAccessDeniedException, errdefs.ErrUnauthorized, false},
+		{TypeBadRequestException, errdefs.ErrInvalidArgument, false},
+		{TypeServerException, errdefs.ErrUnavailable, true},
+		{TypeErrorMessage, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.typ, func(t *testing.T) {
+			err := fmt.Errorf("session: %w", &ExceptionError{Type: tt.typ, Message: "m"})
+			if tt.class != nil {
+				assert.ErrorIs(t, err, tt.class)
+			}
+			assert.Equal(t, tt.typ == TypeInactiveInstanceException, errors.Is(err, ecsclient.ErrInactiveInstance),
+				"one notion of an inactive instance, shared with the ECS API client")
+			assert.Equal(t, tt.typ == TypeInactiveInstanceException, errdefs.IsFailedPrecondition(err))
+			assert.Equal(t, tt.retriable, errdefs.IsRetriable(err))
+		})
+	}
 }
 
 func TestCredentialsStoredThenAcked(t *testing.T) {
@@ -639,12 +678,18 @@ func TestENIAttachmentAcked(t *testing.T) {
 func TestPeriodicReconnect(t *testing.T) {
 	f := newFakeACS(t)
 	cfg := testConfig(f)
-	cfg.PeriodicReconnect = 50 * time.Millisecond
+	cfg.PeriodicReconnect = time.Hour
+	cfg.HeartbeatTimeout = 2 * time.Hour
+	clock := newFakeClock()
+	cfg.Clock = clock
 	var backoffs atomic.Int32
 	cfg.ReconnectBackoff = countingBackoff{Backoff: cfg.ReconnectBackoff, n: &backoffs}
 	start(t, cfg, newFakeHandler())
-	f.next(t)
-	f.next(t)
+	for i := 1; i <= 3; i++ {
+		f.next(t)
+		clock.asked(t, time.Hour, i)
+		clock.Advance(time.Hour)
+	}
 	f.next(t)
 	assert.Zero(t, backoffs.Load(), "a voluntary reconnect does not back off")
 }
@@ -705,4 +750,11 @@ func TestFailedConnectionRediscoversTheEndpoint(t *testing.T) {
 	c := f.next(t)
 	assert.Equal(t, testInstance, c.query.Get("containerInstanceArn"))
 	assert.GreaterOrEqual(t, asked.Load(), int32(1))
+}
+
+func TestMalformedFrameIsInvalidArgument(t *testing.T) {
+	_, err := Decode([]byte(`{"type": "HeartbeatMessage", "message": [1]}`))
+	require.ErrorIs(t, err, ErrMalformedFrame)
+	assert.True(t, errdefs.IsInvalidArgument(err))
+	assert.False(t, errdefs.IsRetriable(err))
 }

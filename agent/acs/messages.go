@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // Message is the body of one ACS frame. MessageType is the frame's "type", the ACS shape name.
@@ -408,8 +410,8 @@ func newMessage(typ string) Message {
 }
 
 // ErrMalformedFrame matches (errors.Is) every error Decode returns for a frame that is not valid JSON
-// of the expected shape.
-var ErrMalformedFrame = errors.New("malformed ACS frame")
+// of the expected shape. An errdefs.ErrInvalidArgument.
+var ErrMalformedFrame = errdefs.New(errdefs.ErrInvalidArgument, "malformed ACS frame")
 
 // UnknownTypeError is returned by Decode for a well-formed frame of a type this package does not know.
 type UnknownTypeError struct {

@@ -23,8 +23,6 @@ import (
 	"github.com/berth-agent/berth/agent/imagecleanup"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/metrics"
-	"github.com/berth-agent/berth/agent/registryauth"
-	"github.com/berth-agent/berth/agent/retry"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/statictasks"
 	"github.com/berth-agent/berth/agent/version"
@@ -46,11 +44,8 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}()
 	logStart(res, log)
 
-	auth, err := registryauth.New(registryAuthConfig(cfg), log)
+	auth, err := NewRegistryAuth(ctx, cfg, log)
 	if err != nil {
-		return fmt.Errorf("registry credentials: %w", err)
-	}
-	if err := checkRequired(ctx, auth); err != nil {
 		return err
 	}
 	store, err := openState(cfg, log)
@@ -59,13 +54,17 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	defer closeState(store, log)
 	m := metrics.New()
-	client, err := newDockerClient(cfg, log, m.OnPullRetry)
+	client, err := NewDockerClient(cfg, log)
 	if err != nil {
 		return fmt.Errorf("docker client: %w", err)
 	}
 	defer client.Close()
-	dockerVersion, err := waitForDocker(ctx, client, log)
-	if err != nil {
+	dockerVersion, err := client.WaitReady(ctx, func(attempt int, err error, delay time.Duration) {
+		log.Warn("the Docker Engine does not answer; retrying", "attempt", attempt, "retry_in", delay.Round(time.Millisecond), "error", err)
+	})
+	if err == nil {
+		log.Info("Docker Engine answers", "version", dockerVersion.Version, "api_version", dockerVersion.APIVersion)
+	} else {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting: nothing was started
 		}
@@ -75,9 +74,14 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err != nil {
 		return err
 	}
-	awsvpc, cni, err := newTaskNetworking(ctx, cfg, client, log)
-	if err != nil {
-		return err
+	var awsvpc engine.AWSVPCConfig
+	if cfg.TaskENIEnabled { // without it the engine refuses awsvpc tasks, saying how to enable them
+		awsvpc, err = engine.NewAWSVPC(ctx, engine.AWSVPCSetup{PluginsPath: cfg.CNIPluginsPath, StateDir: filepath.Join(cfg.DataDir, "cni"),
+			PauseTarball: cfg.PauseImageTarball, BridgeIPv4: cfg.OverrideAWSVPCLocalIPv4Address,
+			AdditionalLocalRoutes: cfg.AWSVPCAdditionalLocalRoutes, BlockIMDS: cfg.AWSVPCBlockIMDS, LocalSubnet: cfg.AWSVPCLocalSubnet}, client, log)
+		if err != nil {
+			return err
+		}
 	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: opts.Hook},
@@ -113,9 +117,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if _, err := eng.Restore(ctx, restored); err != nil {
 		return fmt.Errorf("recover saved tasks: %w", err)
 	}
-	if cni != nil {
-		removeNetworkLeftovers(ctx, cni, eng, log)
-	}
+	eng.RemoveNetworkLeftovers(ctx)
 	log.Info("task engine started", "cpu_units", resources.CPU, "memory_mib", resources.MemoryMiB)
 	var reporting errgroup.Group
 	reporting.Go(func() error { cp.Report(engineCtx, eng.Tasks()); return nil })
@@ -215,48 +217,6 @@ func stopAllTasks(eng *engine.Engine, log *logger.Logger) {
 		return
 	}
 	log.Info("every task stopped")
-}
-
-// waitForDocker returns the Engine's version once it answers, logging while it does not (the agent
-// may start before the Engine does). It returns ctx's error if ctx ends first.
-func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger.Logger) (dockerclient.VersionInfo, error) {
-	backoff := retry.NewExponentialBackoff(time.Second, 10*time.Second, 0.2, 2)
-	var v dockerclient.VersionInfo
-	err := retry.Retrier{OnRetry: func(attempt int, err error, delay time.Duration) {
-		log.Warn("the Docker Engine does not answer; retrying", "attempt", attempt, "retry_in", delay.Round(time.Millisecond), "error", err)
-	}}.Retry(ctx, backoff, func() error {
-		var err error
-		v, err = client.Version(ctx)
-		if err == nil {
-			log.Info("Docker Engine answers", "version", v.Version, "api_version", v.APIVersion)
-		}
-		return err
-	})
-	return v, err
-}
-
-// requireTimeout bounds the start-up check of ECS_REGISTRY_REQUIRE, so the agent exits within 15 s
-// when a required registry's cloud is unreachable.
-const requireTimeout = 15 * time.Second
-
-// checkRequired makes the start-up check ECS_REGISTRY_REQUIRE asks for; it does nothing without one.
-func checkRequired(ctx context.Context, auth *registryauth.Provider) error {
-	ctx, cancel := context.WithTimeout(ctx, requireTimeout)
-	defer cancel()
-	return auth.CheckRequired(ctx)
-}
-
-// registryAuthConfig takes the registry-credential keys from the agent's configuration.
-func registryAuthConfig(cfg *config.Config) registryauth.Config {
-	return registryauth.Config{
-		AuthType:        cfg.EngineAuthType,
-		AuthData:        cfg.EngineAuthData,
-		AWSRegion:       cfg.AWSRegion,
-		ECRRegions:      cfg.Registry.ECRRegions,
-		IncludeAccounts: cfg.Registry.IncludeAccounts,
-		ExcludeAccounts: cfg.Registry.ExcludeAccounts,
-		Require:         cfg.Registry.Require,
-	}
 }
 
 // effectiveFields renders the redacted effective configuration as logger fields: every key with its

@@ -16,6 +16,7 @@ import (
 
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/set"
 )
@@ -205,11 +206,12 @@ func (e *Error) Error() string {
 // Unwrap returns the underlying parse error.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is makes every *Error match ErrInvalid.
-func (e *Error) Is(target error) bool { return target == ErrInvalid }
+// Is makes every *Error match ErrInvalid and its class, errdefs.ErrInvalidArgument.
+func (e *Error) Is(target error) bool { return errors.Is(ErrInvalid, target) }
 
 // ErrInvalid matches (errors.Is) every error Load returns for a value or file that does not parse.
-var ErrInvalid = errors.New("invalid configuration")
+// An errdefs.ErrInvalidArgument.
+var ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid configuration")
 
 // Warning is something Load corrected or ignored: a value raised to its minimum, an unknown key.
 type Warning struct {

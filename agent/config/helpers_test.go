@@ -12,6 +12,8 @@ import (
 
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // secret is a credential the tests put in ECS_ENGINE_AUTH_DATA and look for in every output.
@@ -81,6 +83,8 @@ func requireConfigErrors(t *testing.T, err error) []*Error {
 		var ce *Error
 		require.ErrorAs(t, e, &ce, "joined error %q is not a *config.Error", e)
 		require.ErrorIs(t, e, ErrInvalid)
+		require.True(t, errdefs.IsInvalidArgument(e), "joined error %q is not an errdefs.ErrInvalidArgument", e)
+		require.False(t, errdefs.IsRetriable(e))
 		out = append(out, ce)
 	}
 	return out

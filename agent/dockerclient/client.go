@@ -10,7 +10,9 @@
 //   - pulls fail with *CannotPullContainerError wrapping a *PullError whose
 //     classes (ErrAuthRefused, ErrNotFound, ErrInvalidReference,
 //     ErrTooManyRequests, ErrRegistryUnavailable, ErrConnection,
-//     ErrInactivity) say what happened and whether it is retried.
+//     ErrInactivity) say what happened and whether it is retried;
+//   - every class matches an agent/errdefs class too, so callers that only
+//     care about the kind ask errdefs.IsNotFound, errdefs.IsRetriable, ….
 //
 // Image pulls go through a Puller (pull.go): retries with backoff, an
 // inactivity watchdog, one overall deadline, shared pulls of one image, a
@@ -32,7 +34,9 @@ import (
 
 	docker "github.com/fsouza/go-dockerclient"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/retry"
 )
 
 // DefaultEndpoint is the Docker Engine socket used when Config.Endpoint is empty.
@@ -438,7 +442,21 @@ type VersionInfo struct {
 	KernelVersion string
 }
 
-// Version returns the Engine's version.
+// WaitReady returns the Engine's version once it answers, retrying with backoff (1 s, ×2, 10 s cap)
+// while it does not: the agent may start before the Engine. onRetry, if set, hears of every failed
+// attempt. It returns ctx's error if ctx ends first.
+func (c *Client) WaitReady(ctx context.Context, onRetry func(attempt int, err error, delay time.Duration)) (VersionInfo, error) {
+	backoff := retry.NewExponentialBackoff(time.Second, 10*time.Second, 0.2, 2)
+	var v VersionInfo
+	err := retry.Retrier{OnRetry: onRetry}.Retry(ctx, backoff, func() error {
+		var err error
+		v, err = c.Version(ctx)
+		return errdefs.Transient(err)
+	})
+	return v, err
+}
+
+// Version returns the Engine's version; one attempt.
 func (c *Client) Version(ctx context.Context) (VersionInfo, error) {
 	ctx, cancel := withTimeout(ctx, "docker version", c.timeouts.Version)
 	defer cancel()

@@ -12,32 +12,40 @@ import (
 
 	docker "github.com/fsouza/go-dockerclient"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/retry"
 )
 
 // Error classes. Errors returned by this package match at most a few of
-// these with errors.Is; the text of Docker's messages is matched only in
-// this file (see classifyPull and the container helpers below).
+// these with errors.Is, and through them an errdefs class; the text of
+// Docker's messages is matched only in this file (see classifyPull and the
+// container helpers below). ErrNotFound and ErrConflict are the errdefs
+// classes themselves; the others are finer kinds that callers tell apart.
 var (
-	// ErrNotFound: the container, image, repository or manifest does not exist.
-	ErrNotFound = errors.New("not found")
-	// ErrConflict: the Engine refused because something depends on the object (HTTP 409), such as an
-	// image a container uses.
-	ErrConflict = errors.New("in use")
-	// ErrNameInUse: a container with the requested name exists already.
-	ErrNameInUse = errors.New("container name in use")
-	// ErrAuthRefused: the registry refused the credentials (or their absence). Not retried.
-	ErrAuthRefused = errors.New("registry refused the credentials")
-	// ErrInvalidReference: the image reference is malformed. Not retried.
-	ErrInvalidReference = errors.New("invalid image reference")
-	// ErrInactivity: a pull attempt made no progress for the inactivity timeout. Retried.
-	ErrInactivity = errors.New("pull made no progress")
-	// ErrTooManyRequests: the registry throttled the pull (HTTP 429). Retried after a delay.
-	ErrTooManyRequests = errors.New("registry throttled the request")
-	// ErrRegistryUnavailable: the registry answered with a 5xx status. Retried.
-	ErrRegistryUnavailable = errors.New("registry unavailable")
-	// ErrConnection: the connection failed, was reset or timed out. Retried.
-	ErrConnection = errors.New("connection failed")
+	// ErrNotFound is errdefs.ErrNotFound: the container, image, repository or manifest does not exist.
+	ErrNotFound = errdefs.ErrNotFound
+	// ErrConflict is errdefs.ErrConflict: the Engine refused because something depends on the object
+	// (HTTP 409), such as an image a container uses.
+	ErrConflict = errdefs.ErrConflict
+	// ErrNameInUse: a container with the requested name exists already. An errdefs.ErrConflict.
+	ErrNameInUse = errdefs.New(errdefs.ErrConflict, "container name in use")
+	// ErrAuthRefused: the registry refused the credentials (or their absence). An
+	// errdefs.ErrUnauthorized; not retried.
+	ErrAuthRefused = errdefs.New(errdefs.ErrUnauthorized, "registry refused the credentials")
+	// ErrInvalidReference: the image reference is malformed — Berth's one notion of it, whether Docker
+	// or the credentials lookup (AuthSource) found it out. An errdefs.ErrInvalidArgument; not retried.
+	ErrInvalidReference = errdefs.New(errdefs.ErrInvalidArgument, "invalid image reference")
+	// ErrInactivity: a pull attempt made no progress for the inactivity timeout. An
+	// errdefs.ErrUnavailable; retried.
+	ErrInactivity = errdefs.New(errdefs.ErrUnavailable, "pull made no progress")
+	// ErrTooManyRequests: the registry throttled the pull (HTTP 429). An errdefs.ErrResourceExhausted;
+	// retried after a delay.
+	ErrTooManyRequests = errdefs.New(errdefs.ErrResourceExhausted, "registry throttled the request")
+	// ErrRegistryUnavailable: the registry answered with a 5xx status. An errdefs.ErrUnavailable;
+	// retried.
+	ErrRegistryUnavailable = errdefs.New(errdefs.ErrUnavailable, "registry unavailable")
+	// ErrConnection: the connection failed, was reset or timed out. An errdefs.ErrUnavailable; retried.
+	ErrConnection = errdefs.New(errdefs.ErrUnavailable, "connection failed")
 )
 
 // CannotPullContainerError is returned by pulls; it names the image and
@@ -47,7 +55,7 @@ type CannotPullContainerError struct {
 	Err   error
 }
 
-var _ retry.Retriable = (*CannotPullContainerError)(nil)
+var _ errdefs.Retriable = (*CannotPullContainerError)(nil)
 
 // Error names the image and the cause.
 func (e *CannotPullContainerError) Error() string {
@@ -57,15 +65,9 @@ func (e *CannotPullContainerError) Error() string {
 // Unwrap returns the cause.
 func (e *CannotPullContainerError) Unwrap() error { return e.Err }
 
-// Retry delegates to the first retry.Retriable in the cause's chain; a
-// cause that does not say is retried.
-func (e *CannotPullContainerError) Retry() bool {
-	var r retry.Retriable
-	if errors.As(e.Err, &r) {
-		return r.Retry()
-	}
-	return true
-}
+// Retry reports whether another pull may succeed: errdefs.IsRetriable of the
+// cause.
+func (e *CannotPullContainerError) Retry() bool { return errdefs.IsRetriable(e.Err) }
 
 // CreateEmptyVolumeError reports that an empty volume for a container could
 // not be created; it is never retried.
@@ -73,7 +75,7 @@ type CreateEmptyVolumeError struct {
 	Err error
 }
 
-var _ retry.Retriable = (*CreateEmptyVolumeError)(nil)
+var _ errdefs.Retriable = (*CreateEmptyVolumeError)(nil)
 
 // Error describes the failure.
 func (e *CreateEmptyVolumeError) Error() string {
@@ -127,7 +129,7 @@ type PullError struct {
 }
 
 var (
-	_ retry.Retriable    = (*PullError)(nil)
+	_ errdefs.Retriable  = (*PullError)(nil)
 	_ retry.RetryAfterer = (*PullError)(nil)
 )
 
@@ -201,17 +203,29 @@ var pullRules = []pullRule{
 // "retry after 30s", "Retry-After: 30" or "try again in 30 seconds".
 var retryAfterText = regexp.MustCompile(`(?i)(?:retry[- ]after:?|try again in)\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|minutes?)?\b`)
 
+// classifyAuth classifies a failure of AuthSource.Auth. An invalid argument
+// there can only be the image reference (AuthSource's contract), so it
+// becomes ErrInvalidReference; anything else is classified like a pull
+// attempt's error.
+func classifyAuth(err error, throttleDelay time.Duration) error {
+	err = fmt.Errorf("registry credentials: %w", err)
+	if errdefs.IsInvalidArgument(err) && !errors.Is(err, ErrInvalidReference) {
+		return &PullError{Err: err, Classes: []error{ErrInvalidReference}}
+	}
+	return classifyPull(err, throttleDelay)
+}
+
 // classifyPull turns an error from a pull attempt into a *PullError saying
 // what it is and whether to retry; throttling gets at least throttleDelay.
 // It is the only place pull error text and status codes are interpreted.
-// Errors that already carry a retry decision (retry.Retriable) and context
+// Errors that already carry a retry decision (errdefs.Retriable) and context
 // errors are returned unchanged.
 func classifyPull(err error, throttleDelay time.Duration) error {
 	if err == nil {
 		return nil
 	}
 	var pe *PullError
-	var r retry.Retriable
+	var r errdefs.Retriable
 	if errors.As(err, &pe) || errors.As(err, &r) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err

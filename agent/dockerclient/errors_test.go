@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // fakeECRError stands in for registryauth's CannotPullECRContainerError: an
@@ -99,11 +99,37 @@ func TestClassifyPull(t *testing.T) {
 			// Wrapped for the caller, the decision is the same.
 			cp := &CannotPullContainerError{Image: "img", Err: got}
 			assert.Equal(t, tt.retry, cp.Retry())
-			var r retry.Retriable
-			require.ErrorAs(t, fmt.Errorf("engine: %w", cp), &r)
-			assert.Equal(t, tt.retry, r.Retry())
+			assert.Equal(t, tt.retry, errdefs.IsRetriable(fmt.Errorf("engine: %w", cp)))
 		})
 	}
+}
+
+func TestSentinelsMatchTheirErrdefsClass(t *testing.T) {
+	tests := []struct {
+		sentinel, class error
+		retriable       bool
+	}{
+		{ErrNotFound, errdefs.ErrNotFound, false},
+		{ErrConflict, errdefs.ErrConflict, false},
+		{ErrNameInUse, errdefs.ErrConflict, false},
+		{ErrAuthRefused, errdefs.ErrUnauthorized, false},
+		{ErrInvalidReference, errdefs.ErrInvalidArgument, false},
+		{ErrPullerClosed, errdefs.ErrFailedPrecondition, false},
+		{ErrInactivity, errdefs.ErrUnavailable, true},
+		{ErrRegistryUnavailable, errdefs.ErrUnavailable, true},
+		{ErrConnection, errdefs.ErrUnavailable, true},
+		{ErrTooManyRequests, errdefs.ErrResourceExhausted, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.sentinel.Error(), func(t *testing.T) {
+			err := fmt.Errorf("op: %w", tt.sentinel)
+			assert.ErrorIs(t, err, tt.class)
+			assert.Equal(t, tt.retriable, errdefs.IsRetriable(err))
+		})
+	}
+	assert.NotErrorIs(t, ErrConnection, ErrRegistryUnavailable, "finer kinds of one class stay apart")
+	nf := &NotFoundError{Kind: "image", Name: "x", Err: errors.New("no such image")}
+	assert.True(t, errdefs.IsNotFound(nf))
 }
 
 func TestClassifyPullKeepsDecidedErrors(t *testing.T) {
@@ -114,7 +140,7 @@ func TestClassifyPullKeepsDecidedErrors(t *testing.T) {
 	}{
 		{"non-retriable from registryauth", fmt.Errorf("auth: %w", fakeECRError{}), false},
 		{"create empty volume", &CreateEmptyVolumeError{Err: errors.New("disk full")}, false},
-		{"explicitly retriable", retry.NewRetriableError(true, errors.New("unauthorized")), true},
+		{"explicitly retriable", errdefs.Transient(errors.New("unauthorized")), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	docker "github.com/fsouza/go-dockerclient"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/retry"
 )
@@ -33,10 +34,10 @@ type Event struct {
 
 // EventsConfig configures event re-subscription; zero fields take defaults.
 type EventsConfig struct {
-	BackoffMin time.Duration // first wait before re-subscribing (250 ms)
-	BackoffMax time.Duration // longest wait (10 s)
-	Buffer     int           // events buffered for a slow consumer (100)
-	Clock      Clock         // nil is the wall clock
+	BackoffMin time.Duration   // first wait before re-subscribing (250 ms)
+	BackoffMax time.Duration   // longest wait (10 s)
+	Buffer     int             // events buffered for a slow consumer (100)
+	Clock      clockwork.Clock // nil is the wall clock
 }
 
 func (c EventsConfig) withDefaults() EventsConfig {
@@ -50,7 +51,7 @@ func (c EventsConfig) withDefaults() EventsConfig {
 		c.Buffer = 100
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clockwork.NewRealClock()
 	}
 	return c
 }
@@ -130,10 +131,8 @@ func (c *Client) streamEvents(ctx context.Context, filters map[string][]string, 
 		}
 		c.log.Warn("docker event stream dropped; resubscribing", "error", err)
 		for {
-			select {
-			case <-ctx.Done():
+			if retry.Sleep(ctx, clock, backoff.Duration()) != nil {
 				return
-			case <-clock.After(backoff.Duration()):
 			}
 			body, err = c.subscribe(ctx, filters, since)
 			if err == nil {

@@ -8,27 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/berth-agent/berth/agent/retry"
+	"github.com/jonboulle/clockwork"
 )
-
-// Clock supplies the time and timers used by pulls and event
-// re-subscription; it also satisfies retry.Clock.
-type Clock interface {
-	Now() time.Time
-	// After returns a channel that receives once at least d has elapsed.
-	After(d time.Duration) <-chan time.Time
-}
-
-// realClock is the wall clock.
-type realClock struct{}
-
-var (
-	_ Clock       = realClock{}
-	_ retry.Clock = Clock(nil) // a Clock can drive retry waits
-)
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // StreamError is an error Docker reported inside a pull's JSON progress
 // stream ({"error": ..., "errorDetail": {...}}) after answering 200.
@@ -76,7 +57,7 @@ type Progress struct {
 // attempt's OutputStream) and tracks layers, bytes, the last time the
 // stream advanced and any in-stream error. It is safe for concurrent use.
 type progressTracker struct {
-	clock Clock
+	clock clockwork.Clock
 
 	mu           sync.Mutex
 	buf          []byte
@@ -86,7 +67,7 @@ type progressTracker struct {
 	err          *StreamError
 }
 
-func newProgressTracker(clock Clock) *progressTracker {
+func newProgressTracker(clock clockwork.Clock) *progressTracker {
 	return &progressTracker{clock: clock, layers: map[string]*layerState{}, lastActivity: clock.Now()}
 }
 

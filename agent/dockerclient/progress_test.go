@@ -1,37 +1,13 @@
 package dockerclient
 
 import (
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// manualClock is a Clock whose time moves only when told to.
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) After(d time.Duration) <-chan time.Time {
-	ch := make(chan time.Time, 1)
-	ch <- c.Now().Add(d)
-	return ch
-}
-
-func (c *manualClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // A real pull stream captured from Docker 20.10 (trimmed), split at awkward places.
 const capturedStream = `{"status":"Pulling from explore","id":"v1"}
@@ -47,7 +23,7 @@ const capturedStream = `{"status":"Pulling from explore","id":"v1"}
 `
 
 func TestProgressTrackerParsesSplitStream(t *testing.T) {
-	clock := &manualClock{now: time.Unix(1000, 0)}
+	clock := clockwork.NewFakeClockAt(time.Unix(1000, 0))
 	tr := newProgressTracker(clock)
 	data := []byte(capturedStream)
 	for i := 0; i < len(data); i += 7 {
@@ -65,7 +41,7 @@ func TestProgressTrackerParsesSplitStream(t *testing.T) {
 }
 
 func TestProgressTrackerDetectsStreamError(t *testing.T) {
-	tr := newProgressTracker(realClock{})
+	tr := newProgressTracker(clockwork.NewRealClock())
 	_, _ = tr.Write([]byte(`{"status":"Pulling from explore","id":"v1"}` + "\r\n"))
 	// The last message need not end with a newline.
 	_, _ = tr.Write([]byte(`{"errorDetail":{"message":"error pulling image configuration: download failed after attempts=6: received unexpected HTTP status: 502 Bad Gateway"},"error":"error pulling image configuration: download failed after attempts=6: received unexpected HTTP status: 502 Bad Gateway"}`))
@@ -80,27 +56,27 @@ func TestProgressTrackerDetectsStreamError(t *testing.T) {
 }
 
 func TestProgressTrackerActivity(t *testing.T) {
-	clock := &manualClock{now: time.Unix(1000, 0)}
+	clock := clockwork.NewFakeClockAt(time.Unix(1000, 0))
 	tr := newProgressTracker(clock)
 	start := tr.idleSince()
 	msg := `{"status":"Downloading","progressDetail":{"current":10,"total":100},"id":"aaa"}` + "\n"
 
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	_, _ = tr.Write([]byte(msg))
 	assert.Equal(t, start.Add(time.Second), tr.idleSince(), "a new message is activity")
 
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	_, _ = tr.Write([]byte(msg))
 	assert.Equal(t, start.Add(time.Second), tr.idleSince(), "the same message again is not")
 
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	_, _ = tr.Write([]byte(`not json` + "\n"))
 	assert.Equal(t, start.Add(time.Second), tr.idleSince(), "garbage is not")
 
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	_, _ = tr.Write([]byte(`{"status":"Downloading","progressDetail":{"current":20,"total":100},"id":"aaa"}` + "\n"))
 	assert.Equal(t, start.Add(4*time.Second), tr.idleSince(), "advancing bytes are")
 	assert.Equal(t, time.Duration(0), tr.snapshot().Idle)
-	clock.advance(3 * time.Second)
+	clock.Advance(3 * time.Second)
 	assert.Equal(t, 3*time.Second, tr.snapshot().Idle)
 }

@@ -11,16 +11,22 @@ import (
 	"time"
 
 	docker "github.com/fsouza/go-dockerclient"
+	"github.com/jonboulle/clockwork"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
 )
 
 // AuthSource supplies registry credentials for a pull (declared here, where it is consumed; implemented by agent/registryauth).
 type AuthSource interface {
-	Auth(ctx context.Context, image string) (docker.AuthConfiguration, error) // zero value = anonymous
-	Invalidate(image string)                                                  // the registry refused the credentials Auth returned
+	// Auth returns credentials for image's registry; the zero value means anonymous. An error that
+	// matches errdefs.ErrInvalidArgument says image is not a valid reference: the pull fails with
+	// ErrInvalidReference and is not retried.
+	Auth(ctx context.Context, image string) (docker.AuthConfiguration, error)
+	// Invalidate says the registry refused the credentials Auth returned.
+	Invalidate(image string)
 }
 
 // Behavior is ECS_IMAGE_PULL_BEHAVIOR: when to pull and when a local copy will do.
@@ -87,8 +93,9 @@ type PullConfig struct {
 	ThrottleDelay     time.Duration // least wait after the registry throttled a pull
 
 	// Clock drives the watchdog, progress logging and (unless Retrier.Clock
-	// is set) backoff waits; nil is the wall clock.
-	Clock Clock
+	// is set) backoff waits; nil is the wall clock. The overall PullTimeout
+	// is a context deadline on the wall clock.
+	Clock clockwork.Clock
 	// Retrier runs the attempts; its OnRetry, if set, is called after the
 	// Puller's own retry logging.
 	Retrier retry.Retrier
@@ -131,7 +138,7 @@ func (c PullConfig) withDefaults() PullConfig {
 		c.ThrottleDelay = DefaultThrottleDelay
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Retrier.Clock == nil {
 		c.Retrier.Clock = c.Clock
@@ -162,8 +169,8 @@ type PullResult struct {
 	Duration time.Duration   // time this call took
 }
 
-// ErrPullerClosed is returned by Pull after Close.
-var ErrPullerClosed = errors.New("puller closed")
+// ErrPullerClosed is returned by Pull after Close. An errdefs.ErrFailedPrecondition: not retried.
+var ErrPullerClosed = errdefs.New(errdefs.ErrFailedPrecondition, "puller closed")
 
 // errWaitersGone cancels a shared pull nobody waits for any more.
 var errWaitersGone = errors.New("every caller of the pull went away")
@@ -244,7 +251,7 @@ func (p *Puller) pull(ctx context.Context, image string, auth AuthSource) (PullR
 	if auth != nil {
 		creds, err = auth.Auth(ctx, image)
 		if err != nil {
-			err = &CannotPullContainerError{Image: image, Err: classifyPull(fmt.Errorf("registry credentials: %w", err), p.cfg.ThrottleDelay)}
+			err = &CannotPullContainerError{Image: image, Err: classifyAuth(err, p.cfg.ThrottleDelay)}
 		}
 	}
 	var res PullResult
@@ -392,7 +399,7 @@ func (p *Puller) run(ctx context.Context, f *flight, creds docker.AuthConfigurat
 		}
 		p.log.Info("registry refused the credentials; retrying once with fresh ones", "image", f.image)
 		creds = fresh
-		return retry.NewRetriableError(true, err)
+		return errdefs.Transient(err)
 	})
 	stopReport()
 	wg.Wait()
@@ -477,22 +484,15 @@ func (p *Puller) watch(ctx context.Context, t *progressTracker, cancel context.C
 			cancel(fmt.Errorf("no progress for %v: %w", timeout, ErrInactivity))
 			return
 		}
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, p.cfg.Clock, timeout-idle) != nil {
 			return
-		case <-p.cfg.Clock.After(timeout - idle):
 		}
 	}
 }
 
 // report logs the pull's progress every ProgressInterval until ctx ends.
 func (p *Puller) report(ctx context.Context, f *flight, start time.Time) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.cfg.Clock.After(p.cfg.ProgressInterval):
-		}
+	for retry.Sleep(ctx, p.cfg.Clock, p.cfg.ProgressInterval) == nil {
 		n, t := f.current()
 		elapsed := p.cfg.Clock.Now().Sub(start).Round(time.Millisecond)
 		if t == nil {

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	docker "github.com/fsouza/go-dockerclient"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/retry"
 )
 
@@ -154,27 +156,74 @@ func TestPullDefaultBackoffMatchesECS(t *testing.T) {
 	assert.Equal(t, 10*time.Second, cfg.ProgressInterval)
 }
 
-func TestPullInactivityWatchdog(t *testing.T) {
-	const timeout = 200 * time.Millisecond
+// watchdogPull starts a pull of testImage whose watchdog and progress run on a fake clock (backoff
+// waits stay on the real clock, 1 ms), and returns the clock, the client and the pull's outcome.
+func watchdogPull(t *testing.T, f *fakeDocker, timeout time.Duration) (*clockwork.FakeClock, *Client, <-chan pullOutcome) {
+	t.Helper()
+	clock := clockwork.NewFakeClock()
+	cfg := fastPull()
+	cfg.InactivityTimeout = timeout
+	cfg.Clock = clock
+	cfg.Retrier = retry.Retrier{Clock: clockwork.NewRealClock()}
+	c := f.client(Config{Pull: cfg})
+	out := make(chan pullOutcome, 1)
+	go func() {
+		res, err := c.PullImage(t.Context(), testImage, nil)
+		out <- pullOutcome{res, err}
+	}()
+	return clock, c, out
+}
+
+type pullOutcome struct {
+	res PullResult
+	err error
+}
+
+// wait returns the outcome, failing the test if the pull has not ended within 10 s.
+func wait(t *testing.T, out <-chan pullOutcome) pullOutcome {
+	t.Helper()
+	select {
+	case o := <-out:
+		return o
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pull did not end")
+		return pullOutcome{}
+	}
+}
+
+// streamRead waits until the attempt in flight on p has read a message of its stream, and returns
+// the attempt's tracker.
+func streamRead(t *testing.T, p *Puller) *progressTracker {
+	t.Helper()
+	var tr *progressTracker
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		for _, f := range p.flights {
+			_, tr = f.current()
+		}
+		p.mu.Unlock()
+		if tr == nil {
+			return false
+		}
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return tr.lastPlain != "" || len(tr.layers) > 0
+	}, 5*time.Second, time.Millisecond)
+	return tr
+}
+
+func TestPullInactivityWatchdogFires(t *testing.T) {
+	const timeout = time.Minute
 	tests := []struct {
-		name    string
-		first   func(c pullCall)
-		stalled bool
+		name  string
+		first func(c pullCall)
 	}{
-		{"no bytes at all", func(c pullCall) { stall(c, nil) }, true},
+		{"no bytes at all", func(c pullCall) { stall(c, nil) }},
 		{"the same message again and again", func(c pullCall) {
 			for c.R.Context().Err() == nil {
 				writeMsg(c, progress("Downloading", layerID(0), 10, 1000))
-				time.Sleep(20 * time.Millisecond)
 			}
-		}, true},
-		{"slow but advancing", func(c pullCall) {
-			for i := int64(1); i <= 12; i++ {
-				writeMsg(c, progress("Downloading", layerID(0), i*10, 1000))
-				time.Sleep(timeout / 4)
-			}
-			streamOK(c, 1)
-		}, false},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,22 +235,50 @@ func TestPullInactivityWatchdog(t *testing.T) {
 				}
 				streamOK(c, 1)
 			})
-			cfg := fastPull()
-			cfg.InactivityTimeout = timeout
-			c := f.client(Config{Pull: cfg})
-			res, err := c.PullImage(t.Context(), testImage, nil)
-			require.NoError(t, err)
-			if !tt.stalled {
-				assert.Len(t, res.Attempts, 1)
-				return
+			clock, c, out := watchdogPull(t, f, timeout)
+			streamRead(t, c.Puller())
+			require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the watchdog waits")
+			clock.Advance(timeout - time.Second)
+			select {
+			case o := <-out:
+				t.Fatalf("the pull ended before the inactivity timeout: %v", o.err)
+			default:
 			}
-			require.Len(t, res.Attempts, 2)
-			first := res.Attempts[0]
+			clock.Advance(time.Second)
+
+			o := wait(t, out)
+			require.NoError(t, o.err)
+			require.Len(t, o.res.Attempts, 2)
+			first := o.res.Attempts[0]
 			assert.ErrorIs(t, first.Err, ErrInactivity)
-			assert.GreaterOrEqual(t, first.Duration, timeout)
-			assert.Less(t, first.Duration, timeout*3/2, "the watchdog fires within 1.5x its setting")
+			assert.Equal(t, timeout, first.Duration, "the watchdog fires at its setting, on its clock")
 		})
 	}
+}
+
+func TestPullInactivityWatchdogSparesAdvancingStream(t *testing.T) {
+	const timeout = time.Minute
+	step := make(chan struct{})
+	f := newFakeDocker(t)
+	f.setPull(func(c pullCall) {
+		writeMsg(c, map[string]any{"status": "Pulling from test", "id": "latest"})
+		for i := int64(1); i <= 12; i++ {
+			<-step
+			writeMsg(c, progress("Downloading", layerID(0), i*10, 1000))
+		}
+		streamOK(c, 1)
+	})
+	clock, c, out := watchdogPull(t, f, timeout)
+	tr := streamRead(t, c.Puller())
+	for range 12 { // three inactivity timeouts in all, a quarter of one between messages
+		clock.Advance(timeout / 4)
+		step <- struct{}{}
+		require.Eventually(t, func() bool { return tr.idleSince().Equal(clock.Now()) }, 5*time.Second, time.Millisecond)
+	}
+	o := wait(t, out)
+	require.NoError(t, o.err)
+	assert.Len(t, o.res.Attempts, 1)
+	assert.Equal(t, 1, f.pullCount())
 }
 
 func TestPullTimeoutBoundsEverything(t *testing.T) {
@@ -300,6 +377,21 @@ func TestPullAuthSourceFailure(t *testing.T) {
 	require.ErrorAs(t, err, &cp)
 	assert.False(t, cp.Retry())
 	assert.Equal(t, 0, f.pullCount())
+}
+
+func TestPullInvalidReferenceFromAuthSource(t *testing.T) {
+	f := newFakeDocker(t)
+	c := f.client(Config{Pull: fastPull()})
+	// What registryauth returns for "/busybox": an invalid argument of its own.
+	authErr := fmt.Errorf("image %q: %w", "/busybox", errdefs.New(errdefs.ErrInvalidArgument, "invalid image reference"))
+	res, err := c.PullImage(t.Context(), "/busybox", &fakeAuth{err: authErr})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrInvalidReference, "one notion of an invalid reference, whoever found it")
+	assert.ErrorIs(t, err, authErr)
+	assert.False(t, errdefs.IsRetriable(err))
+	assert.Empty(t, res.Attempts)
+	assert.Equal(t, 0, f.pullCount())
+	assert.Equal(t, `cannot pull image "/busybox": registry credentials: image "/busybox": invalid image reference`, err.Error())
 }
 
 func TestConcurrentPullsShareOnePull(t *testing.T) {
@@ -548,6 +640,8 @@ func TestParseBehavior(t *testing.T) {
 }
 
 func TestPullLogsProgress(t *testing.T) {
+	const interval = 10 * time.Second
+	release := make(chan struct{})
 	f := newFakeDocker(t)
 	f.setPull(func(c pullCall) {
 		writeMsg(c, map[string]any{"status": "Pulling from test", "id": "1"})
@@ -558,36 +652,54 @@ func TestPullLogsProgress(t *testing.T) {
 		for i := int64(1); i <= 10; i++ {
 			writeMsg(c, progress("Downloading", layerID(1), i*100, 1000))
 			writeMsg(c, progress("Downloading", layerID(2), i*10, 2000))
-			time.Sleep(15 * time.Millisecond)
 		}
 		writeMsg(c, map[string]any{"status": "Download complete", "id": layerID(1)})
-		time.Sleep(60 * time.Millisecond)
+		<-release
 		streamOK(c, 0)
 	})
 	log, buf := testLogger(t)
+	clock := clockwork.NewFakeClock()
 	cfg := fastPull()
-	cfg.ProgressInterval = 40 * time.Millisecond
+	cfg.ProgressInterval = interval
+	cfg.InactivityTimeout = -1
+	cfg.Clock = clock
 	cfg.Logger = log
 	c := f.client(Config{Pull: cfg})
-	_, err := c.PullImage(t.Context(), testImage, nil)
-	require.NoError(t, err)
+	out := make(chan pullOutcome, 1)
+	go func() {
+		res, err := c.PullImage(t.Context(), testImage, nil)
+		out <- pullOutcome{res, err}
+	}()
 
-	var progressLines []string
-	for _, l := range strings.Split(buf.String(), "\n") {
-		if strings.Contains(l, `msg="image pull in progress"`) {
-			progressLines = append(progressLines, l)
+	progressLines := func() []string {
+		var lines []string
+		for _, l := range strings.Split(buf.String(), "\n") {
+			if strings.Contains(l, `msg="image pull in progress"`) {
+				lines = append(lines, l)
+			}
 		}
+		return lines
 	}
-	require.GreaterOrEqual(t, len(progressLines), 3, buf.String())
-	for _, l := range progressLines {
+	tr := streamRead(t, c.Puller())
+	require.Eventually(t, func() bool { return tr.snapshot().LayersDone == 2 }, 5*time.Second, time.Millisecond)
+	for n := 1; n <= 3; n++ {
+		require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the progress reporter waits")
+		assert.Len(t, progressLines(), n-1, "no progress line before the interval has passed")
+		clock.Advance(interval)
+		require.Eventually(t, func() bool { return len(progressLines()) == n }, 5*time.Second, time.Millisecond)
+	}
+	close(release)
+	require.NoError(t, wait(t, out).err)
+
+	lines := progressLines()
+	require.Len(t, lines, 3, buf.String())
+	for i, l := range lines {
 		assert.Contains(t, l, "level=info")
 		assert.Contains(t, l, "image=127.0.0.1:5000/app:1")
 		assert.Contains(t, l, "attempt=1")
-		assert.Contains(t, l, "layers_total=3")
-		assert.Regexp(t, `layers_done=\d layers_total=3 bytes_done=\d+ bytes_total=\d+ idle=\S+ elapsed=\S+`, l)
+		assert.Contains(t, l, "layers_done=2 layers_total=3 bytes_done=1100 bytes_total=3000", "layer 0 already existed, layer 1 is done")
+		assert.Contains(t, l, fmt.Sprintf("idle=%s elapsed=%s", time.Duration(i+1)*interval, time.Duration(i+1)*interval))
 	}
-	last := progressLines[len(progressLines)-1]
-	assert.Contains(t, last, "layers_done=2 layers_total=3 bytes_done=1100 bytes_total=3000", "layer 0 already existed, layer 1 is done")
 	assert.Contains(t, buf.String(), `msg="image pulled" image=127.0.0.1:5000/app:1 attempts=1`)
 }
 

@@ -17,7 +17,9 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+	"github.com/jonboulle/clockwork"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
 )
@@ -45,8 +47,9 @@ type Config struct {
 	NewBackoff func() retry.Backoff
 	// Retrier runs the retry loops; its Clock drives backoff waits.
 	Retrier retry.Retrier
-	// Now is the clock of the poll-endpoint cache; nil means time.Now.
-	Now func() time.Time
+	// Clock is the clock of the poll-endpoint cache; nil is the wall clock. (Retrier.Clock drives
+	// backoff waits.)
+	Clock clockwork.Clock
 	// PollEndpointTTL is how long a discovered poll endpoint is reused; 0 means DefaultPollEndpointTTL.
 	PollEndpointTTL time.Duration
 }
@@ -58,7 +61,7 @@ type Client struct {
 	log        *logger.Logger
 	newBackoff func() retry.Backoff
 	retrier    retry.Retrier
-	now        func() time.Time
+	clock      clockwork.Clock
 	ttl        time.Duration
 
 	mu    sync.Mutex
@@ -103,7 +106,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		log:        cfg.Logger,
 		newBackoff: cfg.NewBackoff,
 		retrier:    cfg.Retrier,
-		now:        cfg.Now,
+		clock:      cfg.Clock,
 		ttl:        cfg.PollEndpointTTL,
 		polls:      make(map[string]cachedEndpoint),
 	}
@@ -115,8 +118,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			return retry.NewExponentialBackoff(250*time.Millisecond, 2*time.Minute, 0.2, 1.5)
 		}
 	}
-	if c.now == nil {
-		c.now = time.Now
+	if c.clock == nil {
+		c.clock = clockwork.NewRealClock()
 	}
 	if c.ttl <= 0 {
 		c.ttl = DefaultPollEndpointTTL
@@ -135,7 +138,7 @@ func (c *Client) retry(ctx context.Context, fn func() error) error {
 // DiscoverPollEndpoint returns the ACS endpoint for the instance. A result is reused for the
 // client's TTL; errors are not cached. It makes one attempt; errors are *APIError.
 func (c *Client) DiscoverPollEndpoint(ctx context.Context, instanceArn string) (string, error) {
-	now := c.now()
+	now := c.clock.Now()
 	c.mu.Lock()
 	if e, ok := c.polls[instanceArn]; ok && now.Before(e.expires) {
 		c.mu.Unlock()
@@ -182,7 +185,7 @@ func (c *Client) Drain(ctx context.Context, instanceArn string) error {
 		}
 		if len(out.Failures) > 0 {
 			f := out.Failures[0]
-			return permanent(fmt.Errorf("ecs UpdateContainerInstancesState %q: %s: %s",
+			return errdefs.Permanent(fmt.Errorf("ecs UpdateContainerInstancesState %q: %s: %s",
 				aws.ToString(f.Arn), aws.ToString(f.Reason), aws.ToString(f.Detail)))
 		}
 		return nil
@@ -190,7 +193,7 @@ func (c *Client) Drain(ctx context.Context, instanceArn string) error {
 	if err != nil {
 		return fmt.Errorf("drain %q: %w", instanceArn, err)
 	}
-	c.log.Info("container instance draining", "containerInstance", instanceArn)
+	c.log.Info("container instance draining", "container_instance", instanceArn)
 	return nil
 }
 
@@ -210,7 +213,7 @@ type AttachmentStateChange struct {
 }
 
 // SubmitAttachmentStateChanges reports attachment changes. It makes one attempt; errors are
-// *APIError (retry.Retriable says whether to try again).
+// *APIError (errdefs.IsRetriable says whether to try again).
 func (c *Client) SubmitAttachmentStateChanges(ctx context.Context, changes []AttachmentStateChange) error {
 	in := &ecs.SubmitAttachmentStateChangesInput{Cluster: aws.String(c.cluster)}
 	for _, a := range changes {

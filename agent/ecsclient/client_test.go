@@ -8,11 +8,12 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/berth-agent/berth/agent/retry"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 func baseRegistration() Registration {
@@ -295,28 +296,10 @@ func TestAttributesDockerAPIVersions(t *testing.T) {
 	}
 }
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 func TestDiscoverPollEndpointCached(t *testing.T) {
 	f := newFakeECS(t)
-	clk := &fakeClock{now: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)}
-	c := newTestClient(t, f, func(cfg *Config) { cfg.Now = clk.Now })
+	clk := clockwork.NewFakeClockAt(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := newTestClient(t, f, func(cfg *Config) { cfg.Clock = clk })
 	ctx := context.Background()
 
 	for i := range 2 {
@@ -347,18 +330,20 @@ func TestErrorTranslation(t *testing.T) {
 	tests := []struct {
 		name      string
 		h         handlerFunc
-		class     error
+		class     error // this package's finer class; nil: none
+		errdefs   error // the errdefs class; nil: none
 		retriable bool
 	}{
-		{"server exception", apiError(500, "ServerException", "oops"), nil, true},
-		{"bare 503", func(map[string]any) (int, any) { return 503, map[string]any{} }, nil, true},
-		{"throttled", apiError(400, "ThrottlingException", "slow down"), ErrThrottled, true},
-		{"inactive instance", apiError(400, "ClientException", "The referenced container instance is inactive."), ErrInactiveInstance, false},
-		{"inactive instance exception", apiError(400, "InactiveInstanceException", ""), ErrInactiveInstance, false},
-		{"cluster not found", apiError(400, "ClusterNotFoundException", "Cluster not found."), ErrClusterNotFound, false},
-		{"invalid parameter", apiError(400, "InvalidParameterException", "bad"), ErrInvalidParameter, false},
-		{"access denied", apiError(400, "AccessDeniedException", "no"), ErrAccessDenied, false},
-		{"other client error", apiError(400, "ClientException", "nope"), nil, false},
+		{"server exception", apiError(500, "ServerException", "oops"), nil, errdefs.ErrUnavailable, true},
+		{"bare 503", func(map[string]any) (int, any) { return 503, map[string]any{} }, nil, errdefs.ErrUnavailable, true},
+		{"bare 429", func(map[string]any) (int, any) { return 429, map[string]any{} }, ErrThrottled, errdefs.ErrResourceExhausted, true},
+		{"throttled", apiError(400, "ThrottlingException", "slow down"), ErrThrottled, errdefs.ErrResourceExhausted, true},
+		{"inactive instance", apiError(400, "ClientException", "The referenced container instance is inactive."), ErrInactiveInstance, errdefs.ErrFailedPrecondition, false},
+		{"inactive instance exception", apiError(400, "InactiveInstanceException", ""), ErrInactiveInstance, errdefs.ErrFailedPrecondition, false},
+		{"cluster not found", apiError(400, "ClusterNotFoundException", "Cluster not found."), ErrClusterNotFound, errdefs.ErrNotFound, false},
+		{"invalid parameter", apiError(400, "InvalidParameterException", "bad"), ErrInvalidParameter, errdefs.ErrInvalidArgument, false},
+		{"access denied", apiError(400, "AccessDeniedException", "no"), ErrAccessDenied, errdefs.ErrUnauthorized, false},
+		{"other client error", apiError(400, "ClientException", "nope"), nil, nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -370,12 +355,17 @@ func TestErrorTranslation(t *testing.T) {
 			if !errors.As(err, &ae) {
 				t.Fatalf("err = %v (%T), want *APIError", err, err)
 			}
-			var r retry.Retriable
-			if !errors.As(err, &r) || r.Retry() != tc.retriable {
+			if errdefs.IsRetriable(err) != tc.retriable {
 				t.Errorf("retriable = %v, want %v (%v)", ae.Retriable, tc.retriable, err)
 			}
 			if tc.class != nil && !errors.Is(err, tc.class) {
 				t.Errorf("err = %v, want class %v", err, tc.class)
+			}
+			if tc.errdefs != nil && !errors.Is(err, tc.errdefs) {
+				t.Errorf("err = %v, want errdefs class %v", err, tc.errdefs)
+			}
+			if tc.errdefs == nil && (errdefs.IsInvalidArgument(err) || errdefs.IsUnavailable(err) || errdefs.IsNotFound(err)) {
+				t.Errorf("err = %v matches an errdefs class it should not", err)
 			}
 		})
 	}

@@ -10,27 +10,35 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
 
-	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
-// Error classes of the ECS API, matched with errors.Is on any error this package returns.
+// Error classes of the ECS API, matched with errors.Is on any error this package returns. Each is
+// a finer kind of an errdefs class, which errors.Is matches too; an ECS error of no finer kind
+// matches only its errdefs class (errdefs.ErrUnavailable for server and transport failures).
 var (
-	// ErrInactiveInstance: the container instance was deregistered (or is otherwise inactive).
-	ErrInactiveInstance = errors.New("container instance is inactive")
-	// ErrClusterNotFound: the configured cluster does not exist.
-	ErrClusterNotFound = errors.New("cluster not found")
-	// ErrInvalidParameter: ECS rejected a parameter of the request; resending it will not help.
-	ErrInvalidParameter = errors.New("invalid parameter")
-	// ErrAccessDenied: the credentials may not call the operation.
-	ErrAccessDenied = errors.New("access denied")
-	// ErrThrottled: ECS throttled the request; it is retriable.
-	ErrThrottled = errors.New("request throttled")
-	// ErrAttributesNotEchoed: a registration response lacked attributes the agent registered.
-	ErrAttributesNotEchoed = errors.New("registration response does not echo the registered attributes")
+	// ErrInactiveInstance: the container instance was deregistered (or is otherwise inactive). It is
+	// Berth's one notion of that, whether the ECS API or ACS said so (agent/acs matches it too). An
+	// errdefs.ErrFailedPrecondition.
+	ErrInactiveInstance = errdefs.New(errdefs.ErrFailedPrecondition, "container instance is inactive")
+	// ErrClusterNotFound: the configured cluster does not exist. An errdefs.ErrNotFound.
+	ErrClusterNotFound = errdefs.New(errdefs.ErrNotFound, "cluster not found")
+	// ErrInvalidParameter: ECS rejected a parameter of the request; resending it will not help. An
+	// errdefs.ErrInvalidArgument.
+	ErrInvalidParameter = errdefs.New(errdefs.ErrInvalidArgument, "invalid parameter")
+	// ErrAccessDenied: the credentials may not call the operation. An errdefs.ErrUnauthorized.
+	ErrAccessDenied = errdefs.New(errdefs.ErrUnauthorized, "access denied")
+	// ErrThrottled: ECS throttled the request; it is retriable. An errdefs.ErrResourceExhausted.
+	ErrThrottled = errdefs.New(errdefs.ErrResourceExhausted, "request throttled")
+	// ErrAttributesNotEchoed: a registration response lacked attributes the agent registered, so the
+	// control plane cannot place tasks on this instance as registered. An
+	// errdefs.ErrFailedPrecondition; not retried.
+	ErrAttributesNotEchoed = errdefs.New(errdefs.ErrFailedPrecondition, "registration response does not echo the registered attributes")
 )
 
-// APIError is an ECS API call that failed. It implements retry.Retriable and unwraps to its class
-// (one of the Err* sentinels, when one applies) and to the SDK's error.
+// APIError is an ECS API call that failed. It implements errdefs.Retriable and unwraps to its class
+// (one of the Err* sentinels, or errdefs.ErrUnavailable for a retriable failure of no finer kind)
+// and to the SDK's error.
 type APIError struct {
 	Op        string // the ECS operation, e.g. "SubmitTaskStateChange"
 	Code      string // the ECS error code, e.g. "ClientException"; empty for transport errors
@@ -41,7 +49,7 @@ type APIError struct {
 	err       error
 }
 
-var _ retry.Retriable = (*APIError)(nil)
+var _ errdefs.Retriable = (*APIError)(nil)
 
 func (e *APIError) Error() string {
 	switch {
@@ -93,7 +101,12 @@ func translate(op string, err error) error {
 	var ae smithy.APIError
 	if !errors.As(err, &ae) {
 		// No response we understand: a transport failure or an unparseable reply.
-		e.Retriable = e.Status == 0 || e.Status >= http.StatusInternalServerError || e.Status == http.StatusTooManyRequests
+		switch {
+		case e.Status == http.StatusTooManyRequests:
+			e.class, e.Retriable = ErrThrottled, true
+		case e.Status == 0 || e.Status >= http.StatusInternalServerError:
+			e.class, e.Retriable = errdefs.ErrUnavailable, true
+		}
 		return e
 	}
 	e.Code, e.Message = ae.ErrorCode(), ae.ErrorMessage()
@@ -111,10 +124,7 @@ func translate(op string, err error) error {
 		e.class = ErrThrottled
 		e.Retriable = true
 	case e.Code == "ServerException", ae.ErrorFault() == smithy.FaultServer, e.Status >= http.StatusInternalServerError:
-		e.Retriable = true
+		e.class, e.Retriable = errdefs.ErrUnavailable, true
 	}
 	return e
 }
-
-// permanent marks err as not retriable for the retry loops.
-func permanent(err error) error { return retry.NewRetriableError(false, err) }

@@ -2,6 +2,7 @@ package ecsclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"runtime"
@@ -12,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // Attribute names Berth registers.
@@ -111,10 +114,10 @@ func (c *Client) RegisterContainerInstance(ctx context.Context, r Registration) 
 			return translate("RegisterContainerInstance", err)
 		}
 		if out.ContainerInstance == nil || aws.ToString(out.ContainerInstance.ContainerInstanceArn) == "" {
-			return permanent(fmt.Errorf("ecs RegisterContainerInstance: response has no container instance ARN"))
+			return errdefs.Permanent(errors.New("ecs RegisterContainerInstance: response has no container instance ARN"))
 		}
 		if err := checkEchoed(attrs, out.ContainerInstance.Attributes); err != nil {
-			return permanent(err)
+			return err // ErrAttributesNotEchoed: not retriable
 		}
 		arn = aws.ToString(out.ContainerInstance.ContainerInstanceArn)
 		return nil
@@ -122,7 +125,7 @@ func (c *Client) RegisterContainerInstance(ctx context.Context, r Registration) 
 	if err != nil {
 		return "", fmt.Errorf("register container instance in cluster %q: %w", c.cluster, err)
 	}
-	c.log.Info("container instance registered", "cluster", c.cluster, "containerInstance", arn)
+	c.log.Info("container instance registered", "cluster", c.cluster, "container_instance", arn)
 	return arn, nil
 }
 

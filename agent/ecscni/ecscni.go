@@ -44,6 +44,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ip"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 )
 
@@ -81,17 +82,21 @@ const netnsArg = "BERTH_NETNS_ID"
 // rollbackTimeout bounds the clean-up of a failed Setup, which runs even when ctx is done.
 const rollbackTimeout = time.Minute
 
+// Error classes; each is a finer kind of an errdefs class, which errors.Is matches too.
 var (
-	// ErrInvalidConfig is wrapped by New for a bad Config.
-	ErrInvalidConfig = errors.New("invalid CNI config")
-	// ErrInvalidNetwork is wrapped when a TaskNetwork is not well formed.
-	ErrInvalidNetwork = errors.New("invalid task network")
-	// ErrNetNSNotFound is wrapped by Setup and Check when the task's namespace does not exist.
-	ErrNetNSNotFound = errors.New("network namespace not found")
-	// ErrNotSetUp is wrapped by Check when a network of the task was not set up in its namespace.
-	ErrNotSetUp = errors.New("task network not set up")
-	// ErrPluginNotFound is wrapped (in a *PluginError) by VerifyPlugins for a missing binary.
-	ErrPluginNotFound = errors.New("CNI plugin not found")
+	// ErrInvalidConfig is wrapped by New for a bad Config. An errdefs.ErrInvalidArgument.
+	ErrInvalidConfig = errdefs.New(errdefs.ErrInvalidArgument, "invalid CNI config")
+	// ErrInvalidNetwork is wrapped when a TaskNetwork is not well formed. An errdefs.ErrInvalidArgument.
+	ErrInvalidNetwork = errdefs.New(errdefs.ErrInvalidArgument, "invalid task network")
+	// ErrNetNSNotFound is wrapped by Setup and Check when the task's namespace does not exist. An
+	// errdefs.ErrNotFound.
+	ErrNetNSNotFound = errdefs.New(errdefs.ErrNotFound, "network namespace not found")
+	// ErrNotSetUp is wrapped by Check when a network of the task was not set up in its namespace. An
+	// errdefs.ErrNotFound.
+	ErrNotSetUp = errdefs.New(errdefs.ErrNotFound, "task network not set up")
+	// ErrPluginNotFound is wrapped (in a *PluginError) by VerifyPlugins for a missing binary. An
+	// errdefs.ErrNotFound.
+	ErrPluginNotFound = errdefs.New(errdefs.ErrNotFound, "CNI plugin not found")
 )
 
 // PluginError is a required plugin that is missing or unusable.

@@ -11,6 +11,8 @@ import (
 
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 func mustCIDR(t *testing.T, s string) *cnitypes.IPNet {
@@ -300,6 +302,7 @@ func TestNewInvalidConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := New(tt.cfg, nil)
 			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.True(t, errdefs.IsInvalidArgument(err))
 		})
 	}
 }
@@ -352,4 +355,14 @@ func TestNetNSNotFound(t *testing.T) {
 	_, err := c.Setup(t.Context(), tn)
 	require.ErrorIs(t, err, ErrNetNSNotFound)
 	require.ErrorIs(t, c.Check(t.Context(), tn), ErrNetNSNotFound)
+}
+
+func TestSentinelsMatchTheirErrdefsClass(t *testing.T) {
+	for _, err := range []error{ErrNetNSNotFound, ErrNotSetUp, ErrPluginNotFound} {
+		require.True(t, errdefs.IsNotFound(fmt.Errorf("task t: %w", err)), "%v", err)
+	}
+	for _, err := range []error{ErrInvalidConfig, ErrInvalidNetwork} {
+		require.True(t, errdefs.IsInvalidArgument(fmt.Errorf("task t: %w", err)), "%v", err)
+	}
+	require.NotErrorIs(t, ErrNotSetUp, ErrNetNSNotFound)
 }

@@ -35,6 +35,7 @@ const DefaultENIWait = 3 * time.Minute
 // AWSVPCConfig enables awsvpc tasks. With a nil Network they are refused (ECS_ENABLE_TASK_ENI=false).
 type AWSVPCConfig struct {
 	Network               Network
+	Leftovers             LeftoverRemover  // removes the networking of unknown tasks; nil: nothing to remove
 	ENIs                  ENIWaiter        // waits for a task's ENI before its network is set up (ECS mode)
 	ENIWait               time.Duration    // how long, DefaultENIWait when zero
 	PauseImage            string           // the pause image, present locally
@@ -42,6 +43,12 @@ type AWSVPCConfig struct {
 	AdditionalLocalRoutes []cnitypes.IPNet // routed through the task bridge
 	BlockIMDS             bool             // ECS_AWSVPC_BLOCK_IMDS
 	LocalSubnet           *cnitypes.IPNet  // local mode's stand-in for the ENI subnet (nil: ecscni's default)
+}
+
+// LeftoverRemover deletes the task networking whose task ID keep refuses, and names what it deleted;
+// *ecscni.Client satisfies it.
+type LeftoverRemover interface {
+	Leftovers(ctx context.Context, keep func(taskID string) bool) ([]string, error)
 }
 
 // staticBridgeAddress is the exclusive resource an awsvpc task holds while a static bridge address

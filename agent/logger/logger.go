@@ -10,7 +10,6 @@
 package logger
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -18,9 +17,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/cihub/seelog"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // Accepted values for Config.Level.
@@ -60,8 +61,9 @@ const DatePattern = "2006-01-02-15"
 // TimeLayout is the layout of the time field in every record (UTC, milliseconds).
 const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// ErrInvalidConfig is wrapped by every error New returns for a bad Config value.
-var ErrInvalidConfig = errors.New("invalid logger config")
+// ErrInvalidConfig is wrapped by every error New returns for a bad Config value. An
+// errdefs.ErrInvalidArgument.
+var ErrInvalidConfig = errdefs.New(errdefs.ErrInvalidArgument, "invalid logger config")
 
 // Config selects the level, destinations, rollover and format of a Logger.
 // Zero-valued fields take the Default* values.
@@ -214,7 +216,7 @@ type core struct {
 	sl        seelog.LoggerInterface // nil for Nop
 	min       level
 	json      bool
-	now       func() time.Time
+	clock     clockwork.Clock // stamps records
 	closeOnce sync.Once
 }
 
@@ -245,10 +247,10 @@ func New(cfg Config, console io.Writer) (*Logger, error) {
 		return nil, err
 	}
 	return &Logger{core: &core{
-		sl:   sl,
-		min:  s.min,
-		json: s.format == FormatJSON,
-		now:  time.Now,
+		sl:    sl,
+		min:   s.min,
+		json:  s.format == FormatJSON,
+		clock: clockwork.NewRealClock(),
 	}}, nil
 }
 
@@ -271,7 +273,7 @@ func prepareFile(path string) error {
 
 // Nop returns a logger that discards everything.
 func Nop() *Logger {
-	return &Logger{core: &core{min: offLevel, now: time.Now}}
+	return &Logger{core: &core{min: offLevel, clock: clockwork.NewRealClock()}}
 }
 
 // With returns a child carrying the extra key/value fields; l is not modified.
@@ -335,9 +337,9 @@ func (l *Logger) log(lvl level, msg string, kv []any) {
 	}
 	var line []byte
 	if l.core.json {
-		line = appendJSON(make([]byte, 0, 256), lvl, l.core.now(), msg, fields)
+		line = appendJSON(make([]byte, 0, 256), lvl, l.core.clock.Now(), msg, fields)
 	} else {
-		line = appendLogfmt(make([]byte, 0, 256), lvl, l.core.now(), msg, fields)
+		line = appendLogfmt(make([]byte, 0, 256), lvl, l.core.clock.Now(), msg, fields)
 	}
 	s := string(line)
 	sl := l.core.sl

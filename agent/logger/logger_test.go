@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 var fixedTime = time.Date(2026, 11, 30, 4, 15, 45, 123456789, time.UTC)
@@ -24,7 +27,7 @@ func newTest(t *testing.T, cfg Config) (*Logger, *Buffer) {
 	var buf Buffer
 	l, err := New(cfg, &buf)
 	require.NoError(t, err)
-	l.core.now = func() time.Time { return fixedTime }
+	l.core.clock = clockwork.NewFakeClockAt(fixedTime)
 	t.Cleanup(l.Close)
 	return l, &buf
 }
@@ -228,6 +231,7 @@ func TestBadConfig(t *testing.T) {
 			require.Error(t, err)
 			assert.Nil(t, l)
 			assert.ErrorIs(t, err, ErrInvalidConfig)
+			assert.True(t, errdefs.IsInvalidArgument(err))
 			assert.Contains(t, err.Error(), tt.field)
 			assert.Contains(t, err.Error(), tt.value)
 		})

@@ -105,9 +105,6 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// OnPullRetry counts a failed pull attempt that will be retried; use it as the pull Retrier's OnRetry.
-func (m *Metrics) OnPullRetry(int, error, time.Duration) { m.pullRetries.Inc() }
-
 // Puller counts the pulls and attempts of p.
 func (m *Metrics) Puller(p engine.Puller) engine.Puller { return puller{m: m, next: p} }
 
@@ -118,8 +115,9 @@ type puller struct {
 
 func (p puller) Pull(ctx context.Context, image string, auth dockerclient.AuthSource) (dockerclient.PullResult, error) {
 	res, err := p.next.Pull(ctx, image, auth)
-	if !res.Shared {
+	if !res.Shared && len(res.Attempts) > 0 {
 		p.m.pullAttempts.Add(float64(len(res.Attempts)))
+		p.m.pullRetries.Add(float64(len(res.Attempts) - 1)) // every attempt but the last was retried
 	}
 	switch {
 	case err != nil:

@@ -72,7 +72,6 @@ func TestMetrics(t *testing.T) {
 	_, _ = m.Puller(fakePuller{res: dockerclient.PullResult{Cached: true}}).Pull(ctx, "b", nil)
 	_, _ = m.Puller(fakePuller{res: dockerclient.PullResult{Attempts: attempts[:1]}, err: errors.New("x")}).Pull(ctx, "c", nil)
 	_, _ = m.Puller(fakePuller{res: dockerclient.PullResult{Attempts: attempts, Pulled: true, Shared: true}}).Pull(ctx, "a", nil)
-	m.OnPullRetry(1, errors.New("503"), time.Second)
 
 	d := m.Docker(fakeDocker{inspectErr: &dockerclient.NotFoundError{Kind: "container", Name: "x", Err: errors.New("no such container")}})
 	_, _ = d.CreateContainer(ctx, docker.CreateContainerOptions{})

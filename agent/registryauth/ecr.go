@@ -91,7 +91,7 @@ func (c *tokenCache) drop(k tokenKey) {
 
 // fresh reports whether t can be handed out without a refresh.
 func (p *Provider) fresh(t token) bool {
-	return p.now().Add(p.cfg.RefreshMargin).Before(t.expiresAt)
+	return p.cfg.Clock.Now().Add(p.cfg.RefreshMargin).Before(t.expiresAt)
 }
 
 // ecrToken returns credentials for image from the cache, or fetches them once for all concurrent
@@ -112,7 +112,7 @@ func (p *Provider) ecrToken(ctx context.Context, image, host string, req tokenRe
 		if err != nil {
 			return nil, err
 		}
-		p.tokens.put(req.key, t, p.now())
+		p.tokens.put(req.key, t, p.cfg.Clock.Now())
 		return t, nil
 	})
 	var res singleflight.Result
@@ -124,7 +124,7 @@ func (p *Provider) ecrToken(ctx context.Context, image, host string, req tokenRe
 	if res.Err == nil {
 		return res.Val.(token).auth, nil
 	}
-	if t, ok := p.tokens.get(req.key); ok && p.now().Before(t.expiresAt) {
+	if t, ok := p.tokens.get(req.key); ok && p.cfg.Clock.Now().Before(t.expiresAt) {
 		p.log.Warn("cannot refresh ECR credentials; using the cached ones until they expire",
 			"image", image, "registry", host, "expires_at", t.expiresAt.UTC().Format(time.RFC3339), "error", res.Err)
 		return t.auth, nil
@@ -178,7 +178,7 @@ func (p *Provider) fetchToken(ctx context.Context, req tokenRequest) (token, err
 	if err != nil {
 		return token{}, &refusedError{fmt.Errorf("ECR authorization token %w", err)}
 	}
-	expiresAt := p.now().Add(time.Hour) // ECR always says; be conservative if it does not
+	expiresAt := p.cfg.Clock.Now().Add(time.Hour) // ECR always says; be conservative if it does not
 	if data.ExpiresAt != nil {
 		expiresAt = *data.ExpiresAt
 	}

@@ -12,12 +12,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	docker "github.com/fsouza/go-dockerclient"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
-	"github.com/berth-agent/berth/agent/retry"
 	"github.com/berth-agent/berth/agent/set"
 )
 
@@ -53,8 +54,8 @@ func TestECRTokenCacheRefreshInvalidate(t *testing.T) {
 	setEnvCredentials(t)
 	imds := newFakeIMDS(t, "us-east-1")
 	ecr := newFakeECR(t, t0.Add(12*time.Hour)).useAsDefault(t)
-	clock := &fakeClock{now: t0}
-	p, buf := newProvider(t, Config{AWSRegion: "us-east-1", Now: clock.Now})
+	clock := clockwork.NewFakeClockAt(t0)
+	p, buf := newProvider(t, Config{AWSRegion: "us-east-1", Clock: clock})
 	ctx := context.Background()
 
 	steps := []struct {
@@ -102,8 +103,8 @@ func TestECRRefreshFailureKeepsValidToken(t *testing.T) {
 	setEnvCredentials(t)
 	t.Setenv("AWS_MAX_ATTEMPTS", "1")
 	ecr := newFakeECR(t, t0.Add(time.Hour)).useAsDefault(t)
-	clock := &fakeClock{now: t0}
-	p, buf := newProvider(t, Config{AWSRegion: "us-east-1", Now: clock.Now})
+	clock := clockwork.NewFakeClockAt(t0)
+	p, buf := newProvider(t, Config{AWSRegion: "us-east-1", Clock: clock})
 
 	_, err := p.Auth(context.Background(), ecrImage)
 	require.NoError(t, err)
@@ -187,16 +188,16 @@ func TestECRErrors(t *testing.T) {
 			got, err := p.Auth(context.Background(), ecrImage)
 			require.Error(t, err)
 			assert.Zero(t, got)
-			var r retry.Retriable
-			require.True(t, errors.As(err, &r))
-			assert.Equal(t, tt.wantRetry, r.Retry())
+			assert.Equal(t, tt.wantRetry, errdefs.IsRetriable(err))
 			var cannot *CannotPullECRContainerError
 			var unreachable *ECRUnreachableError
 			if tt.wantRetry {
 				require.ErrorAs(t, err, &unreachable)
 				assert.False(t, errors.As(err, &cannot))
+				assert.True(t, errdefs.IsUnavailable(err))
 			} else {
 				require.ErrorAs(t, err, &cannot)
+				assert.True(t, errdefs.IsUnauthorized(err))
 				assert.Equal(t, ecrImage, cannot.Image)
 				assert.Equal(t, ecrHost+":5000", cannot.Registry)
 			}

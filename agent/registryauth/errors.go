@@ -1,30 +1,32 @@
 package registryauth
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // ErrInvalidConfig is wrapped by every error New returns for engine auth settings that do not parse.
-// Those errors name the setting and the registry key, never the credentials.
-var ErrInvalidConfig = errors.New("invalid registry auth configuration")
+// Those errors name the setting and the registry key, never the credentials. An
+// errdefs.ErrInvalidArgument.
+var ErrInvalidConfig = errdefs.New(errdefs.ErrInvalidArgument, "invalid registry auth configuration")
 
-// ErrInvalidReference is wrapped by the error Auth returns for an image reference it cannot read.
-// Such errors are not retriable.
-var ErrInvalidReference = errors.New("invalid image reference")
+// errInvalidReference is wrapped by the error Auth returns for an image reference it cannot read.
+// Callers ask errdefs.IsInvalidArgument (the pull path turns it into dockerclient.ErrInvalidReference,
+// Berth's one notion of a bad reference); it is not retriable.
+var errInvalidReference = errdefs.New(errdefs.ErrInvalidArgument, "invalid image reference")
 
 // CannotPullECRContainerError says ECR refused to hand out credentials for an image's registry
-// (access denied or another 4xx answer, or no AWS credentials to ask with). Retrying does not help;
-// the message names the image and the registry and never contains a token.
+// (access denied or another 4xx answer, or no AWS credentials to ask with). It matches
+// errdefs.ErrUnauthorized. Retrying does not help; the message names the image and the registry and
+// never contains a token.
 type CannotPullECRContainerError struct {
 	Image    string
 	Registry string
 	Err      error
 }
 
-var _ retry.Retriable = (*CannotPullECRContainerError)(nil)
+var _ errdefs.Retriable = (*CannotPullECRContainerError)(nil)
 
 // Error names the image and the registry and gives the cause.
 func (e *CannotPullECRContainerError) Error() string {
@@ -34,18 +36,22 @@ func (e *CannotPullECRContainerError) Error() string {
 // Unwrap returns the cause.
 func (e *CannotPullECRContainerError) Unwrap() error { return e.Err }
 
+// Is matches errdefs.ErrUnauthorized.
+func (e *CannotPullECRContainerError) Is(target error) bool { return target == errdefs.ErrUnauthorized }
+
 // Retry reports false: the refusal will not change by asking again.
 func (e *CannotPullECRContainerError) Retry() bool { return false }
 
 // ECRUnreachableError says ECR could not be reached (network error, timeout, throttling or a 5xx
-// answer) while fetching credentials for an image's registry. It is retriable.
+// answer) while fetching credentials for an image's registry. It matches errdefs.ErrUnavailable and
+// is retriable.
 type ECRUnreachableError struct {
 	Image    string
 	Registry string
 	Err      error
 }
 
-var _ retry.Retriable = (*ECRUnreachableError)(nil)
+var _ errdefs.Retriable = (*ECRUnreachableError)(nil)
 
 // Error names the image and the registry and gives the cause.
 func (e *ECRUnreachableError) Error() string {
@@ -55,11 +61,11 @@ func (e *ECRUnreachableError) Error() string {
 // Unwrap returns the cause.
 func (e *ECRUnreachableError) Unwrap() error { return e.Err }
 
+// Is matches errdefs.ErrUnavailable.
+func (e *ECRUnreachableError) Is(target error) bool { return target == errdefs.ErrUnavailable }
+
 // Retry reports true: the next attempt may reach ECR.
 func (e *ECRUnreachableError) Retry() bool { return true }
-
-// invalidReference marks an ErrInvalidReference error as not retriable.
-func invalidReference(err error) error { return retry.NewRetriableError(false, err) }
 
 // refusedError marks a fetch failure as a refusal (becomes CannotPullECRContainerError).
 type refusedError struct{ err error }

@@ -260,21 +260,3 @@ func newLogger(t *testing.T) (*logger.Logger, *logger.Buffer) {
 	t.Cleanup(l.Close)
 	return l, buf
 }
-
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}

@@ -55,7 +55,7 @@ func registryHost(image string) (string, error) {
 		name = name[:i]
 	}
 	if name == "" || strings.ContainsAny(name, " \t\r\n") {
-		return "", fmt.Errorf("image %q: %w", image, ErrInvalidReference)
+		return "", fmt.Errorf("image %q: %w", image, errInvalidReference)
 	}
 	i := strings.IndexByte(name, '/')
 	if i < 0 {
@@ -63,7 +63,7 @@ func registryHost(image string) (string, error) {
 	}
 	first := name[:i]
 	if first == "" || i == len(name)-1 {
-		return "", fmt.Errorf("image %q: %w", image, ErrInvalidReference)
+		return "", fmt.Errorf("image %q: %w", image, errInvalidReference)
 	}
 	if strings.ContainsAny(first, ".:") || first == "localhost" {
 		return normaliseHost(first), nil

@@ -36,6 +36,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	docker "github.com/fsouza/go-dockerclient"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/logger"
@@ -77,8 +78,8 @@ type Config struct {
 	// RefreshMargin is how long before its expiry a cached ECR token is replaced (default
 	// DefaultRefreshMargin).
 	RefreshMargin time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock tells the time ECR tokens expire by; nil is the wall clock.
+	Clock clockwork.Clock
 }
 
 // TaskECRAuth is ECR authentication that ECS sent with a task: which registry to ask for a token,
@@ -104,7 +105,6 @@ var _ AuthSource = (*Provider)(nil)
 type Provider struct {
 	cfg    Config
 	log    *logger.Logger
-	now    func() time.Time
 	static map[string]docker.AuthConfiguration
 
 	sdkOnce sync.Once
@@ -133,26 +133,25 @@ func New(cfg Config, log *logger.Logger) (*Provider, error) {
 	if cfg.RefreshMargin <= 0 {
 		cfg.RefreshMargin = DefaultRefreshMargin
 	}
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	if log == nil {
 		log = logger.Nop()
 	}
-	return &Provider{cfg: cfg, log: log, now: now, static: static}, nil
+	return &Provider{cfg: cfg, log: log, static: static}, nil
 }
 
 // Auth returns credentials for image's registry: the static credentials configured for its host
 // (these win, even for an ECR host, and need no AWS), an ECR token for an included ECR image, and
 // anonymous (the zero value, nil error) otherwise — including for ECR images when AWS is
-// unreachable. Errors: ErrInvalidReference (not retriable) for an unreadable image,
-// *CannotPullECRContainerError when ECR refuses, *ECRUnreachableError (retriable) when ECR cannot
-// be reached, and the context's error when ctx ends first. Safe for concurrent use.
+// unreachable. Errors: one matching errdefs.ErrInvalidArgument (not retriable) for an unreadable
+// image, *CannotPullECRContainerError when ECR refuses, *ECRUnreachableError (retriable) when ECR
+// cannot be reached, and the context's error when ctx ends first. Safe for concurrent use.
 func (p *Provider) Auth(ctx context.Context, image string) (docker.AuthConfiguration, error) {
 	host, err := registryHost(image)
 	if err != nil {
-		return docker.AuthConfiguration{}, invalidReference(err)
+		return docker.AuthConfiguration{}, err
 	}
 	if auth, ok := p.static[host]; ok {
 		return auth, nil

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/config"
-	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 func TestRegistryHost(t *testing.T) {
@@ -41,7 +41,7 @@ func TestRegistryHost(t *testing.T) {
 		t.Run(tt.image, func(t *testing.T) {
 			got, err := registryHost(tt.image)
 			if tt.wantErr {
-				require.ErrorIs(t, err, ErrInvalidReference)
+				require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 				return
 			}
 			require.NoError(t, err)
@@ -151,6 +151,7 @@ func TestStaticAuthBadData(t *testing.T) {
 			require.Error(t, err)
 			assert.Nil(t, p)
 			assert.True(t, errors.Is(err, ErrInvalidConfig))
+			assert.True(t, errdefs.IsInvalidArgument(err))
 			for _, want := range tt.wantIn {
 				assert.Contains(t, err.Error(), want)
 			}
@@ -164,11 +165,12 @@ func TestStaticAuthBadData(t *testing.T) {
 func TestInvalidReferenceIsNotRetriable(t *testing.T) {
 	p, err := New(Config{}, nil)
 	require.NoError(t, err)
-	_, err = p.Auth(context.Background(), "")
-	require.ErrorIs(t, err, ErrInvalidReference)
-	var r retry.Retriable
-	require.True(t, errors.As(err, &r))
-	assert.False(t, r.Retry())
+	for _, image := range []string{"", "/busybox"} {
+		_, err = p.Auth(context.Background(), image)
+		require.ErrorIs(t, err, errdefs.ErrInvalidArgument, image)
+		assert.Contains(t, err.Error(), "invalid image reference")
+		assert.False(t, errdefs.IsRetriable(err), image)
+	}
 }
 
 func TestParseECRHost(t *testing.T) {

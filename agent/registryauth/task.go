@@ -40,7 +40,7 @@ var _ AuthSource = (*taskSource)(nil)
 func (s *taskSource) Auth(ctx context.Context, image string) (docker.AuthConfiguration, error) {
 	host, err := registryHost(image)
 	if err != nil {
-		return docker.AuthConfiguration{}, invalidReference(err)
+		return docker.AuthConfiguration{}, err
 	}
 	key := s.key(host)
 	log := s.p.log.With("image", image, "registry", host)

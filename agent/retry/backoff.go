@@ -1,5 +1,6 @@
 // Package retry runs operations repeatedly with backoff until they succeed,
-// fail permanently, or their context is done.
+// fail permanently, or their context is done. Whether a failure is permanent
+// is errdefs.IsRetriable's answer: the one place that question is decided.
 package retry
 
 import (

@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"time"
-)
 
-// Retriable is implemented by errors that state whether the failed operation
-// may be retried.
-type Retriable interface {
-	// Retry reports whether the operation that produced the error may be retried.
-	Retry() bool
-}
+	"github.com/jonboulle/clockwork"
+
+	"github.com/berth-agent/berth/agent/errdefs"
+)
 
 // RetryAfterer is implemented by errors that demand a minimum wait before the
 // next attempt, such as an HTTP 429 response carrying a Retry-After header.
@@ -21,65 +18,20 @@ type RetryAfterer interface {
 	RetryAfter() time.Duration
 }
 
-// RetriableError wraps an error with an explicit retry decision.
-type RetriableError struct {
-	retriable bool
-	err       error
-}
-
-var _ Retriable = (*RetriableError)(nil)
-
-// NewRetriableError returns err marked as retriable or not; it returns nil if
-// err is nil so results can be wrapped unconditionally.
-func NewRetriableError(retriable bool, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &RetriableError{retriable: retriable, err: err}
-}
-
-// Retry reports the retry decision the error was created with.
-func (e *RetriableError) Retry() bool { return e.retriable }
-
-// Error returns the wrapped error's message.
-func (e *RetriableError) Error() string {
-	if e.err == nil {
-		if e.retriable {
-			return "retriable error"
-		}
-		return "non-retriable error"
-	}
-	return e.err.Error()
-}
-
-// Unwrap returns the wrapped error.
-func (e *RetriableError) Unwrap() error { return e.err }
-
-// Clock supplies the timers the retry loop waits on.
-type Clock interface {
-	// After returns a channel that receives once at least d has elapsed.
-	After(d time.Duration) <-chan time.Time
-}
-
-// realClock is the wall clock.
-type realClock struct{}
-
-// After waits on a real timer.
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Retrier runs retry loops; its zero value is ready to use with the real clock.
 // A Retrier is safe for concurrent use as long as its fields are not modified.
 type Retrier struct {
-	// Clock is used for backoff waits; nil means the real clock.
-	Clock Clock
+	// Clock is used for backoff waits; nil means the real clock. Tests pass a
+	// clockwork.FakeClock and advance it past each wait.
+	Clock clockwork.Clock
 	// OnRetry, if non-nil, is called after each failed attempt that will be
 	// retried, with the 1-based attempt number, its error and the delay about
 	// to be waited.
 	OnRetry func(attempt int, err error, delay time.Duration)
 }
 
-// RetryWithBackoffCtx calls fn until it succeeds, returns an error whose
-// Retriable.Retry reports false, or ctx is done, waiting on the real clock
+// RetryWithBackoffCtx calls fn until it succeeds, returns an error that is not
+// retriable (errdefs.IsRetriable), or ctx is done, waiting on the real clock
 // between attempts as Retrier.Retry describes.
 func RetryWithBackoffCtx(ctx context.Context, backoff Backoff, fn func() error) error {
 	return Retrier{}.Retry(ctx, backoff, fn)
@@ -91,15 +43,14 @@ func RetryNWithBackoffCtx(ctx context.Context, backoff Backoff, n int, fn func()
 	return Retrier{}.RetryN(ctx, backoff, n, fn)
 }
 
-// Retry calls fn until it returns nil, returns an error for which some
-// Retriable in its chain (found with errors.As) reports Retry() == false (that
-// error is returned as is), or ctx is done. Errors not implementing Retriable
-// are retried. Between attempts it waits max(backoff.Duration(), RetryAfter())
-// where RetryAfter comes from a RetryAfterer in the error's chain; a nil
-// backoff means no delay. ctx is checked before every attempt and interrupts
-// waits immediately; the error then wraps ctx.Err() and the last attempt's
-// error, if any, so both match errors.Is. It never returns nil unless fn
-// succeeded.
+// Retry calls fn until it returns nil, returns an error that is not retriable
+// according to errdefs.IsRetriable (that error is returned as is), or ctx is
+// done; an error that says nothing about retrying is retried. Between attempts
+// it waits max(backoff.Duration(), RetryAfter()) where RetryAfter comes from
+// a RetryAfterer in the error's chain; a nil backoff means no delay. ctx is
+// checked before every attempt and interrupts waits immediately; the error
+// then wraps ctx.Err() and the last attempt's error, if any, so both match
+// errors.Is. It never returns nil unless fn succeeded.
 func (r Retrier) Retry(ctx context.Context, backoff Backoff, fn func() error) error {
 	return r.run(ctx, backoff, 0, fn)
 }
@@ -122,9 +73,7 @@ func (r Retrier) run(ctx context.Context, backoff Backoff, limit int, fn func() 
 		}
 
 		err := fn()
-		var retriable Retriable
-		isRetriable := errors.As(err, &retriable)
-		if err == nil || (isRetriable && !retriable.Retry()) {
+		if err == nil || !errdefs.IsRetriable(err) {
 			return err
 		}
 		lastErr = err
@@ -136,7 +85,7 @@ func (r Retrier) run(ctx context.Context, backoff Backoff, limit int, fn func() 
 		if r.OnRetry != nil {
 			r.OnRetry(attempt, err, delay)
 		}
-		if ctxErr := r.wait(ctx, delay); ctxErr != nil {
+		if ctxErr := Sleep(ctx, r.Clock, delay); ctxErr != nil {
 			return abortError(attempt, ctxErr, lastErr)
 		}
 	}
@@ -155,20 +104,22 @@ func nextDelay(backoff Backoff, err error) time.Duration {
 	return max(delay, 0)
 }
 
-// wait blocks for d on the Retrier's clock, returning ctx.Err() if ctx is
-// done first.
-func (r Retrier) wait(ctx context.Context, d time.Duration) error {
+// Sleep waits d on clock (nil: the real clock) and returns nil, or returns
+// ctx.Err() as soon as ctx is done; d <= 0 does not wait. Its timer is stopped
+// when it returns, so a fake clock counts no waiter that nobody waits on.
+func Sleep(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	clock := r.Clock
 	if clock == nil {
-		clock = realClock{}
+		clock = clockwork.NewRealClock()
 	}
+	t := clock.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-clock.After(d):
+	case <-t.Chan():
 		return nil
 	}
 }

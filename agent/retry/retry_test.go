@@ -8,41 +8,60 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
-// instantClock fires every timer immediately and records requested delays.
-type instantClock struct {
-	mu     sync.Mutex
-	delays []time.Duration
+// fakeClock is clockwork's fake clock that also records every wait asked of it.
+type fakeClock struct {
+	*clockwork.FakeClock
+	mu    sync.Mutex
+	waits []time.Duration
 }
 
-func (c *instantClock) After(d time.Duration) <-chan time.Time {
+func newFakeClock() *fakeClock { return &fakeClock{FakeClock: clockwork.NewFakeClock()} }
+
+// NewTimer records d and starts a fake timer.
+func (c *fakeClock) NewTimer(d time.Duration) clockwork.Timer {
 	c.mu.Lock()
-	c.delays = append(c.delays, d)
+	c.waits = append(c.waits, d)
 	c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	ch <- time.Now()
-	return ch
+	return c.FakeClock.NewTimer(d)
 }
 
-func (c *instantClock) Delays() []time.Duration {
+// Delays returns the waits asked for so far.
+func (c *fakeClock) Delays() []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.delays...)
+	return append([]time.Duration(nil), c.waits...)
 }
 
-// neverClock never fires and signals on waiting each time After is called.
-type neverClock struct {
-	waiting chan time.Duration
+// run runs loop in a goroutine and, each time loop waits on the clock, advances the clock by
+// exactly that wait; it returns loop's error.
+func (c *fakeClock) run(t *testing.T, loop func() error) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		defer cancel()
+		done <- loop()
+	}()
+	for c.BlockUntilContext(ctx, 1) == nil {
+		d := c.Delays()
+		c.Advance(d[len(d)-1])
+	}
+	return <-done
 }
 
-func newNeverClock() *neverClock { return &neverClock{waiting: make(chan time.Duration, 16)} }
-
-func (c *neverClock) After(d time.Duration) <-chan time.Time {
-	c.waiting <- d
-	return make(chan time.Time)
+// waiting blocks until loop is waiting on the clock, failing the test after a second.
+func (c *fakeClock) waiting(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	require.NoError(t, c.BlockUntilContext(ctx, 1), "the retry loop never started waiting")
 }
 
 // retryAfterError asks for a minimum delay.
@@ -51,7 +70,7 @@ type retryAfterError struct{ d time.Duration }
 func (e retryAfterError) Error() string             { return fmt.Sprintf("slow down for %v", e.d) }
 func (e retryAfterError) RetryAfter() time.Duration { return e.d }
 
-// permanentError implements Retriable directly.
+// permanentError implements errdefs.Retriable directly.
 type permanentError struct{ retry bool }
 
 func (e permanentError) Error() string { return "permanent" }
@@ -65,7 +84,8 @@ func TestRetry(t *testing.T) {
 	errA := errors.New("a")
 	errB := errors.New("b")
 	errC := errors.New("c")
-	nonRetriable := NewRetriableError(false, errA)
+	nonRetriable := errdefs.Permanent(errA)
+	notFound := fmt.Errorf("image: %w", errdefs.ErrNotFound)
 
 	tests := []struct {
 		name string
@@ -80,7 +100,7 @@ func TestRetry(t *testing.T) {
 		{"success after three failures", 0, []error{errA, errB, errC}, 4, nil},
 		{"success after two failures limited", 5, []error{errA, errB}, 3, nil},
 		{"success on the last allowed attempt", 3, []error{errA, errB}, 3, nil},
-		{"retriable true is retried", 0, []error{NewRetriableError(true, errA)}, 2, nil},
+		{"retriable true is retried", 0, []error{errdefs.Transient(errA)}, 2, nil},
 		{"non-retriable stops after one attempt", 0, []error{nonRetriable, errB}, 1, nonRetriable},
 		{"non-retriable stops after one attempt limited", 5, []error{nonRetriable, errB}, 1, nonRetriable},
 		{"custom Retriable false stops", 0, []error{permanentError{retry: false}, nil}, 1, permanentError{retry: false}},
@@ -88,11 +108,13 @@ func TestRetry(t *testing.T) {
 		{"non-retriable after retriable failures", 0, []error{errA, errB, nonRetriable}, 3, nonRetriable},
 		{"attempts exhausted returns last error", 3, []error{errA, errB, errC, nil}, 3, errC},
 		{"single attempt allowed", 1, []error{errA, nil}, 1, errA},
-		{"retriable true exhausted", 2, []error{NewRetriableError(true, errA), errB, nil}, 2, errB},
+		{"retriable true exhausted", 2, []error{errdefs.Transient(errA), errB, nil}, 2, errB},
+		{"a permanent class stops", 0, []error{errA, notFound, nil}, 2, notFound},
+		{"a retriable class is retried", 0, []error{fmt.Errorf("x: %w", errdefs.ErrUnavailable), errA}, 3, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := &instantClock{}
+			clock := newFakeClock()
 			var hooked []int
 			r := Retrier{Clock: clock, OnRetry: func(attempt int, err error, delay time.Duration) {
 				hooked = append(hooked, attempt)
@@ -107,12 +129,12 @@ func TestRetry(t *testing.T) {
 				}
 				return nil
 			}
-			var err error
-			if tt.limit == 0 {
-				err = r.Retry(context.Background(), constantBackoff(time.Millisecond), fn)
-			} else {
-				err = r.RetryN(context.Background(), constantBackoff(time.Millisecond), tt.limit, fn)
-			}
+			err := clock.run(t, func() error {
+				if tt.limit == 0 {
+					return r.Retry(context.Background(), constantBackoff(time.Millisecond), fn)
+				}
+				return r.RetryN(context.Background(), constantBackoff(time.Millisecond), tt.limit, fn)
+			})
 			assert.Equal(t, tt.wantN, n, "attempts")
 			if tt.wantErr == nil {
 				require.NoError(t, err)
@@ -133,7 +155,7 @@ func TestRetry(t *testing.T) {
 
 func TestNonRetriableWrappedTwice(t *testing.T) {
 	base := errors.New("bad request")
-	wrapped := fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", NewRetriableError(false, base)))
+	wrapped := fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", errdefs.Permanent(base)))
 	tests := []struct {
 		name string
 		run  func(r Retrier, fn func() error) error
@@ -147,9 +169,9 @@ func TestNonRetriableWrappedTwice(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := &instantClock{}
+			clock := newFakeClock()
 			n := 0
-			err := tt.run(Retrier{Clock: clock}, func() error { n++; return wrapped })
+			err := clock.run(t, func() error { return tt.run(Retrier{Clock: clock}, func() error { n++; return wrapped }) })
 			assert.Equal(t, 1, n)
 			assert.Same(t, wrapped, err)
 			assert.ErrorIs(t, err, base)
@@ -188,16 +210,16 @@ func TestRetryContextDoneBeforeStart(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := &instantClock{}
+			clock := newFakeClock()
 			r := Retrier{Clock: clock}
 			calls := 0
 			fn := func() error { calls++; return nil }
-			var err error
-			if tt.limit == 0 {
-				err = r.Retry(tt.ctx, constantBackoff(time.Millisecond), fn)
-			} else {
-				err = r.RetryN(tt.ctx, constantBackoff(time.Millisecond), tt.limit, fn)
-			}
+			err := clock.run(t, func() error {
+				if tt.limit == 0 {
+					return r.Retry(tt.ctx, constantBackoff(time.Millisecond), fn)
+				}
+				return r.RetryN(tt.ctx, constantBackoff(time.Millisecond), tt.limit, fn)
+			})
 			require.Error(t, err)
 			assert.ErrorIs(t, err, tt.want)
 			assert.Zero(t, calls)
@@ -210,30 +232,26 @@ func TestRetryContextDoneDuringWait(t *testing.T) {
 	attemptErr := errors.New("connection refused")
 	tests := []struct {
 		name string
-		// ctx derives the context; stop is invoked once the loop is waiting.
-		ctx   func() (context.Context, context.CancelFunc)
-		stop  bool
-		limit int
-		want  error
+		// deadline gives the context a short real deadline; otherwise it is cancelled once the loop
+		// is waiting. (clockwork v0.5.0's fake-clock contexts block in Err until done, so a deadline
+		// on the fake clock cannot be used with a loop that checks ctx.Err first.)
+		deadline bool
+		limit    int
+		want     error
 	}{
-		{"cancel Retry", func() (context.Context, context.CancelFunc) {
-			return context.WithCancel(context.Background())
-		}, true, 0, context.Canceled},
-		{"cancel RetryN", func() (context.Context, context.CancelFunc) {
-			return context.WithCancel(context.Background())
-		}, true, 5, context.Canceled},
-		{"deadline exceeded Retry", func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), 2*time.Millisecond)
-		}, false, 0, context.DeadlineExceeded},
-		{"deadline exceeded RetryN", func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), 2*time.Millisecond)
-		}, false, 5, context.DeadlineExceeded},
+		{"cancel Retry", false, 0, context.Canceled},
+		{"cancel RetryN", false, 5, context.Canceled},
+		{"deadline exceeded Retry", true, 0, context.DeadlineExceeded},
+		{"deadline exceeded RetryN", true, 5, context.DeadlineExceeded},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := tt.ctx()
+			clock := newFakeClock()
+			ctx, cancel := context.WithCancel(t.Context())
+			if tt.deadline {
+				ctx, cancel = context.WithTimeout(t.Context(), 100*time.Millisecond)
+			}
 			defer cancel()
-			clock := newNeverClock()
 			r := Retrier{Clock: clock}
 			calls := 0
 			fn := func() error { calls++; return attemptErr }
@@ -246,25 +264,21 @@ func TestRetryContextDoneDuringWait(t *testing.T) {
 					done <- r.RetryN(ctx, constantBackoff(time.Hour), tt.limit, fn)
 				}
 			}()
-			select {
-			case d := <-clock.waiting:
-				assert.Equal(t, time.Hour, d)
-			case <-time.After(time.Second):
-				t.Fatal("retry loop never started waiting")
-			}
-			if tt.stop {
+			if !tt.deadline {
+				clock.waiting(t)
 				cancel()
 			}
 			var err error
 			select {
 			case err = <-done:
-			case <-time.After(time.Second):
+			case <-time.After(5 * time.Second):
 				t.Fatal("retry loop did not return promptly after the context ended")
 			}
 			require.Error(t, err)
 			assert.ErrorIs(t, err, tt.want)
 			assert.ErrorIs(t, err, attemptErr)
 			assert.Equal(t, 1, calls)
+			assert.Equal(t, []time.Duration{time.Hour}, clock.Delays(), "the context ended the hour-long wait")
 		})
 	}
 }
@@ -274,10 +288,13 @@ func TestRetryContextCancelledByAttempt(t *testing.T) {
 	defer cancel()
 	attemptErr := errors.New("boom")
 	calls := 0
-	err := Retrier{Clock: &instantClock{}}.Retry(ctx, constantBackoff(time.Millisecond), func() error {
-		calls++
-		cancel()
-		return attemptErr
+	clock := newFakeClock()
+	err := clock.run(t, func() error {
+		return Retrier{Clock: clock}.Retry(ctx, constantBackoff(time.Millisecond), func() error {
+			calls++
+			cancel()
+			return attemptErr
+		})
 	})
 	assert.Equal(t, 1, calls)
 	assert.ErrorIs(t, err, context.Canceled)
@@ -286,7 +303,7 @@ func TestRetryContextCancelledByAttempt(t *testing.T) {
 
 func TestRetryNeverNilWhenContextDoneFirst(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	clock := newNeverClock()
+	clock := newFakeClock()
 	calls := 0
 	done := make(chan error, 1)
 	go func() {
@@ -298,7 +315,7 @@ func TestRetryNeverNilWhenContextDoneFirst(t *testing.T) {
 			return nil
 		})
 	}()
-	<-clock.waiting
+	clock.waiting(t)
 	cancel()
 	err := <-done
 	require.Error(t, err)
@@ -318,20 +335,22 @@ func TestRetryAfterHonoured(t *testing.T) {
 		{"retry-after below backoff", 30 * ms, retryAfterError{5 * ms}, 30 * ms},
 		{"retry-after wrapped", 1 * ms, fmt.Errorf("http: %w", fmt.Errorf("429: %w", retryAfterError{2 * time.Second})), 2 * time.Second},
 		{"retry-after negative ignored", 3 * ms, retryAfterError{-time.Second}, 3 * ms},
-		{"retry-after inside retriable error", 1 * ms, NewRetriableError(true, retryAfterError{40 * ms}), 40 * ms},
+		{"retry-after inside retriable error", 1 * ms, errdefs.Transient(retryAfterError{40 * ms}), 40 * ms},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := &instantClock{}
+			clock := newFakeClock()
 			var hooked []time.Duration
 			r := Retrier{Clock: clock, OnRetry: func(_ int, _ error, d time.Duration) { hooked = append(hooked, d) }}
 			calls := 0
-			err := r.RetryN(context.Background(), constantBackoff(tt.backoff), 2, func() error {
-				calls++
-				if calls == 1 {
-					return tt.err
-				}
-				return nil
+			err := clock.run(t, func() error {
+				return r.RetryN(context.Background(), constantBackoff(tt.backoff), 2, func() error {
+					calls++
+					if calls == 1 {
+						return tt.err
+					}
+					return nil
+				})
 			})
 			require.NoError(t, err)
 			require.Equal(t, []time.Duration{tt.want}, clock.Delays())
@@ -341,7 +360,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 }
 
 func TestRetryReportsBackoffDelays(t *testing.T) {
-	clock := &instantClock{}
+	clock := newFakeClock()
 	type call struct {
 		attempt int
 		err     error
@@ -353,7 +372,8 @@ func TestRetryReportsBackoffDelays(t *testing.T) {
 	}}
 	fail := errors.New("fail")
 	b := NewExponentialBackoff(10*time.Millisecond, 35*time.Millisecond, 0, 2)
-	err := r.RetryN(context.Background(), b, 4, func() error { return fail })
+	start := clock.Now()
+	err := clock.run(t, func() error { return r.RetryN(context.Background(), b, 4, func() error { return fail }) })
 	require.Same(t, fail, err)
 	want := []call{
 		{1, fail, 10 * time.Millisecond},
@@ -362,17 +382,20 @@ func TestRetryReportsBackoffDelays(t *testing.T) {
 	}
 	assert.Equal(t, want, got)
 	assert.Equal(t, []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 35 * time.Millisecond}, clock.Delays())
+	assert.Equal(t, 65*time.Millisecond, clock.Since(start), "the loop waited on the clock it was given")
 }
 
 func TestRetryNilBackoffDoesNotWait(t *testing.T) {
-	clock := &instantClock{}
+	clock := newFakeClock()
 	calls := 0
-	err := Retrier{Clock: clock}.Retry(context.Background(), nil, func() error {
-		calls++
-		if calls < 3 {
-			return errors.New("again")
-		}
-		return nil
+	err := clock.run(t, func() error {
+		return Retrier{Clock: clock}.Retry(context.Background(), nil, func() error {
+			calls++
+			if calls < 3 {
+				return errors.New("again")
+			}
+			return nil
+		})
 	})
 	require.NoError(t, err)
 	assert.Equal(t, 3, calls)
@@ -408,28 +431,4 @@ func TestPackageFunctionsUseRealClock(t *testing.T) {
 			assert.Less(t, time.Since(start), 500*time.Millisecond)
 		})
 	}
-}
-
-func TestRetriableError(t *testing.T) {
-	base := errors.New("base")
-	tests := []struct {
-		name      string
-		retriable bool
-	}{
-		{"retriable", true},
-		{"not retriable", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := NewRetriableError(tt.retriable, base)
-			require.Error(t, err)
-			assert.Equal(t, "base", err.Error())
-			assert.ErrorIs(t, err, base)
-			var r Retriable
-			require.ErrorAs(t, fmt.Errorf("wrap: %w", err), &r)
-			assert.Equal(t, tt.retriable, r.Retry())
-		})
-	}
-	assert.NoError(t, NewRetriableError(false, nil))
-	assert.Equal(t, "non-retriable error", (&RetriableError{}).Error())
 }

@@ -24,6 +24,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
@@ -43,8 +45,9 @@ type Runner interface {
 type Config struct {
 	Dir      string
 	Cluster  string
-	Region   string        // ARN region; "local" when empty
-	Interval time.Duration // how often the directory is scanned (default 2 s)
+	Region   string          // ARN region; "local" when empty
+	Interval time.Duration   // how often the directory is scanned (default 2 s)
+	Clock    clockwork.Clock // scans and restart back-off; nil is the wall clock
 }
 
 // Restart delays of a static task that keeps stopping by itself.
@@ -69,7 +72,6 @@ type Watcher struct {
 	restarts map[string]restart // file name → restart bookkeeping of its definition
 	invalid  map[string]string  // file name → content digest of the invalid version already reported
 	adopted  map[string]bool    // ARNs of restored static tasks no file has claimed yet
-	now      func() time.Time
 }
 
 // restart tracks how often a file's task stopped by itself, to back off.
@@ -86,9 +88,12 @@ func New(cfg Config, runner Runner, log *logger.Logger) *Watcher {
 	if cfg.Region == "" {
 		cfg.Region = "local"
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	return &Watcher{cfg: cfg, runner: runner, log: log.With("static_tasks_dir", cfg.Dir),
 		running: map[string]string{}, restarts: map[string]restart{}, invalid: map[string]string{},
-		adopted: map[string]bool{}, now: time.Now}
+		adopted: map[string]bool{}}
 }
 
 // Adopt takes the static tasks restored after an agent restart: the first scan keeps each one whose
@@ -107,14 +112,14 @@ func (w *Watcher) Adopt(tasks []*task.Task) {
 // exist (yet) holds no tasks.
 func (w *Watcher) Run(ctx context.Context) {
 	w.log.Info("watching static task definitions")
-	t := time.NewTicker(w.cfg.Interval)
+	t := w.cfg.Clock.NewTicker(w.cfg.Interval)
 	defer t.Stop()
 	for {
 		w.Scan(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }
@@ -248,7 +253,7 @@ func (w *Watcher) stoppedByItself(arn string) bool {
 // passed; until it has, it reports false and the next scan asks again.
 func (w *Watcher) restartDue(name string) bool {
 	r := w.restarts[name]
-	now := w.now()
+	now := w.cfg.Clock.Now()
 	if r.after.IsZero() {
 		delay := firstRestartDelay << min(r.count, 20)
 		r.after = now.Add(min(delay, maxRestartDelay))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -123,9 +124,8 @@ func TestWatcherMissingDirectory(t *testing.T) {
 func TestWatcherRestartsATaskThatStoppedByItself(t *testing.T) {
 	dir := t.TempDir()
 	r := &fakeRunner{}
-	w := New(Config{Dir: dir, Cluster: "default"}, r, logger.Nop())
-	now := time.Unix(1000, 0)
-	w.now = func() time.Time { return now }
+	clock := clockwork.NewFakeClockAt(time.Unix(1000, 0))
+	w := New(Config{Dir: dir, Cluster: "default", Clock: clock}, r, logger.Nop())
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
 	w.Scan(context.Background())
 	require.Len(t, r.calls, 1)
@@ -139,10 +139,10 @@ func TestWatcherRestartsATaskThatStoppedByItself(t *testing.T) {
 		r.tasks[current].KnownStatus = task.TaskStopped // its essential container exited
 		w.Scan(context.Background())
 		calls := len(r.calls)
-		now = now.Add(delay - time.Millisecond)
+		clock.Advance(delay - time.Millisecond)
 		w.Scan(context.Background())
 		assert.Len(t, r.calls, calls, "restart %d waits %s", i+1, delay)
-		now = now.Add(time.Millisecond)
+		clock.Advance(time.Millisecond)
 		w.Scan(context.Background())
 		require.Len(t, r.calls, calls+1, "restart %d happens after %s", i+1, delay)
 		assert.Equal(t, "add", r.calls[calls].op)
@@ -171,4 +171,55 @@ func TestWatcherAdoptsRestoredTasks(t *testing.T) {
 		"the unchanged file keeps its restored task; the task of a file that went away stops; other tasks are not the watcher's")
 	w.Scan(context.Background())
 	assert.Len(t, r.calls, 1)
+}
+
+// notifyingRunner is a fakeRunner that tells of every task added; only Run calls it.
+type notifyingRunner struct {
+	fakeRunner
+	added chan string
+}
+
+func (r *notifyingRunner) AddTask(ctx context.Context, t *task.Task) error {
+	r.added <- t.Arn
+	return r.fakeRunner.AddTask(ctx, t)
+}
+
+func TestWatcherRunScansEveryInterval(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
+	clock := clockwork.NewFakeClock()
+	r := &notifyingRunner{added: make(chan string, 4)}
+	w := New(Config{Dir: dir, Cluster: "default", Interval: time.Minute, Clock: clock}, r, logger.Nop())
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	added := func() string {
+		t.Helper()
+		select {
+		case arn := <-r.added:
+			return arn
+		case <-time.After(5 * time.Second):
+			t.Fatal("no task was added")
+			return ""
+		}
+	}
+
+	assert.Contains(t, added(), "web", "the first scan is at once")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "api.json"), []byte(strings.Replace(webDef, `"web"`, `"api"`, 1)), 0o600))
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "Run waits on its ticker")
+	clock.Advance(time.Minute - time.Second)
+	select {
+	case arn := <-r.added:
+		t.Fatalf("scanned before the interval passed: %s", arn)
+	default:
+	}
+	clock.Advance(time.Second)
+	assert.Contains(t, added(), "api", "the next scan is an interval later")
 }

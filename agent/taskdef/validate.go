@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// ErrInvalid matches (errors.Is) every error Parse and Validate return.
-var ErrInvalid = errors.New("invalid task definition")
+// ErrInvalid matches (errors.Is) every error Parse and Validate return. An
+// errdefs.ErrInvalidArgument.
+var ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid task definition")
 
 // FieldError is one problem with a task definition. Path names the field as the JSON spells it, e.g.
 // containerDefinitions[1].dependsOn[0].containerName; it is empty for a problem with the document as
@@ -29,8 +31,8 @@ func (e *FieldError) Error() string {
 	return e.Path + ": " + e.Msg
 }
 
-// Is makes every *FieldError match ErrInvalid.
-func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+// Is makes every *FieldError match ErrInvalid and its class, errdefs.ErrInvalidArgument.
+func (e *FieldError) Is(target error) bool { return errors.Is(ErrInvalid, target) }
 
 // Limits ECS applies (seconds unless noted).
 const (

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 // ctr is a valid container definition named name with extra JSON members appended.
@@ -254,6 +256,8 @@ func TestParseInvalid(t *testing.T) {
 			for i, e := range got {
 				texts[i] = e.Error()
 				assert.ErrorIs(t, e, ErrInvalid)
+				assert.True(t, errdefs.IsInvalidArgument(e))
+				assert.False(t, errdefs.IsRetriable(e))
 			}
 			require.Len(t, texts, len(tt.want), "errors: %q", texts)
 			for i, want := range tt.want {

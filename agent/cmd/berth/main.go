@@ -217,7 +217,7 @@ func runPull(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 		}
 		return 1
 	}
-	if err := app.Pull(ctx, res, rest[0], stdout, stderr); err != nil {
+	if err := pull(ctx, res, rest[0], stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "berth pull: %v\n", err)
 		return 1
 	}

@@ -90,6 +90,13 @@ func TestCommands(t *testing.T) {
 		{name: "agent bad flag exits 2", args: []string{"agent", "--no-such-flag"},
 			environ:  func(t *testing.T) []string { return testEnviron(t, "", "") },
 			wantCode: 2, wantErr: []string{"no-such-flag"}},
+		{name: "pull of an invalid reference is classified and not retried", args: []string{"pull", "/busybox"},
+			environ: func(t *testing.T) []string {
+				return testEnviron(t, "", "", "DOCKER_HOST=unix://"+filepath.Join(t.TempDir(), "no-docker.sock"))
+			},
+			wantCode: 1, wantErr: []string{`berth pull: pull /busybox failed after 0 attempt(s): invalid image reference, not retried: ` +
+				`cannot pull image "/busybox": registry credentials: image "/busybox": invalid image reference`},
+			notInError: []string{"unclassified"}},
 		{name: "healthcheck with no agent fails", args: []string{"healthcheck"},
 			environ:  func(t *testing.T) []string { return testEnviron(t, "", "", "ECS_INTROSPECTION_ADDR="+freeAddr(t)) },
 			wantCode: 1, wantErr: []string{"unhealthy"}},

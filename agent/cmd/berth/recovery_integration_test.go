@@ -19,8 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/logger"
 	"go.etcd.io/bbolt"
+
+	"github.com/berth-agent/berth/agent/logger"
 
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/handlers"

@@ -1,4 +1,4 @@
-package app
+package main
 
 import (
 	"context"
@@ -8,57 +8,29 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-agent/berth/agent/app"
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/registryauth"
-	"github.com/berth-agent/berth/agent/retry"
 )
 
-// newDockerClient builds the Docker Engine client and its pull path from the configuration. The agent
-// and `berth pull` both use it, so a pull from the command line behaves exactly as one for a task.
-// onRetry, if not nil, hears of every pull attempt that failed and will be retried.
-func newDockerClient(cfg *config.Config, log *logger.Logger, onRetry func(int, error, time.Duration)) (*dockerclient.Client, error) {
-	behavior, err := dockerclient.ParseBehavior(string(cfg.ImagePullBehavior))
-	if err != nil {
-		return nil, err
-	}
-	timeouts := dockerclient.DefaultTimeouts()
-	timeouts.Create = cfg.ContainerCreateTimeout
-	timeouts.Start = cfg.ContainerStartTimeout
-	return dockerclient.NewClient(dockerclient.Config{
-		Endpoint: cfg.DockerHost,
-		Timeouts: timeouts,
-		Pull: dockerclient.PullConfig{
-			InactivityTimeout: cfg.ImagePullInactivityTimeout,
-			PullTimeout:       cfg.ImagePullTimeout,
-			MaxConcurrent:     cfg.ImagePullMaxConcurrent,
-			Behavior:          behavior,
-			Retrier:           retry.Retrier{OnRetry: onRetry},
-			Logger:            log,
-		},
-		Logger: log,
-	})
-}
-
-// Pull pulls one image through the agent's pull path (credentials, retries, progress, limits) and
+// pull pulls one image through the agent's pull path (credentials, retries, progress, limits) and
 // prints each attempt's outcome and the result to out. Logs go to console. It returns an error that
 // says why the pull failed.
-func Pull(ctx context.Context, res *config.Result, image string, out, console io.Writer) error {
+func pull(ctx context.Context, res *config.Result, image string, out, console io.Writer) error {
 	cfg := res.Config
 	log, err := logger.New(cfg.Log, console)
 	if err != nil {
 		return fmt.Errorf("set up logging: %w", err)
 	}
 	defer log.Close()
-	auth, err := registryauth.New(registryAuthConfig(cfg), log)
+	auth, err := app.NewRegistryAuth(ctx, cfg, log)
 	if err != nil {
-		return fmt.Errorf("registry credentials: %w", err)
-	}
-	if err := checkRequired(ctx, auth); err != nil {
 		return err
 	}
-	client, err := newDockerClient(cfg, log, nil)
+	client, err := app.NewDockerClient(cfg, log)
 	if err != nil {
 		return fmt.Errorf("docker client: %w", err)
 	}
@@ -67,13 +39,13 @@ func Pull(ctx context.Context, res *config.Result, image string, out, console io
 	result, err := client.PullImage(ctx, image, auth)
 	for _, a := range result.Attempts {
 		if a.Err != nil {
-			fmt.Fprintf(out, "attempt %d: failed after %s: %v (%s)\n", a.Number, a.Duration.Round(time.Millisecond), a.Err, PullFailureClass(a.Err))
+			fmt.Fprintf(out, "attempt %d: failed after %s: %v (%s)\n", a.Number, a.Duration.Round(time.Millisecond), a.Err, pullFailureClass(a.Err))
 			continue
 		}
 		fmt.Fprintf(out, "attempt %d: succeeded after %s, %s downloaded\n", a.Number, a.Duration.Round(time.Millisecond), bytesText(a.Bytes))
 	}
 	if err != nil {
-		return fmt.Errorf("pull %s failed after %d attempt(s): %s: %w", image, len(result.Attempts), PullFailureClass(err), err)
+		return fmt.Errorf("pull %s failed after %d attempt(s): %s: %w", image, len(result.Attempts), pullFailureClass(err), err)
 	}
 	switch {
 	case result.Cached && !result.Pulled:
@@ -84,8 +56,9 @@ func Pull(ctx context.Context, res *config.Result, image string, out, console io
 	return nil
 }
 
-// PullFailureClass names what kind of pull failure err is and whether it is worth retrying.
-func PullFailureClass(err error) string {
+// pullFailureClass names what kind of pull failure err is and whether it is retried; an error of no
+// known kind says what errdefs.IsRetriable says of it.
+func pullFailureClass(err error) string {
 	var ecr *registryauth.CannotPullECRContainerError
 	classes := []struct {
 		is   bool
@@ -94,7 +67,7 @@ func PullFailureClass(err error) string {
 		{errors.As(err, &ecr), "ECR refused credentials, not retried"},
 		{errors.Is(err, dockerclient.ErrAuthRefused), "registry authentication refused, not retried"},
 		{errors.Is(err, dockerclient.ErrInvalidReference), "invalid image reference, not retried"},
-		{errors.Is(err, dockerclient.ErrNotFound), "repository or manifest not found, not retried"},
+		{errdefs.IsNotFound(err), "repository or manifest not found, not retried"},
 		{errors.Is(err, dockerclient.ErrInactivity), "no progress within the inactivity timeout, retried"},
 		{errors.Is(err, dockerclient.ErrTooManyRequests), "registry throttled the pull, retried"},
 		{errors.Is(err, dockerclient.ErrRegistryUnavailable), "registry unavailable, retried"},
@@ -107,7 +80,10 @@ func PullFailureClass(err error) string {
 			return c.text
 		}
 	}
-	return "unclassified, retried"
+	if errdefs.IsRetriable(err) {
+		return "unclassified, retried"
+	}
+	return "unclassified, not retried"
 }
 
 func bytesText(n int64) string {

@@ -1,6 +1,6 @@
 //go:build integration
 
-package app
+package main
 
 import (
 	"bytes"
@@ -23,10 +23,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/app"
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/dockerclient/testregistry"
 	"github.com/berth-agent/berth/agent/logger"
-	"github.com/berth-agent/berth/agent/registryauth"
 )
 
 const (
@@ -155,7 +155,7 @@ func closedURL(t *testing.T) string {
 	return "http://" + addr
 }
 
-func loadConfig(t *testing.T, env ...string) *config.Result {
+func ecrConfig(t *testing.T, env ...string) *config.Result {
 	t.Helper()
 	res, err := config.Load(config.Sources{Environ: append([]string{"ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null"}, env...)})
 	require.NoError(t, err)
@@ -204,7 +204,7 @@ func TestIntegrationECREndToEnd(t *testing.T) {
 	t.Cleanup(func() { _ = dc.RemoveImageExtended(image, docker.RemoveImageOptions{Force: true}) })
 
 	var out, logs bytes.Buffer
-	require.NoError(t, Pull(ctx, loadConfig(t), image, &out, &logs), "output: %s\nlogs: %s", out.String(), logs.String())
+	require.NoError(t, pull(ctx, ecrConfig(t), image, &out, &logs), "output: %s\nlogs: %s", out.String(), logs.String())
 	assert.Contains(t, out.String(), "pulled "+image)
 	assert.EqualValues(t, 1, ecr.requests.Load(), "one GetAuthorizationToken")
 	assert.Positive(t, imds.requests.Load(), "region and credentials came from the IMDS stand-in")
@@ -217,7 +217,7 @@ func TestIntegrationECREndToEnd(t *testing.T) {
 		before := ecr.requests.Load()
 		var out, logs bytes.Buffer
 		excluded := fmt.Sprintf("602401143452.dkr.ecr.%s.amazonaws.com:%s/berth/app:v1", ecrRegion, port)
-		err := Pull(ctx, loadConfig(t), excluded, &out, &logs)
+		err := pull(ctx, ecrConfig(t), excluded, &out, &logs)
 		assert.Error(t, err, "the EKS system account is excluded by default, so the pull is anonymous and refused")
 		assert.Equal(t, before, ecr.requests.Load())
 	})
@@ -232,7 +232,7 @@ func TestIntegrationNoAWSNoNoise(t *testing.T) {
 	require.NoError(t, dc.RemoveImageExtended(img.ID, docker.RemoveImageOptions{Force: true}))
 
 	var out, logs bytes.Buffer
-	require.NoError(t, Pull(t.Context(), loadConfig(t, "ECS_LOGLEVEL=debug"), img.Ref, &out, &logs), logs.String())
+	require.NoError(t, pull(t.Context(), ecrConfig(t, "ECS_LOGLEVEL=debug"), img.Ref, &out, &logs), logs.String())
 	assert.Zero(t, imds.requests.Load())
 	assert.Zero(t, ecr.requests.Load())
 	for _, line := range strings.Split(logs.String(), "\n") {
@@ -256,13 +256,13 @@ func TestIntegrationAWSUnreachableWarnsOnce(t *testing.T) {
 	image := fmt.Sprintf("%s:5000/berth-unreachable-it:%s", ecrHost, tag)
 	require.NoError(t, dc.RemoveImageExtended(src.ID, docker.RemoveImageOptions{Force: true}))
 
-	cfg := loadConfig(t).Config
+	cfg := ecrConfig(t).Config
 	var logs bytes.Buffer
 	log, err := logger.New(cfg.Log, &logs)
 	require.NoError(t, err)
-	auth, err := registryauth.New(registryAuthConfig(cfg), log)
+	auth, err := app.NewRegistryAuth(t.Context(), cfg, log)
 	require.NoError(t, err)
-	client, err := newDockerClient(cfg, log, nil)
+	client, err := app.NewDockerClient(cfg, log)
 	require.NoError(t, err)
 	defer client.Close()
 	t.Cleanup(func() { _ = dc.RemoveImageExtended(image, docker.RemoveImageOptions{Force: true}) })
