@@ -21,6 +21,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/jonboulle/clockwork"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/berth-agent/berth/agent/acs"
 	"github.com/berth-agent/berth/agent/ecsclient"
@@ -233,16 +234,30 @@ func (c *ControlPlane) register(ctx context.Context) (string, error) {
 // stop, once the stop is saved), and saves a STOPPED report for every rejected one; the sequence
 // number is saved last. Only then does the ACS client acknowledge the payload.
 func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
+	// Tasks are accepted concurrently so that their saves share transactions; deliveries of one ARN
+	// keep their order.
+	byArn := map[string][]acs.Accepted{}
+	var order []string
 	for _, a := range p.Tasks {
-		t := a.Task
-		for _, w := range a.Warnings {
-			c.log.Warn("task definition field ignored: "+w, "task", t.Arn)
+		if _, ok := byArn[a.Task.Arn]; !ok {
+			order = append(order, a.Task.Arn)
 		}
-		c.putCredentials(t.Arn, acs.RoleTypeTaskApplication, a.RoleCredentials)
-		c.putCredentials(t.Arn, acs.RoleTypeTaskExecution, a.ExecutionRoleCredentials)
-		if err := c.eng.AddTask(ctx, t); err != nil {
-			return fmt.Errorf("accept task %s: %w", t.Arn, err)
-		}
+		byArn[a.Task.Arn] = append(byArn[a.Task.Arn], a)
+	}
+	var g errgroup.Group
+	g.SetLimit(acceptConcurrency)
+	for _, arn := range order {
+		g.Go(func() error {
+			for _, a := range byArn[arn] {
+				if err := c.accept(ctx, a); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	for _, r := range p.Rejected {
 		if r.Arn == "" {
@@ -262,6 +277,23 @@ func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
 		return fmt.Errorf("save the ACS sequence number: %w", err)
 	}
 	c.seq.Store(p.SeqNum)
+	return nil
+}
+
+// acceptConcurrency bounds the tasks of one payload accepted at once.
+const acceptConcurrency = 64
+
+// accept hands one task of a payload to the engine, with its credentials stored first.
+func (c *ControlPlane) accept(ctx context.Context, a acs.Accepted) error {
+	t := a.Task
+	for _, w := range a.Warnings {
+		c.log.Warn("task definition field ignored: "+w, "task", t.Arn)
+	}
+	c.putCredentials(t.Arn, acs.RoleTypeTaskApplication, a.RoleCredentials)
+	c.putCredentials(t.Arn, acs.RoleTypeTaskExecution, a.ExecutionRoleCredentials)
+	if err := c.eng.AddTask(ctx, t); err != nil {
+		return fmt.Errorf("accept task %s: %w", t.Arn, err)
+	}
 	return nil
 }
 

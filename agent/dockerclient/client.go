@@ -114,6 +114,9 @@ type Client struct {
 	puller *Puller
 }
 
+// maxIdleConns bounds the idle connections to the Engine kept for reuse.
+const maxIdleConns = 64
+
 // NewClient returns a Client for cfg.Endpoint; it does not contact the Engine.
 func NewClient(cfg Config) (*Client, error) {
 	endpoint := cfg.Endpoint
@@ -125,6 +128,11 @@ func NewClient(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("docker client for %q: %w", endpoint, err)
 	}
 	dc.SkipServerVersionCheck = true
+	if tr, ok := dc.HTTPClient.Transport.(*http.Transport); ok {
+		// Tasks launched together make dozens of calls at once; the library keeps GOMAXPROCS+1 idle
+		// connections, so most calls would dial the socket anew.
+		tr.MaxIdleConnsPerHost = maxIdleConns
+	}
 	base, err := rawBaseURL(endpoint)
 	if err != nil {
 		return nil, err
