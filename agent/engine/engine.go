@@ -166,7 +166,8 @@ func (e *Engine) Subscribe(l Listener) {
 // Start subscribes to Docker events and starts the reconcile loop. The engine runs until ctx ends;
 // Wait returns once every goroutine it started, workers included, has finished.
 func (e *Engine) Start(ctx context.Context) error {
-	events, err := e.docker.Events(ctx, map[string][]string{"type": {"container"}})
+	// Only Berth's containers: the events of other containers on the host are not decoded at all.
+	events, err := e.docker.Events(ctx, map[string][]string{"type": {"container"}, "label": {LabelManaged + "=true"}})
 	if err != nil {
 		return fmt.Errorf("subscribe to Docker events: %w", err)
 	}

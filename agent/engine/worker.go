@@ -525,6 +525,8 @@ func (w *worker) drain(ctx context.Context) {
 				w.log.Info("container health changed", "container", c.Name, "health", string(h))
 				changed = true
 			}
+		case ev.Action == "start" && c.KnownStatus >= task.ContainerRunning && c.KnownStatus != task.ContainerStopped:
+			// Berth started it and has inspected it since; only a start by someone else is news.
 		case ev.Action == "die" || ev.Action == "oom" || ev.Action == "start" || ev.Action == "destroy":
 			w.refresh(ctx, c)
 			changed = true
