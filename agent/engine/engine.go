@@ -17,6 +17,7 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -239,7 +240,9 @@ func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
 	if save {
 		w.acceptErr = e.store.SaveTask(ctx, t) // accepted means saved: an ACS ack may follow
 		if w.acceptErr == nil {
-			w.saved, _ = json.Marshal(t) // the worker's first commit need not save it again
+			if data, err := json.Marshal(t); err == nil {
+				w.saved = sha256.Sum256(data) // the worker's first commit need not save it again
+			}
 		}
 	}
 	e.mu.Lock()

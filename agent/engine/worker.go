@@ -1,8 +1,8 @@
 package engine
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,7 +51,7 @@ type worker struct {
 	stoppedOnce sync.Once
 
 	waitingSince map[string]time.Time // container name → when its dependsOn wait began (run only)
-	saved        []byte               // the task as last saved, JSON (run only, and add before run)
+	saved        [sha256.Size]byte    // digest of the task's JSON as last saved; zero before (run only, and add before run)
 }
 
 func newWorker(e *Engine, t *task.Task) *worker {
@@ -160,14 +160,15 @@ func (w *worker) commit(ctx context.Context) {
 		w.log.Error("encoding task state failed; the change is not reported", "error", err)
 		return
 	}
-	if bytes.Equal(data, w.saved) {
+	sum := sha256.Sum256(data)
+	if sum == w.saved {
 		return // nothing changed since the last save: nothing to save or tell
 	}
 	if err := w.e.store.SaveTask(context.WithoutCancel(ctx), t); err != nil {
 		w.log.Error("saving task state failed; the change is not reported", "error", err)
 		return
 	}
-	w.saved = data
+	w.saved = sum
 	w.e.hook(HookSaved, t)
 	w.mu.Lock()
 	w.snap = t.Clone()
@@ -193,7 +194,7 @@ func (w *worker) run(ctx context.Context) {
 	}
 	w.mu.Unlock()
 
-	if w.saved != nil { // AddTask saved it: that is the task's first saved change
+	if w.saved != ([sha256.Size]byte{}) { // AddTask saved it: that is the task's first saved change
 		w.e.hook(HookSaved, w.t)
 	}
 	w.e.notify(w.t)

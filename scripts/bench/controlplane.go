@@ -40,8 +40,8 @@ func (b *bench) controlPlane(ctx context.Context, rounds int) {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "berth")
-	if out, err := exec.Command("go", "build", "-o", bin, "./agent/cmd/berth").CombinedOutput(); err != nil {
-		fail("build berth: %v\n%s", err, out)
+	if err := buildAgent(context.Background(), bin); err != nil {
+		fail("%v", err)
 	}
 	cpAddr, introAddr := freeLoopback(), freeLoopback()
 	agent := exec.Command(bin, "agent")

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -128,8 +127,8 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 		_ = os.RemoveAll(dir)
 	}()
 	bin := filepath.Join(dir, "berth")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./agent/cmd/berth").CombinedOutput(); err != nil {
-		return fmt.Errorf("build berth: %w\n%s", err, out)
+	if err := buildAgent(ctx, bin); err != nil {
+		return err
 	}
 	cp, err := startStandIn(dir)
 	if err != nil {

@@ -27,8 +27,8 @@ func (b *bench) agentMemory(ctx context.Context) {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "berth")
-	if out, err := exec.Command("go", "build", "-o", bin, "./agent/cmd/berth").CombinedOutput(); err != nil {
-		fail("build berth: %v\n%s", err, out)
+	if err := buildAgent(context.Background(), bin); err != nil {
+		fail("%v", err)
 	}
 	tasksDir := filepath.Join(dir, "tasks.d")
 	if err := os.Mkdir(tasksDir, 0o755); err != nil {

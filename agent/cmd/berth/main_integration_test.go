@@ -28,7 +28,9 @@ import (
 func buildBerth(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "berth")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build does
+	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 	return bin
 }
