@@ -285,7 +285,8 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	c.kick <- struct{}{}
-	heartbeat := s.clock.After(s.heartbeat)
+	heartbeat := s.clock.NewTicker(s.heartbeat)
+	defer heartbeat.Stop()
 	for {
 		select {
 		case <-readerDone:
@@ -297,8 +298,7 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 				s.log.Warn("ACS send failed", "container_instance", instanceArn, "error", err)
 				return
 			}
-		case <-heartbeat:
-			heartbeat = s.clock.After(s.heartbeat)
+		case <-heartbeat.Chan():
 			if err := c.write(&acs.HeartbeatMessage{MessageID: newUUID(), Healthy: true}); err != nil {
 				s.log.Debug("ACS heartbeat failed", "container_instance", instanceArn, "error", err)
 				return
