@@ -37,6 +37,7 @@ import (
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // Handler is what the agent does with the messages ACS sends. The client calls it from one goroutine
@@ -633,32 +634,31 @@ func (s *session) ackPayload(m *PayloadMessage) error {
 // recentIDs remembers the last n message IDs added. It is safe for concurrent use.
 type recentIDs struct {
 	mu   sync.Mutex
-	set  map[string]struct{}
+	ids  set.Set[string]
 	ring []string
 	next int
 }
 
 func newRecentIDs(n int) *recentIDs {
-	return &recentIDs{set: make(map[string]struct{}, n), ring: make([]string, n)}
+	return &recentIDs{ring: make([]string, n)}
 }
 
 func (r *recentIDs) has(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.set[id]
-	return ok
+	return r.ids.Has(id)
 }
 
 func (r *recentIDs) add(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.set[id]; ok {
+	if r.ids.Has(id) {
 		return
 	}
 	if old := r.ring[r.next]; old != "" {
-		delete(r.set, old)
+		r.ids.Remove(old)
 	}
 	r.ring[r.next] = id
-	r.set[id] = struct{}{}
+	r.ids.Add(id)
 	r.next = (r.next + 1) % len(r.ring)
 }

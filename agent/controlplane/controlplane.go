@@ -27,6 +27,7 @@ import (
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
 )
@@ -151,11 +152,11 @@ func (c *ControlPlane) Report(ctx context.Context, tasks []*task.Task) {
 	if err != nil {
 		c.log.Error("some sent records cannot be read; their tasks' changes may be sent again", "error", err)
 	}
-	live := map[string]bool{}
+	var live set.Set[string]
 	for _, t := range tasks {
-		live[t.Arn] = true
+		live.Add(t.Arn)
 	}
-	c.reporter.Load(ctx, records, func(arn string) bool { return live[arn] })
+	c.reporter.Load(ctx, records, live.Has)
 	for _, t := range tasks {
 		c.TaskChanged(t)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // AuthSource supplies registry credentials for a pull (declared here, where it is consumed; implemented by agent/registryauth).
@@ -185,8 +186,8 @@ type Puller struct {
 	sem    *semaphore.Weighted
 
 	mu      sync.Mutex
-	flights map[string]*flight  // pulls in progress, by image and credentials
-	pulled  map[string]struct{} // images this Puller pulled (BehaviorOnce)
+	flights map[string]*flight // pulls in progress, by image and credentials
+	pulled  set.Set[string]    // images this Puller pulled (BehaviorOnce)
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -214,7 +215,6 @@ func NewPuller(c *Client, cfg PullConfig) *Puller {
 		log:     cfg.Logger,
 		sem:     semaphore.NewWeighted(int64(cfg.MaxConcurrent)),
 		flights: map[string]*flight{},
-		pulled:  map[string]struct{}{},
 	}
 }
 
@@ -281,8 +281,7 @@ func (p *Puller) present(ctx context.Context, image string) bool {
 func (p *Puller) wasPulled(image string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ok := p.pulled[image]
-	return ok
+	return p.pulled.Has(image)
 }
 
 // credsKey identifies credentials without keeping them in clear.
@@ -417,7 +416,7 @@ func (p *Puller) run(ctx context.Context, f *flight, creds docker.AuthConfigurat
 		delete(p.flights, f.key)
 	}
 	if err == nil {
-		p.pulled[f.image] = struct{}{}
+		p.pulled.Add(f.image)
 	}
 	p.mu.Unlock()
 	if err == nil {

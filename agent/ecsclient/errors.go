@@ -11,6 +11,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // Error classes of the ECS API, matched with errors.Is on any error this package returns. Each is
@@ -73,16 +74,16 @@ func (e *APIError) Unwrap() []error {
 	return []error{e.class, e.err}
 }
 
-var throttleCodes = map[string]bool{
-	"ThrottlingException":                    true,
-	"Throttling":                             true,
-	"ThrottledException":                     true,
-	"RequestThrottledException":              true,
-	"TooManyRequestsException":               true,
-	"RequestLimitExceeded":                   true,
-	"ProvisionedThroughputExceededException": true,
-	"SlowDown":                               true,
-}
+var throttleCodes = set.Of(
+	"ThrottlingException",
+	"Throttling",
+	"ThrottledException",
+	"RequestThrottledException",
+	"TooManyRequestsException",
+	"RequestLimitExceeded",
+	"ProvisionedThroughputExceededException",
+	"SlowDown",
+)
 
 // translate turns an SDK error into an *APIError; it is the one place that looks at ECS error
 // codes and messages. Context errors are returned wrapped but not classified.
@@ -120,7 +121,7 @@ func translate(op string, err error) error {
 		e.class = ErrInvalidParameter
 	case e.Code == "AccessDeniedException":
 		e.class = ErrAccessDenied
-	case throttleCodes[e.Code] || e.Status == http.StatusTooManyRequests:
+	case throttleCodes.Has(e.Code) || e.Status == http.StatusTooManyRequests:
 		e.class = ErrThrottled
 		e.Retriable = true
 	case e.Code == "ServerException", ae.ErrorFault() == smithy.FaultServer, e.Status >= http.StatusInternalServerError:

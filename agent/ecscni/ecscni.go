@@ -46,6 +46,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // Names, addresses and versions of the task network.
@@ -587,10 +588,10 @@ func (c *Client) del(ctx context.Context, taskID string, a attachment) error {
 // libcni's record.
 func (c *Client) addressesOf(a attachment, rt *libcni.RuntimeConf, taskID string) []*net.IPNet {
 	var out []*net.IPNet
-	seen := map[string]bool{}
+	var seen set.Set[string]
 	add := func(ipn net.IPNet) {
-		if !seen[ipn.IP.String()] {
-			seen[ipn.IP.String()] = true
+		if !seen.Has(ipn.IP.String()) {
+			seen.Add(ipn.IP.String())
 			out = append(out, &ipn)
 		}
 	}

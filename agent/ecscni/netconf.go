@@ -11,6 +11,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	cnitypes "github.com/containernetworking/cni/pkg/types"
+
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // The CNI network configuration lists, built as Go structs and marshalled to JSON. Only the keys
@@ -168,9 +170,9 @@ func (c *Client) bridgeList(override *cnitypes.IPNet, extra []cnitypes.IPNet, bl
 	gw := firstHost(subnet)
 	credentials := cnitypes.IPNet{IP: net.ParseIP(CredentialsEndpoint).To4(), Mask: net.CIDRMask(32, 32)}
 	routes := []*cnitypes.Route{{Dst: net.IPNet(credentials), GW: gw}}
-	seen := map[string]bool{cidr(credentials): true}
+	seen := set.Of(cidr(credentials))
 	if blockIMDS {
-		seen[IMDSAddress+"/32"] = true
+		seen.Add(IMDSAddress + "/32")
 	}
 	for _, r := range extra {
 		dst, err := network(r)
@@ -180,10 +182,10 @@ func (c *Client) bridgeList(override *cnitypes.IPNet, extra []cnitypes.IPNet, bl
 		if ones, _ := dst.Mask.Size(); ones == 0 {
 			return netList{}, fmt.Errorf("%w: additional local route %s: the task bridge never carries the default route", ErrInvalidNetwork, cidr(dst))
 		}
-		if seen[cidr(dst)] {
+		if seen.Has(cidr(dst)) {
 			continue
 		}
-		seen[cidr(dst)] = true
+		seen.Add(cidr(dst))
 		routes = append(routes, &cnitypes.Route{Dst: net.IPNet(dst), GW: gw})
 	}
 	ipam := ipamConf{

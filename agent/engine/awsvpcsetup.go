@@ -13,6 +13,7 @@ import (
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // PauseImage is the image of every awsvpc task's pause container, built from misc/pause.
@@ -93,11 +94,11 @@ func (e *Engine) RemoveNetworkLeftovers(ctx context.Context) {
 	if e.cfg.AWSVPC.Leftovers == nil {
 		return
 	}
-	known := map[string]bool{}
+	var known set.Set[string]
 	for _, t := range e.Tasks() {
-		known[CNITaskID(t.Arn)] = true
+		known.Add(CNITaskID(t.Arn))
 	}
-	removed, err := e.cfg.AWSVPC.Leftovers.Leftovers(ctx, func(id string) bool { return known[id] })
+	removed, err := e.cfg.AWSVPC.Leftovers.Leftovers(ctx, known.Has)
 	if err != nil {
 		e.log.Warn("removing networking left by unknown tasks failed", "error", err)
 	}

@@ -19,7 +19,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -29,6 +28,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
 )
@@ -107,11 +107,12 @@ const (
 	HookAfterStop    = "after-stop"    // Docker stopped the containers; STOPPED is not saved yet
 )
 
-// ErrStopped is returned by AddTask before Start and after the engine's context has ended.
-var ErrStopped = errors.New("engine stopped")
+// ErrStopped is returned by AddTask before Start and after the engine's context has ended. An
+// errdefs.ErrFailedPrecondition.
+var ErrStopped = errdefs.New(errdefs.ErrFailedPrecondition, "engine stopped")
 
-// ErrUnknownTask is returned by StopTask for a task the engine does not hold.
-var ErrUnknownTask = errors.New("unknown task")
+// ErrUnknownTask is returned by StopTask for a task the engine does not hold. An errdefs.ErrNotFound.
+var ErrUnknownTask = errdefs.New(errdefs.ErrNotFound, "unknown task")
 
 // Engine runs tasks. Create it with New, start it with Start, and add tasks with AddTask.
 type Engine struct {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -78,7 +79,7 @@ type resourceQueue struct {
 	sole     map[string]string   // exclusive resource → task ARN holding it
 	held     map[string]need     // task ARN → what it holds
 	queue    []*waiter
-	reserved map[hostPort]bool
+	reserved set.Set[hostPort]
 }
 
 type waiter struct {
@@ -102,12 +103,12 @@ func (w *waiter) setReason(reason string) {
 }
 
 func newResourceQueue(total Resources) *resourceQueue {
-	q := &resourceQueue{total: total, ports: map[hostPort]string{}, sole: map[string]string{}, held: map[string]need{}, reserved: map[hostPort]bool{}}
+	q := &resourceQueue{total: total, ports: map[hostPort]string{}, sole: map[string]string{}, held: map[string]need{}}
 	for _, p := range total.ReservedTCP {
-		q.reserved[hostPort{p, "tcp"}] = true
+		q.reserved.Add(hostPort{p, "tcp"})
 	}
 	for _, p := range total.ReservedUDP {
-		q.reserved[hostPort{p, "udp"}] = true
+		q.reserved.Add(hostPort{p, "udp"})
 	}
 	return q
 }
@@ -120,15 +121,15 @@ func (q *resourceQueue) impossible(n need) error {
 	case n.mem > q.total.MemoryMiB:
 		return fmt.Errorf("task needs %d MiB of memory; the host offers %d", n.mem, q.total.MemoryMiB)
 	}
-	seen := map[hostPort]bool{}
+	var seen set.Set[hostPort]
 	for _, p := range n.ports {
-		if q.reserved[p] {
+		if q.reserved.Has(p) {
 			return fmt.Errorf("host port %s is reserved (ECS_RESERVED_PORTS)", p)
 		}
-		if seen[p] {
+		if seen.Has(p) {
 			return fmt.Errorf("host port %s is bound twice by the task", p)
 		}
-		seen[p] = true
+		seen.Add(p)
 	}
 	return nil
 }

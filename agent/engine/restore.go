@@ -10,6 +10,7 @@ import (
 	docker "github.com/fsouza/go-dockerclient"
 
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -138,18 +139,18 @@ func (e *Engine) removeOrphans(ctx context.Context, tasks []*task.Task) (int, er
 	if err != nil {
 		return 0, fmt.Errorf("list Berth's containers: %w", err)
 	}
-	held := map[string]bool{}
+	var held set.Set[string]
 	for _, t := range tasks {
 		for _, c := range t.Containers {
-			held[c.DockerID] = true
-			held["/"+c.DockerName] = true
+			held.Add(c.DockerID)
+			held.Add("/" + c.DockerName)
 		}
 	}
 	removed := 0
 	for _, ctr := range list {
-		owned := held[ctr.ID]
+		owned := held.Has(ctr.ID)
 		for _, name := range ctr.Names {
-			owned = owned || held[name]
+			owned = owned || held.Has(name)
 		}
 		if owned {
 			continue

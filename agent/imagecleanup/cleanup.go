@@ -39,6 +39,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/set"
@@ -90,14 +92,14 @@ type DiskUsage func() (float64, error)
 
 // Config tunes a Cleaner. Zero fields take the Default* values.
 type Config struct {
-	Interval         time.Duration    // between normal cycles (ECS_IMAGE_CLEANUP_INTERVAL)
-	MinimumAge       time.Duration    // images pulled or used more recently are kept; negative = no minimum
-	PerCycle         int              // removals (or failed attempts) per cycle; containers' refusals don't count (ECS_NUM_IMAGES_DELETE_PER_CYCLE)
-	Disabled         bool             // ECS_DISABLE_IMAGE_CLEANUP: no normal cycles, and pressure never removes images
-	HighWater        float64          // used fraction above which pressure cleanup starts
-	LowWater         float64          // used fraction pressure cleanup aims for; at most HighWater
-	PressureInterval time.Duration    // between disk usage samples
-	Now              func() time.Time // clock; time.Now when nil
+	Interval         time.Duration   // between normal cycles (ECS_IMAGE_CLEANUP_INTERVAL)
+	MinimumAge       time.Duration   // images pulled or used more recently are kept; negative = no minimum
+	PerCycle         int             // removals (or failed attempts) per cycle; containers' refusals don't count (ECS_NUM_IMAGES_DELETE_PER_CYCLE)
+	Disabled         bool            // ECS_DISABLE_IMAGE_CLEANUP: no normal cycles, and pressure never removes images
+	HighWater        float64         // used fraction above which pressure cleanup starts
+	LowWater         float64         // used fraction pressure cleanup aims for; at most HighWater
+	PressureInterval time.Duration   // between disk usage samples
+	Clock            clockwork.Clock // images' ages and the cycle and sample tickers; nil is the wall clock
 }
 
 // withDefaults fills zero fields and clamps LowWater to HighWater.
@@ -124,8 +126,8 @@ func (c Config) withDefaults() Config {
 	if c.PressureInterval <= 0 {
 		c.PressureInterval = DefaultPressureInterval
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
 	}
 	return c
 }
@@ -166,15 +168,15 @@ func New(cfg Config, images Images, inUse InUse, docker Docker, reclaim Reclaime
 func (c *Cleaner) Run(ctx context.Context) {
 	var cycles, samples <-chan time.Time
 	if !c.cfg.Disabled {
-		t := time.NewTicker(c.cfg.Interval)
+		t := c.cfg.Clock.NewTicker(c.cfg.Interval)
 		defer t.Stop()
-		cycles = t.C
+		cycles = t.Chan()
 	}
 	var st pressureState
 	if c.usage != nil {
-		t := time.NewTicker(c.cfg.PressureInterval)
+		t := c.cfg.Clock.NewTicker(c.cfg.PressureInterval)
 		defer t.Stop()
-		samples = t.C
+		samples = t.Chan()
 		c.checkPressure(ctx, &st)
 	}
 	for {
@@ -217,7 +219,7 @@ func (c *Cleaner) removeUnused(ctx context.Context, pressure bool, tried *set.Se
 		c.log.Warn("image cleanup: list pulled images", "error", err)
 		return p, fmt.Errorf("list pulled images: %w", err)
 	}
-	now := c.cfg.Now()
+	now := c.cfg.Clock.Now()
 	refs, ids := c.inUse()
 	var cands []state.ImageRecord
 	for _, r := range records {

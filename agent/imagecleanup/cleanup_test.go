@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -33,7 +34,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, 0.85, c.HighWater)
 	assert.Equal(t, 0.75, c.LowWater)
 	assert.Equal(t, 10*time.Second, c.PressureInterval)
-	assert.NotNil(t, c.Now)
+	assert.NotNil(t, c.Clock)
 
 	c = Config{MinimumAge: -1, HighWater: 0.5, LowWater: 0.9}.withDefaults()
 	assert.Zero(t, c.MinimumAge, "negative means no minimum age")
@@ -287,19 +288,29 @@ func TestRunPeriodicCycles(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHost(t, rec("a", "", 2*time.Hour, 0), rec("b", "", 3*time.Hour, 0))
-			c := h.cleaner(Config{Interval: time.Millisecond, PressureInterval: time.Millisecond,
-				Disabled: tt.disabled, PerCycle: 1}, nil)
+			clock := clockwork.NewFakeClockAt(now)
+			c := h.cleaner(Config{Interval: time.Minute, PressureInterval: time.Minute,
+				Disabled: tt.disabled, PerCycle: 1, Clock: clock}, nil)
 			done := runInBackground(t, c)
-			if tt.disabled {
-				// Disk usage samples show Run's loop has seen many intervals go by.
-				require.Eventually(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.samples >= 50 },
-					5*time.Second, time.Millisecond)
-				assert.Zero(t, h.count("rm "))
-			} else {
-				require.Eventually(t, func() bool { return h.count("rm ") == 2 }, 5*time.Second, time.Millisecond,
-					"two cycles of one image each")
+			samples := func() int { h.mu.Lock(); defer h.mu.Unlock(); return h.samples }
+			// The first sample is taken once both tickers exist.
+			require.Eventually(t, func() bool { return samples() == 1 }, 5*time.Second, time.Millisecond, "one sample at start")
+			// Each minute brings a disk usage sample and, unless Disabled, a cycle removing one image.
+			for i := 1; i <= 3; i++ {
+				clock.Advance(time.Minute)
+				require.Eventually(t, func() bool { return samples() == 1+i }, 5*time.Second, time.Millisecond,
+					"sample after minute %d", i)
+				if !tt.disabled {
+					require.Eventually(t, func() bool { return h.count("rm ") == min(i, 2) }, 5*time.Second, time.Millisecond,
+						"cycle after minute %d", i)
+				}
 			}
 			done()
+			if tt.disabled {
+				assert.Zero(t, h.count("rm "))
+			} else {
+				assert.Equal(t, 2, h.count("rm "), "three cycles of one image each, and two images")
+			}
 		})
 	}
 }
@@ -481,7 +492,7 @@ func TestPressureLogsWhatItFreed(t *testing.T) {
 func TestPressureUsageErrors(t *testing.T) {
 	x := newHost(t, rec("a", "", 10*time.Hour, 0))
 	log, buf := debugLog(t)
-	c := New(Config{Now: clock}, x, x.inUse, x, x.reclaim, func() (float64, error) { return 0, errEngine }, log)
+	c := New(Config{Clock: clockwork.NewFakeClockAt(now)}, x, x.inUse, x, x.reclaim, func() (float64, error) { return 0, errEngine }, log)
 	var st pressureState
 	c.checkPressure(t.Context(), &st)
 	c.checkPressure(t.Context(), &st)
@@ -493,8 +504,12 @@ func TestPressureUsageErrors(t *testing.T) {
 
 func TestRunWithoutUsageOrReclaimer(t *testing.T) {
 	x := newHost(t, rec("a", "", 10*time.Hour, 0))
-	c := New(Config{Interval: time.Millisecond, Now: clock}, x, x.inUse, x, nil, nil, logger.Nop())
+	clock := clockwork.NewFakeClockAt(now)
+	c := New(Config{Interval: time.Minute, Clock: clock}, x, x.inUse, x, nil, nil, logger.Nop())
 	stop := runInBackground(t, c)
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "Run waits on its cycle ticker")
+	assert.Zero(t, x.count("rm a"), "no cycle before the first interval")
+	clock.Advance(time.Minute)
 	require.Eventually(t, func() bool { return x.count("rm a") == 1 }, 5*time.Second, time.Millisecond)
 	stop()
 }

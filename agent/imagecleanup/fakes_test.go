@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/dockerclient"
@@ -18,10 +19,8 @@ import (
 	"github.com/berth-agent/berth/agent/state"
 )
 
-// now is the fixed clock of the unit tests.
+// now is when the unit tests' fake clocks start.
 var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-
-func clock() time.Time { return now }
 
 // ago returns now minus d.
 func ago(d time.Duration) time.Time { return now.Add(-d) }
@@ -166,10 +165,10 @@ func (h *host) count(prefix string) int {
 	return n
 }
 
-// cleaner builds a Cleaner over h with the unit tests' clock.
+// cleaner builds a Cleaner over h; without a clock in cfg it gets a fake clock stopped at now.
 func (h *host) cleaner(cfg Config, log *logger.Logger) *Cleaner {
-	if cfg.Now == nil {
-		cfg.Now = clock
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewFakeClockAt(now)
 	}
 	return New(cfg, h, h.inUse, h, h.reclaim, h.diskUsage, log)
 }

@@ -234,7 +234,7 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 	}
 	ws, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
-		s.log.Warn("ACS upgrade failed", "err", err)
+		s.log.Warn("ACS upgrade failed", "error", err)
 		return
 	}
 	c := &acsConn{
@@ -265,7 +265,7 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 	s.conns[instanceArn] = c
 	s.wg.Add(1)
 	s.connMu.Unlock()
-	s.log.Info("agent connected", "containerInstance", instanceArn, "agentVersion", q.Get("agentVersion"), "seqNum", q.Get("seqNum"))
+	s.log.Info("agent connected", "container_instance", instanceArn, "agent_version", q.Get("agent_version"), "seq_num", q.Get("seq_num"))
 
 	defer s.wg.Done()
 	readerDone := make(chan struct{})
@@ -281,11 +281,12 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 			delete(s.conns, instanceArn)
 		}
 		s.connMu.Unlock()
-		s.log.Info("agent disconnected", "containerInstance", instanceArn)
+		s.log.Info("agent disconnected", "container_instance", instanceArn)
 	}()
 
 	c.kick <- struct{}{}
-	heartbeat := s.clock.After(s.heartbeat)
+	heartbeat := s.clock.NewTicker(s.heartbeat)
+	defer heartbeat.Stop()
 	for {
 		select {
 		case <-readerDone:
@@ -294,13 +295,12 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-c.kick:
 			if err := s.deliver(c); err != nil {
-				s.log.Warn("ACS send failed", "containerInstance", instanceArn, "err", err)
+				s.log.Warn("ACS send failed", "container_instance", instanceArn, "error", err)
 				return
 			}
-		case <-heartbeat:
-			heartbeat = s.clock.After(s.heartbeat)
+		case <-heartbeat.Chan():
 			if err := c.write(&acs.HeartbeatMessage{MessageID: newUUID(), Healthy: true}); err != nil {
-				s.log.Debug("ACS heartbeat failed", "containerInstance", instanceArn, "err", err)
+				s.log.Debug("ACS heartbeat failed", "container_instance", instanceArn, "error", err)
 				return
 			}
 		}
@@ -329,22 +329,22 @@ func (s *Server) readACS(c *acsConn) {
 		}
 		m, err := acs.Decode(data)
 		if unknown := (*acs.UnknownTypeError)(nil); errors.As(err, &unknown) {
-			s.log.Debug("ACS frame ignored", "containerInstance", c.instanceArn, "type", unknown.Type)
+			s.log.Debug("ACS frame ignored", "container_instance", c.instanceArn, "type", unknown.Type)
 			continue
 		}
 		if err != nil {
-			s.log.Warn("ACS frame unreadable", "containerInstance", c.instanceArn, "err", err)
+			s.log.Warn("ACS frame unreadable", "container_instance", c.instanceArn, "error", err)
 			continue
 		}
 		switch m := m.(type) {
 		case *acs.AckRequest:
 			if err := s.acked(c, m.MessageID); err != nil {
-				s.log.Error("recording ACS ack failed", "containerInstance", c.instanceArn, "messageId", m.MessageID, "err", err)
+				s.log.Error("recording ACS ack failed", "container_instance", c.instanceArn, "message_id", m.MessageID, "error", err)
 			}
 		case *acs.HeartbeatAckRequest, *acs.IAMRoleCredentialsAckRequest:
 			// Nothing to do: any frame shows the agent is alive.
 		default:
-			s.log.Debug("ACS frame ignored", "containerInstance", c.instanceArn, "type", m.MessageType())
+			s.log.Debug("ACS frame ignored", "container_instance", c.instanceArn, "type", m.MessageType())
 		}
 	}
 }
@@ -367,7 +367,7 @@ func (s *Server) deliver(c *acsConn) error {
 			}
 			at, err := acsTaskOf(t, t.DesiredStatus)
 			if err != nil {
-				s.log.Error("task cannot be sent", "task", t.Arn, "err", err)
+				s.log.Error("task cannot be sent", "task", t.Arn, "error", err)
 				return nil
 			}
 			cluster = t.ClusterName
@@ -402,7 +402,7 @@ func (s *Server) deliver(c *acsConn) error {
 	for _, st := range sent {
 		arns = append(arns, st.taskArn+"="+taskStatusName(st.desired))
 	}
-	s.log.Info("payload sent", "containerInstance", c.instanceArn, "messageId", msg.MessageID, "seqNum", msg.SeqNum, "tasks", strings.Join(arns, ","))
+	s.log.Info("payload sent", "container_instance", c.instanceArn, "message_id", msg.MessageID, "seq_num", msg.SeqNum, "tasks", strings.Join(arns, ","))
 	return c.write(&msg)
 }
 
@@ -413,7 +413,7 @@ func (s *Server) acked(c *acsConn, messageID string) error {
 	delete(c.messages, messageID)
 	c.mu.Unlock()
 	if !ok {
-		s.log.Debug("ack for an unknown message", "containerInstance", c.instanceArn, "messageId", messageID)
+		s.log.Debug("ack for an unknown message", "container_instance", c.instanceArn, "message_id", messageID)
 		return nil
 	}
 	// Record the ack before forgetting what is in flight, so that deliver never sees neither.
@@ -430,7 +430,7 @@ func (s *Server) acked(c *acsConn, messageID string) error {
 		for _, st := range sent {
 			t := &taskRecord{}
 			if err := get(tx, bucketTasks, st.taskArn, t); err != nil {
-				s.log.Warn("ack for a task that is gone", "task", st.taskArn, "err", err)
+				s.log.Warn("ack for a task that is gone", "task", st.taskArn, "error", err)
 				continue
 			}
 			if st.desired <= t.AckedDesired {

@@ -150,8 +150,8 @@ func TestACS(t *testing.T) {
 	agent.ack(p)
 	agent.ack(p2)
 
-	// Heartbeats come on the clock's timer and are acked.
-	h.clock.ticks <- h.clock.Now()
+	// Heartbeats come every interval of the clock and are acked.
+	h.heartbeatDue()
 	hb, ok := agent.read().(*acs.HeartbeatMessage)
 	require.True(t, ok, "want a HeartbeatMessage")
 	assert.True(t, hb.Healthy)

@@ -130,7 +130,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 func (s *Server) writeError(w http.ResponseWriter, op string, err error) {
 	var apiErr *APIError
 	if !errors.As(err, &apiErr) {
-		s.log.Error("control plane request failed", "op", op, "err", err)
+		s.log.Error("control plane request failed", "op", op, "error", err)
 		apiErr = &APIError{Status: http.StatusInternalServerError, Type: "ServerException", Message: "internal error"}
 	} else {
 		s.log.Debug("control plane request rejected", "op", op, "type", apiErr.Type, "message", apiErr.Message)

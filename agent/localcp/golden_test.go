@@ -69,7 +69,7 @@ func TestACSWireGolden(t *testing.T) {
 	frames = append(frames, string(agent.readRaw()))
 	h.ok("StopTask", mustJSON(map[string]any{"task": sleep, "reason": "test"}))
 	frames = append(frames, string(agent.readRaw()))
-	h.clock.ticks <- h.clock.Now()
+	h.heartbeatDue()
 	frames = append(frames, string(agent.readRaw()))
 
 	// Every frame is what agent/acs makes of its own reading of it: one wire vocabulary.

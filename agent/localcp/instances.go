@@ -60,7 +60,7 @@ func (s *Server) registerContainerInstance(_ *http.Request, req *registerContain
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("container instance registered", "containerInstance", ci.Arn, "cluster", name, "tasksPlaced", placed)
+	s.log.Info("container instance registered", "container_instance", ci.Arn, "cluster", name, "tasks_placed", placed)
 	s.kick(ci.Arn)
 	var out instanceOut
 	err = s.db.View(func(tx *bolt.Tx) error {
@@ -94,7 +94,7 @@ func (s *Server) placeWaiting(tx *bolt.Tx, ci *instanceRecord) (int, error) {
 		if err := put(tx, bucketTasks, t.Arn, t); err != nil {
 			return 0, err
 		}
-		s.log.Info("task placed", "task", t.Arn, "containerInstance", ci.Arn)
+		s.log.Info("task placed", "task", t.Arn, "container_instance", ci.Arn)
 	}
 	return len(waiting), nil
 }
@@ -262,7 +262,7 @@ func (s *Server) updateContainerInstancesState(_ *http.Request, req *containerIn
 				if err := put(tx, bucketInstances, ci.Arn, ci); err != nil {
 					return err
 				}
-				s.log.Info("container instance state changed", "containerInstance", ci.Arn, "status", status)
+				s.log.Info("container instance state changed", "container_instance", ci.Arn, "status", status)
 				if n, err := s.placeWaiting(tx, ci); err != nil {
 					return err
 				} else if n > 0 {

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/berth-agent/berth/agent/logger"
@@ -40,18 +41,6 @@ const DefaultCluster = "default"
 // accountID is the account in every ARN this control plane makes.
 const accountID = "000000000000"
 
-// Clock supplies the current time and the heartbeat timer.
-type Clock interface {
-	Now() time.Time
-	// After returns a channel that receives once at least d has elapsed.
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Config configures a Server.
 type Config struct {
 	// DBPath is the bbolt file holding the control plane's state, e.g. ECS_DATADIR/localcp.db.
@@ -60,15 +49,15 @@ type Config struct {
 	Region string
 	// HeartbeatInterval is the ACS heartbeat period; zero means DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
-	// Clock is the time source; nil means the wall clock.
-	Clock Clock
+	// Clock stamps records and times ACS heartbeats; nil means the wall clock.
+	Clock clockwork.Clock
 }
 
 // Server is the embedded control plane. Its methods and handler are safe for concurrent use.
 type Server struct {
 	db        *bolt.DB
 	log       *logger.Logger
-	clock     Clock
+	clock     clockwork.Clock
 	region    string
 	heartbeat time.Duration
 	ops       map[string]opFunc
@@ -99,7 +88,7 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 		conns:     make(map[string]*acsConn),
 	}
 	if s.clock == nil {
-		s.clock = realClock{}
+		s.clock = clockwork.NewRealClock()
 	}
 	db, err := openDB(cfg.DBPath)
 	if err != nil {

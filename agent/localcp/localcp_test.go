@@ -8,50 +8,26 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 )
 
-// fakeClock has a settable time; every timer it hands out fires when the test sends on ticks.
-type fakeClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	ticks chan time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC), ticks: make(chan time.Time)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func (c *fakeClock) After(time.Duration) <-chan time.Time { return c.ticks }
-
 type harness struct {
 	t     *testing.T
 	srv   *Server
-	clock *fakeClock
+	clock *clockwork.FakeClock
 	path  string
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: newFakeClock(), path: filepath.Join(t.TempDir(), "localcp.db")}
+	h := &harness{t: t, clock: clockwork.NewFakeClockAt(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)),
+		path: filepath.Join(t.TempDir(), "localcp.db")}
 	h.open()
 	t.Cleanup(func() { _ = h.srv.Close() })
 	return h
@@ -62,6 +38,14 @@ func (h *harness) open() {
 	srv, err := New(Config{DBPath: h.path, Region: "local", Clock: h.clock}, nil)
 	require.NoError(h.t, err)
 	h.srv = srv
+}
+
+// heartbeatDue waits until an ACS connection waits for its heartbeat, then advances the clock by the
+// heartbeat interval so that every open connection sends one.
+func (h *harness) heartbeatDue() {
+	h.t.Helper()
+	require.NoError(h.t, h.clock.BlockUntilContext(h.t.Context(), 1), "no ACS connection waits for its heartbeat")
+	h.clock.Advance(DefaultHeartbeatInterval)
 }
 
 func (h *harness) restart() {

@@ -158,7 +158,7 @@ func (s *Server) listClusters(_ *http.Request, _ *struct{}) (any, error) {
 
 // badRecord reports a stored record that does not decode; the caller skips it.
 func (s *Server) badRecord(key string, err error) {
-	s.log.Warn("skipping unreadable control plane record", "key", key, "err", err)
+	s.log.Warn("skipping unreadable control plane record", "key", key, "error", err)
 }
 
 // Task definitions.
@@ -197,9 +197,9 @@ func (s *Server) registerTaskDefinition(_ *http.Request, body []byte) (any, erro
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("task definition registered", "taskDefinition", s.taskDefArn(rec.Family, rec.Revision), "warnings", len(def.Warnings))
+	s.log.Info("task definition registered", "task_definition", s.taskDefArn(rec.Family, rec.Revision), "warnings", len(def.Warnings))
 	for _, w := range def.Warnings {
-		s.log.Info("task definition field ignored", "taskDefinition", s.taskDefArn(rec.Family, rec.Revision), "field", w)
+		s.log.Info("task definition field ignored", "task_definition", s.taskDefArn(rec.Family, rec.Revision), "field", w)
 	}
 	out, err := s.taskDefOut(rec)
 	if err != nil {
@@ -402,7 +402,7 @@ func (s *Server) deregisterTaskDefinition(_ *http.Request, req *taskDefRefReques
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("task definition deregistered", "taskDefinition", s.taskDefArn(family, rev))
+	s.log.Info("task definition deregistered", "task_definition", s.taskDefArn(family, rev))
 	out, err := s.taskDefOut(rec)
 	if err != nil {
 		return nil, err

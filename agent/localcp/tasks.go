@@ -122,7 +122,7 @@ func (s *Server) startTasks(req *runTaskRequest, explicit bool) (any, error) {
 	}
 	out := make([]taskOut, 0, len(tasks))
 	for _, t := range tasks {
-		s.log.Info("task created", "task", t.Arn, "taskDefinition", t.TaskDefinitionArn, "containerInstance", t.ContainerInstanceArn)
+		s.log.Info("task created", "task", t.Arn, "task_definition", t.TaskDefinitionArn, "container_instance", t.ContainerInstanceArn)
 		out = append(out, s.taskOut(t))
 		s.kick(t.ContainerInstanceArn)
 	}
@@ -641,7 +641,7 @@ func (s *Server) submitTaskStateChange(_ *http.Request, req *submitTaskStateChan
 	if err != nil {
 		return nil, err
 	}
-	s.log.Debug("task state change", "task", t.Arn, "status", req.Status, "lastStatus", taskStatusName(t.LastStatus))
+	s.log.Debug("task state change", "task", t.Arn, "status", req.Status, "last_status", taskStatusName(t.LastStatus))
 	return ack, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // dockerHub is the one name every Docker Hub alias is normalised to.
@@ -13,17 +15,12 @@ const dockerHub = "docker.io"
 const dockerHubServerAddress = "https://index.docker.io/v1/"
 
 // dockerHubAliases are the host names that all mean Docker Hub.
-var dockerHubAliases = map[string]bool{
-	"docker.io":               true,
-	"index.docker.io":         true,
-	"registry-1.docker.io":    true,
-	"registry.hub.docker.com": true,
-}
+var dockerHubAliases = set.Of("docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com")
 
 // normaliseHost lower-cases a registry host and folds the Docker Hub aliases into one name.
 func normaliseHost(host string) string {
 	host = strings.ToLower(host)
-	if dockerHubAliases[host] {
+	if dockerHubAliases.Has(host) {
 		return dockerHub
 	}
 	return host

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -72,12 +73,17 @@ type SentRecord struct {
 }
 
 var (
-	// ErrLocked is wrapped by OpenBolt's error when another process holds the state file.
-	ErrLocked = errors.New("state file is locked")
-	// ErrCorrupt is wrapped by OpenBolt's error when the state file is not a bbolt database.
-	ErrCorrupt = errors.New("state file is corrupt")
-	// ErrClosed is wrapped by the error of every Store call made after Close.
-	ErrClosed = errors.New("state store is closed")
+	// ErrLocked is wrapped by OpenBolt's error when another process holds the state file. An
+	// errdefs.ErrConflict: the file is in use by another process (another agent on the same data
+	// directory), and trying again will not help while that process runs.
+	ErrLocked = errdefs.New(errdefs.ErrConflict, "state file is locked")
+	// ErrCorrupt is wrapped by OpenBolt's error when the state file is not a bbolt database. An
+	// errdefs.ErrFailedPrecondition: the file on disk, not the request, is wrong, until an operator
+	// moves it away.
+	ErrCorrupt = errdefs.New(errdefs.ErrFailedPrecondition, "state file is corrupt")
+	// ErrClosed is wrapped by the error of every Store call made after Close. An
+	// errdefs.ErrFailedPrecondition.
+	ErrClosed = errdefs.New(errdefs.ErrFailedPrecondition, "state store is closed")
 )
 
 // RecordError reports one stored record that could not be decoded. Its text names the bucket and

@@ -28,6 +28,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
@@ -71,7 +72,7 @@ type Watcher struct {
 	running  map[string]string  // file name → ARN of its task
 	restarts map[string]restart // file name → restart bookkeeping of its definition
 	invalid  map[string]string  // file name → content digest of the invalid version already reported
-	adopted  map[string]bool    // ARNs of restored static tasks no file has claimed yet
+	adopted  set.Set[string]    // ARNs of restored static tasks no file has claimed yet
 }
 
 // restart tracks how often a file's task stopped by itself, to back off.
@@ -92,8 +93,7 @@ func New(cfg Config, runner Runner, log *logger.Logger) *Watcher {
 		cfg.Clock = clockwork.NewRealClock()
 	}
 	return &Watcher{cfg: cfg, runner: runner, log: log.With("static_tasks_dir", cfg.Dir),
-		running: map[string]string{}, restarts: map[string]restart{}, invalid: map[string]string{},
-		adopted: map[string]bool{}}
+		running: map[string]string{}, restarts: map[string]restart{}, invalid: map[string]string{}}
 }
 
 // Adopt takes the static tasks restored after an agent restart: the first scan keeps each one whose
@@ -103,7 +103,7 @@ func (w *Watcher) Adopt(tasks []*task.Task) {
 	prefix := w.arnPrefix()
 	for _, t := range tasks {
 		if strings.HasPrefix(t.Arn, prefix) && t.DesiredStatus != task.TaskStopped {
-			w.adopted[t.Arn] = true
+			w.adopted.Add(t.Arn)
 		}
 	}
 }
@@ -131,12 +131,12 @@ func (w *Watcher) Scan(ctx context.Context) {
 		w.log.Warn("cannot read the static tasks directory", "error", err)
 		return
 	}
-	seen := map[string]bool{}
+	var seen set.Set[string]
 	for _, e := range entries {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		seen[e.Name()] = true
+		seen.Add(e.Name())
 		w.apply(ctx, e.Name())
 	}
 	names := make([]string, 0, len(w.running))
@@ -145,21 +145,21 @@ func (w *Watcher) Scan(ctx context.Context) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if !seen[name] {
+		if !seen.Has(name) {
 			w.stop(ctx, w.running[name], ReasonRemoved)
 			w.log.Info("static task file removed; its task stops", "file", name, "task", w.running[name])
 			delete(w.running, name)
 		}
 	}
 	for name := range w.invalid {
-		if !seen[name] {
+		if !seen.Has(name) {
 			delete(w.invalid, name)
 		}
 	}
-	for arn := range w.adopted {
+	for _, arn := range set.Sorted(w.adopted) {
 		w.stop(ctx, arn, ReasonRemoved)
 		w.log.Info("static task's file changed or went away while the agent was down; its task stops", "task", arn)
-		delete(w.adopted, arn)
+		w.adopted.Remove(arn)
 	}
 }
 
@@ -234,9 +234,9 @@ func (w *Watcher) stop(ctx context.Context, arn, reason string) {
 
 // claim takes the restored task of a file, if one survived the restart with this definition.
 func (w *Watcher) claim(base string) (string, bool) {
-	for arn := range w.adopted {
+	for _, arn := range set.Sorted(w.adopted) {
 		if arn == base || strings.HasPrefix(arn, base+"-r") {
-			delete(w.adopted, arn)
+			w.adopted.Remove(arn)
 			return arn, true
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // decoder fills a Go value from a generic JSON tree (what json.Decoder with UseNumber produces) the way
@@ -108,23 +110,23 @@ func (d *decoder) decode(path string, v any, rv reflect.Value) {
 // decodeStruct decodes the known keys of obj in field order, then warns about the others.
 func (d *decoder) decodeStruct(path string, obj map[string]any, rv reflect.Value) {
 	t := rv.Type()
-	known := make(map[string]bool, t.NumField())
+	var known set.Set[string]
 	for i := range t.NumField() {
 		name := jsonName(t.Field(i))
 		if name == "" {
 			continue
 		}
-		known[name] = true
+		known.Add(name)
 		if v, ok := obj[name]; ok {
 			d.decode(join(path, name), v, rv.Field(i))
 		}
 	}
 	for _, k := range sortedKeys(obj) {
-		if known[k] {
+		if known.Has(k) {
 			continue
 		}
 		reason := "unknown field, ignored"
-		for name := range known {
+		for _, name := range set.Sorted(known) {
 			if strings.EqualFold(name, k) {
 				reason = fmt.Sprintf("unknown field (did you mean %q?), ignored", name)
 			}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -118,14 +119,14 @@ func (v *validator) name(path, name string) bool {
 }
 
 func (v *validator) volumes() {
-	seen := make(map[string]bool, len(v.def.Volumes))
+	var seen set.Set[string]
 	for i, vol := range v.def.Volumes {
 		p := fmt.Sprintf("volumes[%d]", i)
 		if v.name(p+".name", vol.Name) {
-			if seen[vol.Name] {
+			if seen.Has(vol.Name) {
 				v.fail(p+".name", "duplicate volume name %q", vol.Name)
 			}
-			seen[vol.Name] = true
+			seen.Add(vol.Name)
 		}
 		if vol.Host != nil && vol.DockerVolumeConfiguration != nil {
 			v.fail(p, "host and dockerVolumeConfiguration are mutually exclusive")
@@ -331,16 +332,16 @@ func (v *validator) bounds(path string, n, lo, hi int, unit string) {
 }
 
 func (v *validator) ulimits(p string, ulimits []Ulimit) {
-	seen := make(map[string]bool, len(ulimits))
+	var seen set.Set[string]
 	for j, u := range ulimits {
 		up := fmt.Sprintf("%s.ulimits[%d]", p, j)
 		switch {
 		case !knownUlimit(u.Name):
 			v.fail(up+".name", "unknown ulimit %q", u.Name)
-		case seen[u.Name]:
+		case seen.Has(u.Name):
 			v.fail(up+".name", "duplicate ulimit %q", u.Name)
 		}
-		seen[u.Name] = true
+		seen.Add(u.Name)
 		if u.SoftLimit > u.HardLimit {
 			v.fail(up+".softLimit", "%d exceeds hardLimit %d", u.SoftLimit, u.HardLimit)
 		}
