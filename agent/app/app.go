@@ -23,6 +23,7 @@ import (
 	"github.com/berth-agent/berth/agent/imagecleanup"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/metrics"
+	"github.com/berth-agent/berth/agent/registryauth"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/statictasks"
 	"github.com/berth-agent/berth/agent/version"
@@ -53,54 +54,29 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	defer closeState(store, log)
-	m := metrics.New()
 	client, err := NewDockerClient(cfg, log)
 	if err != nil {
 		return fmt.Errorf("docker client: %w", err)
 	}
 	defer client.Close()
-	dockerVersion, err := client.WaitReady(ctx, func(attempt int, err error, delay time.Duration) {
-		log.Warn("the Docker Engine does not answer; retrying", "attempt", attempt, "retry_in", delay.Round(time.Millisecond), "error", err)
-	})
-	if err == nil {
-		log.Info("Docker Engine answers", "version", dockerVersion.Version, "api_version", dockerVersion.APIVersion)
-	} else {
-		if ctx.Err() != nil {
-			return nil // stopped while waiting: nothing was started
-		}
-		return fmt.Errorf("docker engine: %w", err)
+	dockerVersion, err := waitForDocker(ctx, client, log)
+	if err != nil || ctx.Err() != nil {
+		return err // nil when stopped while waiting: nothing was started
 	}
-	resources, err := hostResources(cfg)
+	m := metrics.New()
+	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, opts.Hook, log)
 	if err != nil {
 		return err
 	}
-	var awsvpc engine.AWSVPCConfig
-	if cfg.TaskENIEnabled { // without it the engine refuses awsvpc tasks, saying how to enable them
-		awsvpc, err = engine.NewAWSVPC(ctx, engine.AWSVPCSetup{PluginsPath: cfg.CNIPluginsPath, StateDir: filepath.Join(cfg.DataDir, "cni"),
-			PauseTarball: cfg.PauseImageTarball, BridgeIPv4: cfg.OverrideAWSVPCLocalIPv4Address,
-			AdditionalLocalRoutes: cfg.AWSVPCAdditionalLocalRoutes, BlockIMDS: cfg.AWSVPCBlockIMDS, LocalSubnet: cfg.AWSVPCLocalSubnet}, client, log)
-		if err != nil {
-			return err
-		}
-	}
-	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
-		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: opts.Hook},
-		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
-		auth, store, log)
-	m.CountTasks(eng.Tasks)
-
 	servers, err := listen(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer servers.close()
-	ecs, creds, region, err := controlplane.NewECSClient(ctx, cfg, log)
+	cp, err := newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, opts.Hook, log)
 	if err != nil {
 		return err
 	}
-	reg := controlplane.NewRegistration(cfg, resources, dockerVersion.Version, dockerVersion.APIVersion)
-	cp := controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg,
-		Region: region, Credentials: creds, Hook: opts.Hook}, ecs, eng, store, log.With("control_plane", string(cfg.Mode)))
 	eng.Subscribe(cp)
 
 	// The engine and the reporters outlive SIGTERM only as long as --stop-tasks-on-exit needs them.
@@ -118,7 +94,6 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return fmt.Errorf("recover saved tasks: %w", err)
 	}
 	eng.RemoveNetworkLeftovers(ctx)
-	log.Info("task engine started", "cpu_units", resources.CPU, "memory_mib", resources.MemoryMiB)
 	var reporting errgroup.Group
 	reporting.Go(func() error { cp.Report(engineCtx, eng.Tasks()); return nil })
 	defer func() { _ = reporting.Wait() }()
@@ -126,12 +101,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 
 	g, gctx := errgroup.WithContext(ctx)
 	servers.serve(gctx, g, eng, m, cp, cfg)
-	g.Go(func() error {
-		if err := cp.Connect(gctx); err != nil && gctx.Err() == nil {
-			log.Error("no control plane: tasks from it will not arrive", "error", err)
-		}
-		return nil
-	})
+	g.Go(func() error { connect(gctx, cp, log); return nil })
 	g.Go(func() error {
 		newImageCleaner(cfg, store, eng, client, diskUsage(ctx, client, log), log).Run(gctx)
 		return nil
@@ -151,6 +121,65 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	log.Info("berth stopped")
 	return nil
+}
+
+// waitForDocker returns the Engine's version once it answers, logging while it does not.
+func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger.Logger) (dockerclient.VersionInfo, error) {
+	v, err := client.WaitReady(ctx, func(attempt int, err error, delay time.Duration) {
+		log.Warn("the Docker Engine does not answer; retrying", "attempt", attempt, "retry_in", delay.Round(time.Millisecond), "error", err)
+	})
+	switch {
+	case ctx.Err() != nil:
+		return v, nil
+	case err != nil:
+		return v, fmt.Errorf("docker engine: %w", err)
+	}
+	log.Info("Docker Engine answers", "version", v.Version, "api_version", v.APIVersion)
+	return v, nil
+}
+
+// newEngine builds the task engine with the host's resources and, with ECS_ENABLE_TASK_ENI, awsvpc
+// support (without it the engine refuses awsvpc tasks, saying how to enable them).
+func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
+	m *metrics.Metrics, hook engine.Hook, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
+	resources, err := hostResources(cfg)
+	if err != nil {
+		return nil, resources, err
+	}
+	var awsvpc engine.AWSVPCConfig
+	if cfg.TaskENIEnabled {
+		awsvpc, err = engine.NewAWSVPC(ctx, engine.AWSVPCSetup{PluginsPath: cfg.CNIPluginsPath, StateDir: filepath.Join(cfg.DataDir, "cni"),
+			PauseTarball: cfg.PauseImageTarball, BridgeIPv4: cfg.OverrideAWSVPCLocalIPv4Address,
+			AdditionalLocalRoutes: cfg.AWSVPCAdditionalLocalRoutes, BlockIMDS: cfg.AWSVPCBlockIMDS, LocalSubnet: cfg.AWSVPCLocalSubnet}, client, log)
+		if err != nil {
+			return nil, resources, err
+		}
+	}
+	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
+		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: hook},
+		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
+		auth, store, log)
+	m.CountTasks(eng.Tasks)
+	return eng, resources, nil
+}
+
+// newControlPlane builds the agent's side of the control plane the configuration chose.
+func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.Resources, docker dockerclient.VersionInfo,
+	eng *engine.Engine, store state.Store, hook engine.Hook, log *logger.Logger) (*controlplane.ControlPlane, error) {
+	ecs, creds, region, err := controlplane.NewECSClient(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
+	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Hook: hook},
+		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), nil
+}
+
+// connect keeps the control plane connected until ctx ends.
+func connect(ctx context.Context, cp *controlplane.ControlPlane, log *logger.Logger) {
+	if err := cp.Connect(ctx); err != nil && ctx.Err() == nil {
+		log.Error("no control plane: tasks from it will not arrive", "error", err)
+	}
 }
 
 // logStart logs the version, configuration warnings, the effective configuration and the mode.
