@@ -133,7 +133,8 @@ func TestRejectedReportDeliveredAfterRestart(t *testing.T) {
 	assert.Equal(t, "arn:bad", subs[0].Task)
 	assert.Equal(t, "STOPPED", subs[0].Status)
 	assert.Equal(t, "TaskDefinitionError: bad", subs[0].Reason)
-	assert.Zero(t, second.reporter.Tracked())
+	assert.Eventually(t, func() bool { return second.reporter.Tracked() == 0 }, 10*time.Second, 5*time.Millisecond,
+		"the reporter forgets the delivered report")
 }
 
 func TestCredentialsStore(t *testing.T) {
