@@ -49,7 +49,7 @@ func main() {
 	only := flag.String("only", "", "run one section: pull, engine, memory, awsvpc, cp or ecs")
 	rounds := flag.Int("pull-rounds", 7, "measured pulls per side")
 	faultPulls := flag.Int("fault-pulls", 100, "pulls through the faulty proxy")
-	ecsRounds := flag.String("ecs-rounds", "1:15,20:5,50:3", "ecs section: tasks:rounds per size, comma-separated")
+	ecsRounds := flag.String("ecs-rounds", "1:15,20:8,50:5", "ecs section: tasks:rounds per size, comma-separated")
 	ecsKeep := flag.Bool("ecs-keep", false, "ecs section: keep the temp dir (agent log, state, bench timeline) and print its path")
 	ecsLogLevel := flag.String("ecs-loglevel", "info", "ecs section: the agent's ECS_LOGLEVEL")
 	ecsDataTmpfs := flag.Bool("ecs-datadir-tmpfs", false, "ecs section, diagnostic: the agent's ECS_DATADIR on tmpfs (/dev/shm), to see what its fsyncs cost")

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -151,11 +152,27 @@ func runAgent(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		return 1
 	}
 	opts.Hook = crashHook(environ)
+	setGCPercent(environ)
 	if err := app.Run(ctx, res, opts, stdout); err != nil {
 		fmt.Fprintf(stderr, "berth: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// agentGCPercent is the agent's garbage-collection target unless GOGC says otherwise: a heap that
+// grows by half its live size before a collection, not by all of it. `make bench` measured 3.4 MiB
+// less resident memory with 50 tasks running, for no CPU per task it could tell apart from noise.
+const agentGCPercent = 50
+
+// setGCPercent applies agentGCPercent when the environment sets no GOGC.
+func setGCPercent(environ []string) {
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "GOGC=") {
+			return
+		}
+	}
+	debug.SetGCPercent(agentGCPercent)
 }
 
 // reportInvalid logs each configuration error at critical level. It logs to stderr, and to the log file

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -137,4 +138,17 @@ func TestConfigOutputIsJSON(t *testing.T) {
 	assert.Equal(t, "local", out.Mode)
 	assert.Equal(t, "default", out.Keys["ECS_CLUSTER"].Value)
 	assert.Equal(t, "default", out.Keys["ECS_CLUSTER"].Source)
+}
+
+func TestSetGCPercent(t *testing.T) {
+	orig := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(orig) })
+	setGCPercent([]string{"PATH=/bin"})
+	if got := debug.SetGCPercent(100); got != agentGCPercent {
+		t.Errorf("without GOGC the agent's target is %d, want %d", got, agentGCPercent)
+	}
+	setGCPercent([]string{"GOGC=200"})
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("with GOGC set the target is left alone, got %d", got)
+	}
 }
