@@ -318,6 +318,22 @@ func (e *Engine) StopAll(ctx context.Context, reason string) int {
 	return left
 }
 
+// goTracked runs fn in a goroutine Wait waits for, unless the engine's context has ended; it
+// reports whether fn runs.
+func (e *Engine) goTracked(fn func()) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopping() { // runWorkers has returned or is returning: Wait may be about to see zero
+		return false
+	}
+	e.wg.Add(1) // runWorkers still counts, so the counter is not zero
+	go func() {
+		defer e.wg.Done()
+		fn()
+	}()
+	return true
+}
+
 // stopping reports whether the engine's context has ended.
 func (e *Engine) stopping() bool {
 	select {

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -194,4 +196,32 @@ func TestStopAll(t *testing.T) {
 	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancelShort()
 	assert.Equal(t, 1, blocked.engine.StopAll(short, "agent exits"), "a stop that cannot finish is counted")
+}
+
+// A stopped task waits for its cleanup as a timer, not as a goroutine: hundreds of stopped tasks kept
+// for the cleanup wait cost no stacks.
+func TestStoppedTasksHoldNoGoroutine(t *testing.T) {
+	cfg := testConfig()
+	cfg.CleanupWait = time.Hour
+	h := newHarness(t, cfg)
+	baseline := runtime.NumGoroutine()
+	const n = 20
+	for i := range n {
+		arn := fmt.Sprintf("arn:aws:ecs:local:000000000000:task/test-cluster/idle-%d", i)
+		h.add(newTask(arn, ctr("app")))
+		h.waitStatus(arn, task.TaskRunning)
+	}
+	assert.GreaterOrEqual(t, runtime.NumGoroutine(), baseline+n, "a running task has its worker")
+	for i := range n {
+		arn := fmt.Sprintf("arn:aws:ecs:local:000000000000:task/test-cluster/idle-%d", i)
+		require.NoError(t, h.engine.StopTask(context.Background(), arn, "done"))
+		h.waitStatus(arn, task.TaskStopped)
+	}
+	require.True(t, pollUntil(func() bool { return runtime.NumGoroutine() <= baseline+2 }),
+		"stopped tasks hold no goroutines: %d, baseline %d", runtime.NumGoroutine(), baseline)
+	assert.Len(t, h.engine.Tasks(), n, "they are kept for the cleanup wait")
+	n2, err := h.engine.CleanupStopped(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, n, n2, "and cleaned up at once when asked")
+	assert.Empty(t, h.engine.Tasks())
 }

@@ -12,6 +12,8 @@ import (
 
 	docker "github.com/fsouza/go-dockerclient"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
@@ -34,21 +36,23 @@ type worker struct {
 	accepted  chan struct{}
 	acceptErr error
 
-	mu          sync.Mutex
-	desired     task.TaskStatus
-	reason      string
-	events      []dockerclient.Event
-	inspect     bool
-	snap        *task.Task
-	cancelStart context.CancelFunc
-	wake        chan struct{}
-	cleanNow    chan struct{} // closed to clean a stopped task up without waiting
-	stopSaved   chan struct{} // closed once a save holds desired STOPPED
-	stopped     chan struct{} // closed once a save holds known STOPPED
-	gone        chan struct{} // closed once the task is cleaned up and forgotten
-	cleanOnce   sync.Once
-	stopOnce    sync.Once
-	stoppedOnce sync.Once
+	mu             sync.Mutex
+	desired        task.TaskStatus
+	reason         string
+	events         []dockerclient.Event
+	inspect        bool
+	snap           *task.Task
+	cancelStart    context.CancelFunc
+	wake           chan struct{}
+	cleanEarly     bool            // clean the stopped task up without waiting (disk pressure)
+	cleanScheduled bool            // the worker's goroutine has ended; the cleanup timer holds the task
+	cleanTimer     clockwork.Timer // the stopped task's cleanup, once its worker has finished
+	stopSaved      chan struct{}   // closed once a save holds desired STOPPED
+	stopped        chan struct{}   // closed once a save holds known STOPPED
+	gone           chan struct{}   // closed once the task is cleaned up and forgotten
+	cleanOnce      sync.Once
+	stopOnce       sync.Once
+	stoppedOnce    sync.Once
 
 	waitingSince map[string]time.Time // container name → when its dependsOn wait began (run only)
 	saved        [sha256.Size]byte    // digest of the task's JSON as last saved; zero before (run only, and add before run)
@@ -56,7 +60,7 @@ type worker struct {
 
 func newWorker(e *Engine, t *task.Task) *worker {
 	w := &worker{e: e, arn: t.Arn, t: t, log: e.log.With("task", t.Arn), desired: t.DesiredStatus,
-		snap: t.Clone(), wake: make(chan struct{}, 1), cleanNow: make(chan struct{}), stopSaved: make(chan struct{}), stopped: make(chan struct{}), gone: make(chan struct{}),
+		snap: t.Clone(), wake: make(chan struct{}, 1), stopSaved: make(chan struct{}), stopped: make(chan struct{}), gone: make(chan struct{}),
 		accepted: make(chan struct{}), waitingSince: map[string]time.Time{}}
 	for _, c := range t.Containers {
 		if c.DockerID != "" && c.KnownStatus != task.ContainerStopped {
@@ -68,7 +72,40 @@ func newWorker(e *Engine, t *task.Task) *worker {
 
 // cleanupNow makes a stopped task skip the rest of its cleanup wait.
 func (w *worker) cleanupNow() {
-	w.cleanOnce.Do(func() { close(w.cleanNow) })
+	w.mu.Lock()
+	w.cleanEarly = true
+	timer := w.cleanTimer
+	w.mu.Unlock()
+	if timer != nil {
+		w.log.Info("cleaning up a stopped task early to free disk space")
+		timer.Reset(0) // the timer's function runs the cleanup once, whenever it fires
+	}
+}
+
+// scheduleCleanup arranges the cleanup of the stopped task after the cleanup wait, counted from when
+// it stopped (which may have been before an agent restart), and lets the worker's goroutine end: a
+// stopped task waits as a timer, not as a goroutine. Late Docker events about it are not applied.
+func (w *worker) scheduleCleanup(ctx context.Context) {
+	wait := w.t.StoppedAt.Add(w.e.cfg.CleanupWait).Sub(w.e.clock.Now())
+	w.mu.Lock()
+	w.snap = w.t // nothing changes the task any more: the snapshot need not be a second copy
+	w.cleanScheduled = true
+	w.events = nil
+	early := w.cleanEarly
+	if !early {
+		w.cleanTimer = w.e.clock.AfterFunc(wait, func() { w.startCleanup(ctx) })
+	}
+	w.mu.Unlock()
+	if early {
+		w.log.Info("cleaning up a stopped task early to free disk space")
+		w.startCleanup(ctx)
+	}
+}
+
+// startCleanup runs the cleanup once, in a goroutine of the engine, unless the engine is stopping
+// (the next agent cleans the task up after restoring it).
+func (w *worker) startCleanup(ctx context.Context) {
+	w.cleanOnce.Do(func() { w.e.goTracked(func() { w.cleanup(ctx) }) })
 }
 
 func (w *worker) poke() {
@@ -113,6 +150,10 @@ func (w *worker) stopWanted() (bool, string) {
 
 func (w *worker) event(ev dockerclient.Event) {
 	w.mu.Lock()
+	if w.cleanScheduled {
+		w.mu.Unlock()
+		return // nothing reads the mailbox of a stopped task waiting for its cleanup
+	}
 	w.events = append(w.events, ev)
 	w.mu.Unlock()
 	w.poke()
@@ -120,7 +161,7 @@ func (w *worker) event(ev dockerclient.Event) {
 
 func (w *worker) requestInspect() {
 	w.mu.Lock()
-	w.inspect = true
+	w.inspect = !w.cleanScheduled
 	w.mu.Unlock()
 	w.poke()
 }
@@ -215,24 +256,7 @@ func (w *worker) run(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	// The wait counts from when the task stopped, which may have been before an agent restart. The
-	// worker keeps draining its mailbox meanwhile (late Docker events still arrive).
-	timer := w.e.clock.NewTimer(w.t.StoppedAt.Add(w.e.cfg.CleanupWait).Sub(w.e.clock.Now()))
-	defer timer.Stop()
-	for waiting := true; waiting; {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.Chan():
-			waiting = false
-		case <-w.cleanNow:
-			w.log.Info("cleaning up a stopped task early to free disk space")
-			waiting = false
-		case <-w.wake:
-			w.drain(ctx)
-		}
-	}
-	w.cleanup(ctx)
+	w.scheduleCleanup(ctx)
 }
 
 // stopTask records why the task stops and sets its desired status.
