@@ -156,7 +156,7 @@ func (c *ControlPlane) Report(ctx context.Context, tasks []*task.Task) {
 	for _, t := range tasks {
 		live.Add(t.Arn)
 	}
-	c.reporter.Load(ctx, records, live.Has)
+	c.reporter.Load(records, live.Has)
 	for _, t := range tasks {
 		c.TaskChanged(t)
 	}

@@ -121,7 +121,7 @@ func (r *Reporter) Delivered() int64 { return r.delivered.Load() }
 // any Report. live reports whether the engine holds a task: a record of a task it no longer holds
 // (the process stopped between the task's removal and its record's) is deleted, and a saved report of
 // a rejected task is queued again.
-func (r *Reporter) Load(ctx context.Context, records []state.SentRecord, live func(arn string) bool) {
+func (r *Reporter) Load(records []state.SentRecord, live func(arn string) bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rec := range records {

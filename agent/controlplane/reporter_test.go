@@ -1,7 +1,6 @@
 package controlplane
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -265,7 +264,7 @@ func TestReporterNothingTwiceAcrossRestart(t *testing.T) {
 	// A new process: load the sent records, then re-Report the engine's tasks.
 	live := func(string) bool { return true }
 	r2 := newTestReporter(t, f, st)
-	r2.Load(context.Background(), st.all(), live)
+	r2.Load(st.all(), live)
 	r2.Report(running(base))
 	r2.Report(stopped(running(other)))
 	stop2 := runReporter(t, r2)
@@ -276,7 +275,7 @@ func TestReporterNothingTwiceAcrossRestart(t *testing.T) {
 
 	// The next change of t1 is sent, and only it.
 	r3 := newTestReporter(t, f, st)
-	r3.Load(context.Background(), st.all(), live)
+	r3.Load(st.all(), live)
 	stop3 := runReporter(t, r3)
 	r3.Report(stopped(running(base)))
 	st.waitSaved(t, 1)
