@@ -2,8 +2,6 @@ package registryauth
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -18,27 +16,9 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
-// defaultIdentity is the credentials identity of the SDK's default credential chain.
-const defaultIdentity = "default"
-
-// tokenKey names one cached ECR token: the registry, the endpoint asked and whose credentials asked.
-type tokenKey struct {
-	account  string
-	region   string
-	fips     bool
-	endpoint string // endpoint override; "" is the SDK's endpoint (AWS_ENDPOINT_URL_ECR or AWS's)
-	identity string // defaultIdentity, or a hash of the access key id of explicit credentials
-}
-
-// String is the key's singleflight name.
-func (k tokenKey) String() string {
-	return fmt.Sprintf("%s|%s|%t|%s|%s", k.account, k.region, k.fips, k.endpoint, k.identity)
-}
-
-// credentialsIdentity names explicit credentials in cache keys without keeping the key id itself.
-func credentialsIdentity(accessKeyID string) string {
-	sum := sha256.Sum256([]byte(accessKeyID))
-	return "key:" + hex.EncodeToString(sum[:8])
+// String names the registry as the key of its cached token and of the singleflight fetching it.
+func (k ecrRegistry) String() string {
+	return fmt.Sprintf("%s|%s|%t", k.account, k.region, k.fips)
 }
 
 // token is a decoded ECR authorization token.
@@ -49,19 +29,19 @@ type token struct {
 
 // tokenRequest is everything one GetAuthorizationToken call needs.
 type tokenRequest struct {
-	key    tokenKey
+	key    ecrRegistry
 	awsCfg aws.Config
 	creds  aws.CredentialsProvider
 }
 
-// tokenCache holds ECR tokens per tokenKey and shares concurrent fetches of one key.
+// tokenCache holds an ECR token per registry and shares concurrent fetches of one token.
 type tokenCache struct {
 	mu     sync.Mutex
-	tokens map[tokenKey]token
+	tokens map[ecrRegistry]token
 	flight singleflight.Group
 }
 
-func (c *tokenCache) get(k tokenKey) (token, bool) {
+func (c *tokenCache) get(k ecrRegistry) (token, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, ok := c.tokens[k]
@@ -69,11 +49,11 @@ func (c *tokenCache) get(k tokenKey) (token, bool) {
 }
 
 // put stores t and drops tokens that have expired.
-func (c *tokenCache) put(k tokenKey, t token, now time.Time) {
+func (c *tokenCache) put(k ecrRegistry, t token, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.tokens == nil {
-		c.tokens = make(map[tokenKey]token)
+		c.tokens = make(map[ecrRegistry]token)
 	}
 	for old, ot := range c.tokens {
 		if !now.Before(ot.expiresAt) {
@@ -83,7 +63,7 @@ func (c *tokenCache) put(k tokenKey, t token, now time.Time) {
 	c.tokens[k] = t
 }
 
-func (c *tokenCache) drop(k tokenKey) {
+func (c *tokenCache) drop(k ecrRegistry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.tokens, k)
@@ -151,9 +131,6 @@ func (p *Provider) fetchToken(ctx context.Context, req tokenRequest) (token, err
 	client := ecr.NewFromConfig(req.awsCfg, func(o *ecr.Options) {
 		o.Region = req.key.region
 		o.Credentials = req.creds
-		if req.key.endpoint != "" {
-			o.BaseEndpoint = aws.String(req.key.endpoint)
-		}
 		if req.key.fips {
 			o.EndpointOptions.UseFIPSEndpoint = aws.FIPSEndpointStateEnabled
 		}

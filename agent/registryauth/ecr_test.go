@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	docker "github.com/fsouza/go-dockerclient"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
@@ -429,106 +427,6 @@ func TestCheckRequiredCountsAsDetection(t *testing.T) {
 	assertNoSecrets(t, "log", buf.String())
 }
 
-func TestForTask(t *testing.T) {
-	taskCreds := credentials.NewStaticCredentialsProvider("AKIDTASK", staticSecretKey, "")
-	failing := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-		return aws.Credentials{}, errors.New("task role credentials are gone")
-	})
-	tests := []struct {
-		name        string
-		cfg         Config
-		auth        func(override string) TaskECRAuth
-		image       string
-		wantToken   bool
-		wantKeyID   string
-		wantRegion  string
-		wantCannot  bool
-		wantDefault int64
-	}{
-		{name: "endpoint override and static credentials",
-			auth: func(o string) TaskECRAuth {
-				return TaskECRAuth{RegistryID: account, Region: "eu-west-1", EndpointOverride: o, Credentials: taskCreds}
-			},
-			image: "012345678901.dkr.ecr.eu-west-1.amazonaws.com/app", wantToken: true, wantKeyID: "AKIDTASK", wantRegion: "eu-west-1"},
-		{name: "region filter does not apply", cfg: Config{ECRRegions: config.ECRRegions{Configured: true}},
-			auth: func(o string) TaskECRAuth {
-				return TaskECRAuth{RegistryID: account, Region: "us-east-1", EndpointOverride: o, Credentials: taskCreds}
-			},
-			image: ecrImage, wantToken: true, wantKeyID: "AKIDTASK", wantRegion: "us-east-1"},
-		{name: "registry and region from the image", cfg: Config{IncludeAccounts: set.Of("111111111111")},
-			auth:  func(o string) TaskECRAuth { return TaskECRAuth{EndpointOverride: o, Credentials: taskCreds} },
-			image: ecrImage, wantToken: true, wantKeyID: "AKIDTASK", wantRegion: "us-east-1"},
-		{name: "excluded account", cfg: Config{ExcludeAccounts: set.Of(account)},
-			auth: func(o string) TaskECRAuth {
-				return TaskECRAuth{RegistryID: account, Region: "us-east-1", EndpointOverride: o, Credentials: taskCreds}
-			},
-			image: ecrImage},
-		{name: "credentials fail", auth: func(o string) TaskECRAuth {
-			return TaskECRAuth{RegistryID: account, Region: "us-east-1", EndpointOverride: o, Credentials: failing}
-		}, image: ecrImage, wantCannot: true},
-		{name: "no credentials anywhere", auth: func(o string) TaskECRAuth {
-			return TaskECRAuth{RegistryID: account, Region: "us-east-1", EndpointOverride: o}
-		}, image: ecrImage, wantCannot: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			isolateAWS(t) // IMDS is a closed port: lazy detection would say AWS is unreachable
-			def := newFakeECR(t, time.Now().Add(12*time.Hour)).useAsDefault(t)
-			override := newFakeECR(t, time.Now().Add(12*time.Hour))
-			p, buf := newProvider(t, tt.cfg)
-			src := p.ForTask(tt.auth(override.srv.URL))
-
-			got, err := src.Auth(context.Background(), tt.image)
-			switch {
-			case tt.wantCannot:
-				var cannot *CannotPullECRContainerError
-				require.ErrorAs(t, err, &cannot)
-				assert.False(t, cannot.Retry())
-				assert.Zero(t, override.requests.Load())
-				assertNoSecrets(t, "error", err.Error())
-			case tt.wantToken:
-				require.NoError(t, err)
-				assert.Equal(t, wantECRAuth(account), got)
-				again, err := src.Auth(context.Background(), tt.image)
-				require.NoError(t, err)
-				assert.Equal(t, got, again)
-				assert.Equal(t, int64(1), override.requests.Load(), "cached")
-				src.Invalidate(tt.image)
-				_, err = src.Auth(context.Background(), tt.image)
-				require.NoError(t, err)
-				assert.Equal(t, int64(2), override.requests.Load(), "refetched after Invalidate")
-				assert.Equal(t, []string{tt.wantKeyID, tt.wantKeyID}, override.accessKeyIDs())
-				assert.Equal(t, []string{tt.wantRegion, tt.wantRegion}, override.regions)
-				assert.Equal(t, [][]string{{account}, {account}}, override.registry)
-			default:
-				require.NoError(t, err)
-				assert.Zero(t, got)
-				assert.Zero(t, override.requests.Load())
-			}
-			assert.Zero(t, def.requests.Load(), "the task's endpoint is used, not the default")
-			assert.Empty(t, logLines(buf, "level=warn"))
-			assertNoSecrets(t, "log", buf.String())
-		})
-	}
-}
-
-func TestForTaskSharesCacheBetweenSources(t *testing.T) {
-	isolateAWS(t)
-	override := newFakeECR(t, time.Now().Add(12*time.Hour))
-	p, _ := newProvider(t, Config{})
-	auth := TaskECRAuth{RegistryID: account, Region: "us-east-1", EndpointOverride: override.srv.URL,
-		Credentials: credentials.NewStaticCredentialsProvider("AKIDTASK", staticSecretKey, "")}
-	for range 3 {
-		_, err := p.ForTask(auth).Auth(context.Background(), ecrImage)
-		require.NoError(t, err)
-	}
-	other := auth
-	other.Credentials = credentials.NewStaticCredentialsProvider("AKIDOTHER", staticSecretKey, "")
-	_, err := p.ForTask(other).Auth(context.Background(), ecrImage)
-	require.NoError(t, err)
-	assert.Equal(t, int64(2), override.requests.Load(), "one token per credentials identity")
-}
-
 func TestAuthHonoursContext(t *testing.T) {
 	isolateAWS(t)
 	setEnvCredentials(t)
@@ -542,7 +440,7 @@ func TestAuthHonoursContext(t *testing.T) {
 
 	// The shared fetch went on and filled the cache.
 	require.Eventually(t, func() bool {
-		_, ok := p.tokens.get(tokenKey{account: account, region: "us-east-1", identity: defaultIdentity})
+		_, ok := p.tokens.get(ecrRegistry{account: account, region: "us-east-1"})
 		return ok
 	}, 2*time.Second, 10*time.Millisecond)
 	got, err := p.Auth(context.Background(), ecrImage)

@@ -29,10 +29,7 @@ type pullAuthSource interface {
 	Invalidate(image string)
 }
 
-var (
-	_ pullAuthSource = (*Provider)(nil)
-	_ pullAuthSource = (*taskSource)(nil)
-)
+var _ pullAuthSource = (*Provider)(nil)
 
 // Secrets the fakes hand out; none may ever show up in a log line or an error.
 const (

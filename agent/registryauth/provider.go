@@ -82,15 +82,6 @@ type Config struct {
 	Clock clockwork.Clock
 }
 
-// TaskECRAuth is ECR authentication that ECS sent with a task: which registry to ask for a token,
-// where, and with which credentials (nil: the SDK's default chain, e.g. the instance role).
-type TaskECRAuth struct {
-	RegistryID       string
-	Region           string
-	EndpointOverride string
-	Credentials      aws.CredentialsProvider
-}
-
 // AuthSource supplies registry credentials for a pull; it is the shape the pull path consumes.
 type AuthSource interface {
 	// Auth returns credentials for image's registry; the zero AuthConfiguration means anonymous.
@@ -186,7 +177,7 @@ func (p *Provider) Auth(ctx context.Context, image string) (docker.AuthConfigura
 		return docker.AuthConfiguration{}, nil
 	}
 	return p.ecrToken(ctx, image, host, tokenRequest{
-		key:    tokenKey{account: reg.account, region: reg.region, fips: reg.fips, identity: defaultIdentity},
+		key:    reg,
 		awsCfg: env.cfg,
 		creds:  env.cfg.Credentials,
 	})
@@ -203,7 +194,7 @@ func (p *Provider) Invalidate(image string) {
 		return
 	}
 	if reg, ok := parseECR(host); ok {
-		p.tokens.drop(tokenKey{account: reg.account, region: reg.region, fips: reg.fips, identity: defaultIdentity})
+		p.tokens.drop(reg)
 	}
 }
 
