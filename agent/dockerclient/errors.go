@@ -69,25 +69,6 @@ func (e *CannotPullContainerError) Unwrap() error { return e.Err }
 // cause.
 func (e *CannotPullContainerError) Retry() bool { return errdefs.IsRetriable(e.Err) }
 
-// CreateEmptyVolumeError reports that an empty volume for a container could
-// not be created; it is never retried.
-type CreateEmptyVolumeError struct {
-	Err error
-}
-
-var _ errdefs.Retriable = (*CreateEmptyVolumeError)(nil)
-
-// Error describes the failure.
-func (e *CreateEmptyVolumeError) Error() string {
-	return fmt.Sprintf("create empty volume: %v", e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *CreateEmptyVolumeError) Unwrap() error { return e.Err }
-
-// Retry reports false: creating the volume again will fail the same way.
-func (e *CreateEmptyVolumeError) Retry() bool { return false }
-
 // NotFoundError names the container or image that does not exist; it
 // matches ErrNotFound.
 type NotFoundError struct {

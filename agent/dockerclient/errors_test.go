@@ -139,7 +139,6 @@ func TestClassifyPullKeepsDecidedErrors(t *testing.T) {
 		retry bool
 	}{
 		{"non-retriable from registryauth", fmt.Errorf("auth: %w", fakeECRError{}), false},
-		{"create empty volume", &CreateEmptyVolumeError{Err: errors.New("disk full")}, false},
 		{"explicitly retriable", errdefs.Transient(errors.New("unauthorized")), true},
 	}
 	for _, tt := range tests {
@@ -163,7 +162,6 @@ func TestErrorMessagesNameTheObject(t *testing.T) {
 	te := &TimeoutError{Op: "stop container", Limit: time.Second}
 	assert.ErrorIs(t, te, context.DeadlineExceeded)
 	assert.Equal(t, "stop container: timed out after 1s", te.Error())
-	assert.False(t, (&CreateEmptyVolumeError{Err: errors.New("x")}).Retry())
 }
 
 func TestParseRetryAfter(t *testing.T) {

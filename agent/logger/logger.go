@@ -76,17 +76,6 @@ type Config struct {
 	OutputFormat  string  // logfmt|json (ECS_LOG_OUTPUT_FORMAT, default logfmt)
 }
 
-// DefaultConfig returns a Config holding every documented default (console only).
-func DefaultConfig() Config {
-	return Config{
-		Level:         DefaultLevel,
-		RolloverType:  DefaultRolloverType,
-		MaxFileSizeMB: DefaultMaxFileSizeMB,
-		MaxRollCount:  DefaultMaxRollCount,
-		OutputFormat:  DefaultOutputFormat,
-	}
-}
-
 // level is a record severity; the order matches seelog's levels.
 type level int
 

@@ -373,7 +373,8 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func TestDefaultConfigIsValid(t *testing.T) {
-	s, err := DefaultConfig().validate()
+	s, err := Config{Level: DefaultLevel, RolloverType: DefaultRolloverType, MaxFileSizeMB: DefaultMaxFileSizeMB,
+		MaxRollCount: DefaultMaxRollCount, OutputFormat: DefaultOutputFormat}.validate()
 	require.NoError(t, err)
 	assert.Equal(t, infoLevel, s.min)
 	assert.Equal(t, RolloverDate, s.rollover)

@@ -30,19 +30,6 @@ type Retrier struct {
 	OnRetry func(attempt int, err error, delay time.Duration)
 }
 
-// RetryWithBackoffCtx calls fn until it succeeds, returns an error that is not
-// retriable (errdefs.IsRetriable), or ctx is done, waiting on the real clock
-// between attempts as Retrier.Retry describes.
-func RetryWithBackoffCtx(ctx context.Context, backoff Backoff, fn func() error) error {
-	return Retrier{}.Retry(ctx, backoff, fn)
-}
-
-// RetryNWithBackoffCtx is RetryWithBackoffCtx limited to at most n attempts,
-// as Retrier.RetryN describes.
-func RetryNWithBackoffCtx(ctx context.Context, backoff Backoff, n int, fn func() error) error {
-	return Retrier{}.RetryN(ctx, backoff, n, fn)
-}
-
 // Retry calls fn until it returns nil, returns an error that is not retriable
 // according to errdefs.IsRetriable (that error is returned as is), or ctx is
 // done; an error that says nothing about retrying is retried. Between attempts

@@ -184,7 +184,7 @@ func TestRetryNNonPositiveLimit(t *testing.T) {
 	for _, n := range []int{0, -1} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			calls := 0
-			err := RetryNWithBackoffCtx(context.Background(), nil, n, func() error { calls++; return nil })
+			err := Retrier{}.RetryN(context.Background(), nil, n, func() error { calls++; return nil })
 			require.Error(t, err)
 			assert.Zero(t, calls)
 		})
@@ -402,17 +402,17 @@ func TestRetryNilBackoffDoesNotWait(t *testing.T) {
 	assert.Empty(t, clock.Delays())
 }
 
-func TestPackageFunctionsUseRealClock(t *testing.T) {
+func TestZeroRetrierUsesRealClock(t *testing.T) {
 	fail := errors.New("fail")
 	tests := []struct {
 		name string
 		run  func(fn func() error) error
 	}{
-		{"RetryWithBackoffCtx", func(fn func() error) error {
-			return RetryWithBackoffCtx(context.Background(), constantBackoff(time.Microsecond), fn)
+		{"Retry", func(fn func() error) error {
+			return Retrier{}.Retry(context.Background(), constantBackoff(time.Microsecond), fn)
 		}},
-		{"RetryNWithBackoffCtx", func(fn func() error) error {
-			return RetryNWithBackoffCtx(context.Background(), constantBackoff(time.Microsecond), 5, fn)
+		{"RetryN", func(fn func() error) error {
+			return Retrier{}.RetryN(context.Background(), constantBackoff(time.Microsecond), 5, fn)
 		}},
 	}
 	for _, tt := range tests {
