@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
@@ -22,8 +24,9 @@ var _ AttachmentSubmitter = (*ecsclient.Client)(nil)
 // it is torn down, in that order, each once per process, retried while the control plane is down.
 // It remembers a task until the engine removes it, and a queued change until it is delivered.
 type AttachmentReporter struct {
-	client AttachmentSubmitter
-	log    *logger.Logger
+	client  AttachmentSubmitter
+	retrier retry.Retrier
+	log     *logger.Logger
 
 	mu      sync.Mutex
 	queued  map[string]ecsclient.AttachmentStatus // task ARN → the newest status queued for its ENI
@@ -31,9 +34,10 @@ type AttachmentReporter struct {
 	wake    chan struct{}
 }
 
-// NewAttachmentReporter returns a reporter sending through client. Call Run to start it.
-func NewAttachmentReporter(client AttachmentSubmitter, log *logger.Logger) *AttachmentReporter {
-	return &AttachmentReporter{client: client, log: log, queued: map[string]ecsclient.AttachmentStatus{}, wake: make(chan struct{}, 1)}
+// NewAttachmentReporter returns a reporter sending through client, retrying on clock (nil: the real
+// one). Call Run to start it.
+func NewAttachmentReporter(client AttachmentSubmitter, clock clockwork.Clock, log *logger.Logger) *AttachmentReporter {
+	return &AttachmentReporter{client: client, retrier: retry.Retrier{Clock: clock}, log: log, queued: map[string]ecsclient.AttachmentStatus{}, wake: make(chan struct{}, 1)}
 }
 
 // Report queues what a task change means for its ENI attachment; it never blocks.
@@ -90,7 +94,7 @@ func (r *AttachmentReporter) Run(ctx context.Context) {
 			}
 		}
 		change := *next
-		err := retry.Retrier{}.Retry(ctx, retry.NewExponentialBackoff(250*time.Millisecond, time.Minute, 0.2, 1.5), func() error {
+		err := r.retrier.Retry(ctx, retry.NewExponentialBackoff(250*time.Millisecond, time.Minute, 0.2, 1.5), func() error {
 			return r.client.SubmitAttachmentStateChanges(ctx, []ecsclient.AttachmentStateChange{change})
 		})
 		if ctx.Err() != nil {

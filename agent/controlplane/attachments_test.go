@@ -40,7 +40,7 @@ func (f *fakeAttachments) got() []ecsclient.AttachmentStateChange {
 
 func TestAttachmentReporter(t *testing.T) {
 	fake := &fakeAttachments{failures: 2}
-	r := NewAttachmentReporter(fake, logger.Nop())
+	r := NewAttachmentReporter(fake, nil, logger.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})

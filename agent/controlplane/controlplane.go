@@ -108,9 +108,12 @@ func New(cfg Config, client Client, eng Engine, store Store, log *logger.Logger)
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
+	if cfg.Reporter.Retrier.Clock == nil {
+		cfg.Reporter.Retrier.Clock = cfg.Clock
+	}
 	return &ControlPlane{cfg: cfg, client: client, eng: eng, store: store, log: log,
 		reporter: NewReporter(client, store, cfg.Reporter, log),
-		attach:   NewAttachmentReporter(client, log),
+		attach:   NewAttachmentReporter(client, cfg.Clock, log),
 		creds:    NewCredentialsStore(cfg.Clock)}
 }
 
@@ -196,7 +199,7 @@ func (c *ControlPlane) Connect(ctx context.Context) error {
 		reg := c.cfg.Registration
 		client, err := acs.New(acs.Config{Endpoint: endpoint, Cluster: c.cfg.Cluster, ContainerInstanceArn: arn,
 			AgentVersion: reg.AgentVersion, AgentHash: reg.AgentHash, DockerVersion: reg.DockerVersion,
-			Region: c.cfg.Region, Credentials: c.cfg.Credentials, Logger: c.log,
+			Region: c.cfg.Region, Credentials: c.cfg.Credentials, Logger: c.log, Clock: c.cfg.Clock,
 			Rediscover: func(ctx context.Context) (string, error) {
 				c.client.ForgetPollEndpoint(arn)
 				return c.client.DiscoverPollEndpoint(ctx, arn)
