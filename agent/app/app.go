@@ -107,7 +107,8 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return nil
 	})
 	if cfg.StaticTasksDir != "" {
-		watcher := statictasks.New(statictasks.Config{Dir: cfg.StaticTasksDir, Cluster: cfg.Cluster, Region: cfg.AWSRegion}, eng, log)
+		watcher := statictasks.New(statictasks.Config{Dir: cfg.StaticTasksDir, Cluster: cfg.Cluster, Region: cfg.AWSRegion,
+			DisablePrivileged: cfg.PrivilegedDisabled}, eng, log)
 		watcher.Adopt(restored)
 		g.Go(func() error { watcher.Run(gctx); return nil })
 	}
@@ -156,7 +157,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		}
 	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
-		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: hook},
+		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: hook, DisablePrivileged: cfg.PrivilegedDisabled},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
 		auth, store, log)
 	m.CountTasks(eng.Tasks)
@@ -171,7 +172,8 @@ func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.R
 		return nil, err
 	}
 	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
-	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Hook: hook},
+	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Hook: hook,
+		DisablePrivileged: cfg.PrivilegedDisabled},
 		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), nil
 }
 

@@ -74,6 +74,9 @@ type Config struct {
 	Reporter ReporterConfig
 	// Clock is the time source; nil means the real clock.
 	Clock clockwork.Clock
+	// DisablePrivileged rejects tasks with a privileged container (ECS_DISABLE_PRIVILEGED) when they
+	// arrive.
+	DisablePrivileged bool
 	// Hook, if set, is called at HookRejectedSaved with the saved report; the crash-recovery tests
 	// kill the agent there.
 	Hook engine.Hook
@@ -238,6 +241,9 @@ func (c *ControlPlane) register(ctx context.Context) (string, error) {
 // stop, once the stop is saved), and saves a STOPPED report for every rejected one; the sequence
 // number is saved last. Only then does the ACS client acknowledge the payload.
 func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
+	if c.cfg.DisablePrivileged {
+		p = refusePrivileged(p)
+	}
 	// Tasks are accepted concurrently so that their saves share transactions; deliveries of one ARN
 	// keep their order.
 	byArn := map[string][]acs.Accepted{}
@@ -282,6 +288,20 @@ func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
 	}
 	c.seq.Store(p.SeqNum)
 	return nil
+}
+
+// refusePrivileged moves the tasks that ask for a privileged container to the payload's rejected ones.
+func refusePrivileged(p acs.Payload) acs.Payload {
+	accepted := p.Tasks[:0:0]
+	for _, a := range p.Tasks {
+		if err := a.Task.RefusePrivileged(); err != nil {
+			p.Rejected = append(p.Rejected, acs.Rejected{Arn: a.Task.Arn, Err: err})
+			continue
+		}
+		accepted = append(accepted, a)
+	}
+	p.Tasks = accepted
+	return p
 }
 
 // acceptConcurrency bounds the tasks of one payload accepted at once.

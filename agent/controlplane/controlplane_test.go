@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/ecsclient"
+	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
@@ -214,4 +216,30 @@ func TestThousandTasksLeaveNothingBehind(t *testing.T) {
 		}
 	}
 	assert.Equal(t, n, stoppedSent, "every task's STOPPED was delivered")
+}
+
+// With ECS_DISABLE_PRIVILEGED a payload's privileged task is rejected when it arrives: its STOPPED
+// report, naming the container and the field, is saved before the ack, and the engine never sees it.
+// Registration advertises the privileged-container capability only when privileged containers run.
+func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
+	ctx := context.Background()
+	store := state.NewMemory()
+	eng := &fakeEngine{}
+	cp := New(Config{DisablePrivileged: true}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
+	priv := &task.Task{Arn: "arn:priv", Containers: []*task.Container{{Name: "root", Privileged: true}}}
+	plain := &task.Task{Arn: "arn:plain", Containers: []*task.Container{{Name: "app"}}}
+	require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: 1, Tasks: []acs.Accepted{{Task: priv}, {Task: plain}}}))
+	require.Len(t, eng.added, 1)
+	assert.Equal(t, "arn:plain", eng.added[0].Arn)
+	records, err := store.SentRecords(ctx)
+	require.NoError(t, err)
+	require.Len(t, records, 1)
+	assert.Equal(t, "arn:priv", records[0].TaskArn)
+	assert.Contains(t, records[0].Report.StoppedReason, "container root: privileged")
+
+	for _, disabled := range []bool{false, true} {
+		cfg := &config.Config{PrivilegedDisabled: disabled}
+		reg := NewRegistration(cfg, engine.Resources{}, "27.0", "1.47")
+		assert.Equal(t, !disabled, reg.Privileged, "ECS_DISABLE_PRIVILEGED=%v", disabled)
+	}
 }

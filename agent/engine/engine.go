@@ -90,6 +90,9 @@ type Config struct {
 	Hook Hook
 	// Clock is the engine's time source; nil means the real clock.
 	Clock clockwork.Clock
+	// DisablePrivileged refuses privileged containers (ECS_DISABLE_PRIVILEGED): such a task stops
+	// before anything of it is created, with a reason naming the container.
+	DisablePrivileged bool
 }
 
 // Hook is called at a named step of a task's life with the task, which it must not keep or change.

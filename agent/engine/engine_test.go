@@ -970,3 +970,23 @@ func TestAWSVPCWaitsForTheENI(t *testing.T) {
 		})
 	}
 }
+
+// With ECS_DISABLE_PRIVILEGED a task with a privileged container stops before anything of it is
+// created, its reason naming the container and the field; without it the container runs privileged.
+func TestPrivilegedRefusedWhenDisabled(t *testing.T) {
+	cfg := testConfig()
+	cfg.DisablePrivileged = true
+	h := newHarness(t, cfg)
+	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/priv"
+	h.add(newTask(arn, ctr("app"), ctr("root", func(c *task.Container) { c.Privileged = true })))
+	stopped := h.waitStatus(arn, task.TaskStopped)
+	assert.Contains(t, stopped.StoppedReason, "container root: privileged")
+	assert.Contains(t, stopped.StoppedReason, "ECS_DISABLE_PRIVILEGED=true")
+	assert.Empty(t, h.docker.createCalls(), "no container of the task was created")
+
+	allowed := newHarness(t, testConfig())
+	allowed.add(newTask(arn, ctr("root", func(c *task.Container) { c.Privileged = true })))
+	allowed.waitStatus(arn, task.TaskRunning)
+	require.Len(t, allowed.docker.createCalls(), 1)
+	assert.True(t, allowed.docker.createCalls()[0].HostConfig.Privileged)
+}

@@ -275,6 +275,10 @@ func (w *worker) prepare(ctx context.Context) bool {
 		w.stopTask("awsvpc network mode needs task networking: set ECS_ENABLE_TASK_ENI=true")
 		return false
 	}
+	if err := w.t.RefusePrivileged(); err != nil && w.e.cfg.DisablePrivileged {
+		w.stopTask(err.Error())
+		return false
+	}
 	n := needOf(w.t)
 	if w.t.NetworkMode == task.NetworkAWSVPC && w.e.cfg.AWSVPC.BridgeIPv4 != nil {
 		n.exclusive = staticBridgeAddress

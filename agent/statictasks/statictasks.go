@@ -49,6 +49,8 @@ type Config struct {
 	Region   string          // ARN region; "local" when empty
 	Interval time.Duration   // how often the directory is scanned (default 2 s)
 	Clock    clockwork.Clock // scans and restart back-off; nil is the wall clock
+	// DisablePrivileged makes a file with a privileged container invalid (ECS_DISABLE_PRIVILEGED).
+	DisablePrivileged bool
 }
 
 // Restart delays of a static task that keeps stopping by itself.
@@ -176,6 +178,10 @@ func (w *Watcher) apply(ctx context.Context, name string) {
 		w.reportInvalid(name, data, err)
 		return
 	}
+	if err := w.refusePrivileged(def); err != nil {
+		w.reportInvalid(name, data, err)
+		return
+	}
 	delete(w.invalid, name)
 	digest, err := def.Digest()
 	if err != nil {
@@ -274,6 +280,19 @@ func (w *Watcher) reportInvalid(name string, data []byte, err error) {
 	}
 	w.invalid[name] = sum
 	w.log.Error("invalid static task definition; skipped", "file", name, "error", err)
+}
+
+// refusePrivileged names the field of a privileged container when ECS_DISABLE_PRIVILEGED refuses it.
+func (w *Watcher) refusePrivileged(def *taskdef.Definition) error {
+	if !w.cfg.DisablePrivileged {
+		return nil
+	}
+	for i, c := range def.ContainerDefinitions {
+		if c.Privileged {
+			return fmt.Errorf("containerDefinitions[%d].privileged: %w", i, task.ErrPrivilegedRefused)
+		}
+	}
+	return nil
 }
 
 func contentKey(data []byte) string {

@@ -223,3 +223,23 @@ func TestWatcherRunScansEveryInterval(t *testing.T) {
 	clock.Advance(time.Second)
 	assert.Contains(t, added(), "api", "the next scan is an interval later")
 }
+
+func TestWatcherRefusesPrivilegedWhenDisabled(t *testing.T) {
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	log, err := logger.New(logger.Config{}, &logs)
+	require.NoError(t, err)
+	priv := strings.Replace(webDef, `"memory": 32`, `"memory": 32, "privileged": true`, 1)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(priv), 0o600))
+
+	r := &fakeRunner{}
+	w := New(Config{Dir: dir, Cluster: "default", DisablePrivileged: true}, r, log)
+	w.Scan(context.Background())
+	w.Scan(context.Background())
+	assert.Empty(t, r.calls, "the privileged task is not started")
+	assert.Equal(t, 1, strings.Count(logs.String(), "containerDefinitions[0].privileged"), "logged once, naming the field:\n%s", logs.String())
+
+	allowed := &fakeRunner{}
+	New(Config{Dir: dir, Cluster: "default"}, allowed, log).Scan(context.Background())
+	assert.Len(t, allowed.calls, 1, "without ECS_DISABLE_PRIVILEGED it starts")
+}

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -258,6 +259,21 @@ func (t *Task) Container(name string) *Container {
 	for _, c := range t.Containers {
 		if c.Name == name {
 			return c
+		}
+	}
+	return nil
+}
+
+// ErrPrivilegedRefused is what RefusePrivileged reports.
+var ErrPrivilegedRefused = errors.New("privileged containers are refused on this host (ECS_DISABLE_PRIVILEGED=true)")
+
+// RefusePrivileged returns an error naming the first container that asks for privileged mode, or nil
+// when none does. Every way a task arrives (ACS, static files, the engine itself) asks it when
+// ECS_DISABLE_PRIVILEGED=true.
+func (t *Task) RefusePrivileged() error {
+	for _, c := range t.Containers {
+		if c.Privileged {
+			return fmt.Errorf("container %s: privileged: %w", c.Name, ErrPrivilegedRefused)
 		}
 	}
 	return nil
