@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
@@ -207,10 +208,15 @@ type instanceRecord struct {
 	Tags                []tag        `json:"tags,omitempty"`
 }
 
-// openDB opens (creating if needed) the bbolt file and brings its schema to schemaVersion.
+// openDB opens (creating if needed) the bbolt file, 0600 even when it existed, and brings its schema
+// to schemaVersion.
 func openDB(path string) (*bolt.DB, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
 	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {

@@ -243,16 +243,27 @@ func New(cfg Config, console io.Writer) (*Logger, error) {
 	}}, nil
 }
 
+// logFileMode is the most a log file may allow: logs can name tasks, images and hosts, so only root
+// and the file's group read them. Rolled files get it from the agent's umask (see cmd/berth).
+const logFileMode = 0o640
+
 // prepareFile creates the log file's directory and checks the file can be
-// opened for appending, so permission problems surface from New.
+// opened for appending, so permission problems surface from New. A file
+// that allows more than logFileMode is narrowed to it.
 func prepareFile(path string) error {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("create log directory %q: %w", dir, err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, logFileMode)
 	if err != nil {
 		return fmt.Errorf("open log file %q: %w", path, err)
+	}
+	if info, err := f.Stat(); err == nil && info.Mode().Perm()&^logFileMode != 0 {
+		if err := f.Chmod(info.Mode().Perm() & logFileMode); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("narrow log file %q to %o: %w", path, logFileMode, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close log file %q: %w", path, err)

@@ -390,3 +390,22 @@ func mustValidate(t *testing.T, c Config) settings {
 	require.NoError(t, err, fmt.Sprint(c))
 	return s
 }
+
+// The log file is created 0640, and an existing one that allows more is narrowed to it.
+func TestLogFileMode(t *testing.T) {
+	dir := t.TempDir()
+	fresh := filepath.Join(dir, "fresh.log")
+	newTest(t, Config{File: fresh})
+	wide := filepath.Join(dir, "wide.log")
+	require.NoError(t, os.WriteFile(wide, []byte("old\n"), 0o666))
+	require.NoError(t, os.Chmod(wide, 0o666))
+	newTest(t, Config{File: wide})
+	narrow := filepath.Join(dir, "narrow.log")
+	require.NoError(t, os.WriteFile(narrow, nil, 0o600))
+	newTest(t, Config{File: narrow})
+	for path, want := range map[string]os.FileMode{fresh: 0o640, wide: 0o640, narrow: 0o600} {
+		info, err := os.Stat(path)
+		require.NoError(t, err)
+		assert.Equal(t, want, info.Mode().Perm(), "%s: at most 0640, never widened", filepath.Base(path))
+	}
+}

@@ -142,7 +142,8 @@ func (e *lockedError) Error() string {
 
 func (e *lockedError) Unwrap() error { return ErrLocked }
 
-// OpenBolt opens the state file at path, creating it (0600) and its directory if missing, and
+// OpenBolt opens the state file at path, creating it (0600) and its directory if missing, making an
+// existing file 0600 too, and
 // upgrades its schema to SchemaVersion. It waits up to timeout for the file lock (0 waits forever);
 // when another process holds it the error wraps ErrLocked, when the file is not a bbolt database it
 // wraps ErrCorrupt, and when the file's schema is newer than SchemaVersion it says so. Every error
@@ -159,6 +160,10 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 		return nil, fmt.Errorf("open state file %s: not a valid bbolt database (%w): %w", path, err, ErrCorrupt)
 	case err != nil:
 		return nil, fmt.Errorf("open state file %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil { // a file made by someone else may be readable by all
+		_ = db.Close()
+		return nil, fmt.Errorf("state file %s: %w", path, err)
 	}
 	if err := db.Update(upgrade); err != nil {
 		_ = db.Close()

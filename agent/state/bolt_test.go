@@ -374,3 +374,15 @@ func TestBoltGroupCommit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, got, n, "every grouped save is durable")
 }
+
+// A state file someone made readable by all is narrowed to 0600 when it is opened.
+func TestBoltNarrowsAnExistingFileTo0600(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "berth.db")
+	b := openTestBolt(t, path)
+	require.NoError(t, b.Close())
+	require.NoError(t, os.Chmod(path, 0o644))
+	openTestBolt(t, path)
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+}

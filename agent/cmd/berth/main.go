@@ -153,6 +153,10 @@ func runAgent(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	}
 	opts.Hook = crashHook(environ)
 	setGCPercent(environ)
+	// Files the agent creates are not readable by others: rolled log files (which the logging library
+	// creates 0666) and what the CNI plugins write. State files and the log file are narrowed
+	// explicitly as well.
+	syscall.Umask(0o027)
 	if err := app.Run(ctx, res, opts, stdout); err != nil {
 		fmt.Fprintf(stderr, "berth: %v\n", err)
 		return 1

@@ -110,6 +110,15 @@ func TestIntegrationAgentLifecycle(t *testing.T) {
 	assert.Contains(t, string(logged), "mode=local")
 	assert.Contains(t, string(logged), "OverrideAWSVPCLocalIPv4Address=169.254.172.10/22")
 	assert.Contains(t, string(logged), "berth stopped")
+
+	// What the agent wrote is not readable by others.
+	for path, want := range map[string]os.FileMode{logFile: 0o640, filepath.Dir(logFile): 0o750,
+		filepath.Join(dir, "data", "berth.db"): 0o600, filepath.Join(dir, "data", "localcp.db"): 0o600} {
+		info, err := os.Stat(path)
+		if assert.NoError(t, err) {
+			assert.Equal(t, want, info.Mode().Perm(), path)
+		}
+	}
 }
 
 // TestIntegrationBadConfigExits checks that the real binary exits 1 with the key named on stderr, before
