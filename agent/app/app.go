@@ -5,8 +5,10 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -90,7 +92,9 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err != nil {
 		log.Error("some saved tasks cannot be read and are skipped", "error", err)
 	}
-	if _, err := eng.Restore(ctx, restored); err != nil {
+	// Containers of no known task are removed only when the saved state can be trusted to be whole.
+	trusted := err == nil && len(restored) > 0
+	if _, err := eng.Restore(ctx, restored, trusted); err != nil {
 		return fmt.Errorf("recover saved tasks: %w", err)
 	}
 	eng.RemoveNetworkLeftovers(ctx)
@@ -197,8 +201,14 @@ func logStart(res *config.Result, log *logger.Logger) {
 	log.Info("control plane mode selected", "mode", string(cfg.Mode), "reason", cfg.ModeReason)
 }
 
-// closeState closes the state store, logging a failure.
+// closeState closes the state store, logging a failure. A state file gets its last good copy first:
+// a clean stop is a moment it is known to be whole.
 func closeState(store state.Store, log *logger.Logger) {
+	if b, ok := store.(interface{ SaveLastGood() error }); ok {
+		if err := b.SaveLastGood(); err != nil {
+			log.Warn("the last good copy of the state file could not be written", "error", err)
+		}
+	}
 	if err := store.Close(); err != nil {
 		log.Warn("closing the state file failed", "error", err)
 	}
@@ -231,11 +241,28 @@ func openState(cfg *config.Config, log *logger.Logger) (state.Store, error) {
 	}
 	path := filepath.Join(cfg.DataDir, "berth.db")
 	st, err := state.OpenBolt(path, stateLockTimeout)
+	if errors.Is(err, state.ErrCorrupt) {
+		return nil, corruptState(path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
 	log.Info("state file opened", "path", path, "schema_version", state.SchemaVersion)
+	if err := st.SaveLastGood(); err != nil {
+		log.Warn("the state file is intact but its last good copy could not be written", "error", err)
+	}
 	return st, nil
+}
+
+// corruptState is the error for a damaged state file: it names the file and says what to do, with
+// the last good copy when there is one. The agent does not start on a damaged file.
+func corruptState(path string, err error) error {
+	lastGood := path + state.LastGoodSuffix
+	if info, statErr := os.Stat(lastGood); statErr == nil {
+		return fmt.Errorf("%w; to go on, move it aside and restore the copy written at the last clean start (%s): mv %s %s.damaged && cp %s %s",
+			err, info.ModTime().UTC().Format(time.RFC3339), path, path, lastGood, path)
+	}
+	return fmt.Errorf("%w; there is no last good copy (%s): move it aside (mv %s %s.damaged) to start with no saved tasks", err, lastGood, path, path)
 }
 
 // stateLockTimeout bounds the wait for another process's lock on the state file.

@@ -20,7 +20,8 @@ type RestoreReport struct {
 	Running         int           // containers still running, adopted as they are
 	ExitedWhileDown int           // containers that stopped while the agent was down
 	Gone            int           // containers that no longer exist
-	Orphans         int           // Berth-labelled containers of no known task, removed
+	Orphans         int           // stopped Berth-labelled containers of no known task, removed
+	UnknownRunning  int           // running Berth-labelled containers of no known task, left alone
 	Took            time.Duration // from the call until every task was handed back
 }
 
@@ -32,9 +33,13 @@ const restoreConcurrency = 32
 // create whose ID was never saved), adopts the ones still running without restarting or recreating
 // them, records the exit of those that stopped while the agent was down (the workers then apply the
 // essential-container rule), and hands each task to a worker that finishes whatever was in flight.
-// Finally it removes containers labelled as Berth's for this cluster that belong to no known task.
-// Call it after Start, so that no Docker event during recovery is missed.
-func (e *Engine) Restore(ctx context.Context, tasks []*task.Task) (RestoreReport, error) {
+// Finally, when trusted is true, it removes the stopped containers labelled as Berth's for this
+// cluster that belong to no known task and stopped longer ago than the cleanup wait. A running one is
+// never removed: the record that would own it may be missing, not the task. The caller passes
+// trusted=false when the state may be incomplete (a new or empty store, or records that did not
+// decode), and then nothing is removed. Call it after Start, so that no Docker event during recovery
+// is missed.
+func (e *Engine) Restore(ctx context.Context, tasks []*task.Task, trusted bool) (RestoreReport, error) {
 	start := e.clock.Now()
 	rep := RestoreReport{Tasks: len(tasks)}
 	var (
@@ -72,8 +77,8 @@ func (e *Engine) Restore(ctx context.Context, tasks []*task.Task) (RestoreReport
 	}
 	// Orphans go before any worker runs: a worker may create a container at once, which the scan
 	// must not mistake for one of no task.
-	orphans, orphanErr := e.removeOrphans(ctx, tasks)
-	rep.Orphans = orphans
+	var orphanErr error
+	rep.Orphans, rep.UnknownRunning, orphanErr = e.removeOrphans(ctx, tasks, trusted)
 	for _, t := range tasks {
 		if err := e.add(ctx, t, false); err != nil {
 			return rep, fmt.Errorf("restore task %s: %w", t.Arn, err)
@@ -81,7 +86,7 @@ func (e *Engine) Restore(ctx context.Context, tasks []*task.Task) (RestoreReport
 	}
 	rep.Took = e.clock.Since(start)
 	e.log.Info("recovery finished", "tasks", rep.Tasks, "running", rep.Running, "exited_while_down", rep.ExitedWhileDown,
-		"gone", rep.Gone, "orphans_removed", rep.Orphans, "took", rep.Took.Round(time.Millisecond))
+		"gone", rep.Gone, "orphans_removed", rep.Orphans, "unknown_running", rep.UnknownRunning, "took", rep.Took.Round(time.Millisecond))
 	return rep, orphanErr
 }
 
@@ -132,12 +137,14 @@ func (e *Engine) reinspect(ctx context.Context, c *task.Container) restoreOutcom
 	return outcomeUnchanged
 }
 
-// removeOrphans removes containers labelled as Berth's for this cluster that belong to no known task,
-// or that a known task does not hold (a duplicate).
-func (e *Engine) removeOrphans(ctx context.Context, tasks []*task.Task) (int, error) {
+// removeOrphans looks at the containers labelled as Berth's for this cluster that belong to no known
+// task, or that a known task does not hold (a duplicate). Running ones are left alone and logged;
+// stopped ones are removed once they have been stopped for the cleanup wait, and only when trusted.
+// It returns how many it removed and how many running ones it left.
+func (e *Engine) removeOrphans(ctx context.Context, tasks []*task.Task, trusted bool) (removed, running int, err error) {
 	list, err := e.docker.ListContainersByLabel(ctx, map[string]string{LabelManaged: "true", LabelCluster: e.cfg.Cluster})
 	if err != nil {
-		return 0, fmt.Errorf("list Berth's containers: %w", err)
+		return 0, 0, fmt.Errorf("list Berth's containers: %w", err)
 	}
 	var held set.Set[string]
 	for _, t := range tasks {
@@ -146,7 +153,6 @@ func (e *Engine) removeOrphans(ctx context.Context, tasks []*task.Task) (int, er
 			held.Add("/" + c.DockerName)
 		}
 	}
-	removed := 0
 	for _, ctr := range list {
 		owned := held.Has(ctr.ID)
 		for _, name := range ctr.Names {
@@ -155,14 +161,31 @@ func (e *Engine) removeOrphans(ctx context.Context, tasks []*task.Task) (int, er
 		if owned {
 			continue
 		}
-		err := e.docker.RemoveContainer(ctx, docker.RemoveContainerOptions{ID: ctr.ID, Force: true, RemoveVolumes: true})
+		log := e.log.With("docker_id", shortID(ctr.ID), "task", ctr.Labels[LabelTaskARN], "container", ctr.Labels[LabelContainerName])
+		ci, err := e.docker.InspectContainer(ctx, ctr.ID)
+		switch {
+		case errors.Is(err, dockerclient.ErrNotFound):
+			continue
+		case err != nil:
+			log.Warn("cannot inspect a container of no known task; left alone", "error", err)
+			continue
+		case ci.State.Running || ci.State.Paused || ci.State.Restarting:
+			running++
+			log.Warn("a running container of no known task is left alone; stop and remove it by hand if it is not wanted")
+			continue
+		case !trusted:
+			log.Info("a stopped container of no known task is kept: the saved state may be incomplete")
+			continue
+		case e.clock.Since(ci.State.FinishedAt) < e.cfg.CleanupWait:
+			continue // removed by a later agent start, once it has been stopped for the cleanup wait
+		}
+		err = e.docker.RemoveContainer(ctx, docker.RemoveContainerOptions{ID: ctr.ID, RemoveVolumes: true})
 		if err != nil && !errors.Is(err, dockerclient.ErrNotFound) {
-			e.log.Warn("cannot remove a container of no known task", "docker_id", shortID(ctr.ID), "error", err)
+			log.Warn("cannot remove a stopped container of no known task", "error", err)
 			continue
 		}
 		removed++
-		e.log.Info("removed a container of no known task", "docker_id", shortID(ctr.ID), "task", ctr.Labels[LabelTaskARN],
-			"container", ctr.Labels[LabelContainerName])
+		log.Info("removed a stopped container of no known task")
 	}
-	return removed, nil
+	return removed, running, nil
 }

@@ -2,10 +2,13 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -105,7 +108,7 @@ func TestRecoveryAtEveryKillPoint(t *testing.T) {
 			for _, tk := range saved {
 				require.NoError(t, second.store.SaveTask(context.Background(), tk))
 			}
-			_, err := second.engine.Restore(context.Background(), saved)
+			_, err := second.engine.Restore(context.Background(), saved, true)
 			require.NoError(t, err)
 
 			got := second.waitTask(arn, "converge to "+tt.want.String(), knownIs(tt.want))
@@ -137,33 +140,55 @@ func TestRecoveryAtEveryKillPoint(t *testing.T) {
 	}
 }
 
-func TestRestoreRemovesOrphansAndKeepsOwnContainers(t *testing.T) {
+// Containers of no known task: a running one is never removed (its record may be what is missing);
+// a stopped one is removed once stopped for the cleanup wait, and only when the saved state is
+// trusted.
+func TestRestoreOrphansFailSafe(t *testing.T) {
 	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/keep"
-	first := newHarness(t, testConfig())
-	first.add(twoContainerTask(arn))
-	first.waitStatus(arn, task.TaskRunning)
-	const ghost = "arn:aws:ecs:local:000000000000:task/test-cluster/ghost"
-	first.add(newTask(ghost, ctr("g")))
-	first.waitStatus(ghost, task.TaskRunning)
-	first.shutdown()
-	require.True(t, pollUntil(first.docker.streamClosed))
+	const live, dead = "arn:aws:ecs:local:000000000000:task/test-cluster/ghost-live", "arn:aws:ecs:local:000000000000:task/test-cluster/ghost-dead"
+	for _, trusted := range []bool{true, false} {
+		t.Run(fmt.Sprintf("trusted=%v", trusted), func(t *testing.T) {
+			first := newHarness(t, testConfig())
+			for _, a := range []string{arn, live, dead} {
+				first.add(twoContainerTask(a))
+				first.waitStatus(a, task.TaskRunning)
+			}
+			first.shutdown()
+			require.True(t, pollUntil(first.docker.streamClosed))
+			for id := range first.docker.containersOf(dead) {
+				first.docker.exit(id, 0, false, true)
+			}
 
-	var saved []*task.Task
-	for _, tk := range first.store.snapshot() {
-		if tk.Arn == arn { // the ghost task's state is lost: its container is an orphan now
-			saved = append(saved, tk)
-		}
+			var saved []*task.Task
+			for _, tk := range first.store.snapshot() {
+				if tk.Arn == arn { // the ghosts' records are lost
+					saved = append(saved, tk)
+				}
+			}
+			cfg := testConfig()
+			cfg.CleanupWait = time.Minute
+			cfg.Clock = clockwork.NewFakeClockAt(time.Now().Add(time.Hour)) // the dead ghost stopped an hour ago
+			second := newHarness(t, cfg, func(h *harness) { h.docker = first.docker })
+			createsBefore := len(first.docker.createCalls())
+			rep, err := second.engine.Restore(context.Background(), saved, trusted)
+			require.NoError(t, err)
+			second.waitStatus(arn, task.TaskRunning)
+			assert.Equal(t, 2, rep.UnknownRunning, "the running ghost's containers are counted")
+			assert.Len(t, first.docker.containersOf(live), 2, "and left alone")
+			for _, running := range first.docker.containersOf(live) {
+				assert.True(t, running)
+			}
+			if trusted {
+				assert.Equal(t, 2, rep.Orphans)
+				assert.Empty(t, first.docker.containersOf(dead), "stopped ghosts past the cleanup wait are removed")
+			} else {
+				assert.Zero(t, rep.Orphans)
+				assert.Len(t, first.docker.containersOf(dead), 2, "nothing is removed when the state may be incomplete")
+			}
+			assert.Len(t, first.docker.containersOf(arn), 2, "the known task's containers stay")
+			assert.Len(t, first.docker.createCalls(), createsBefore, "nothing is created again")
+		})
 	}
-	second := newHarness(t, testConfig(), func(h *harness) { h.docker = first.docker })
-	createsBefore := len(first.docker.createCalls())
-	rep, err := second.engine.Restore(context.Background(), saved)
-	require.NoError(t, err)
-	second.waitStatus(arn, task.TaskRunning)
-	assert.Equal(t, 1, rep.Orphans)
-	assert.Equal(t, 2, rep.Running)
-	assert.Empty(t, first.docker.containersOf(ghost), "the orphan is removed")
-	assert.Len(t, first.docker.containersOf(arn), 2, "the known task's containers stay")
-	assert.Len(t, first.docker.createCalls(), createsBefore, "nothing is created again")
 }
 
 func TestRestoreRecordsExitWhileDownAndStopsTheTask(t *testing.T) {
@@ -178,7 +203,7 @@ func TestRestoreRecordsExitWhileDownAndStopsTheTask(t *testing.T) {
 
 	saved := first.store.snapshot()
 	second := newHarness(t, testConfig(), func(h *harness) { h.docker = first.docker })
-	rep, err := second.engine.Restore(context.Background(), saved)
+	rep, err := second.engine.Restore(context.Background(), saved, true)
 	require.NoError(t, err)
 	assert.Equal(t, 1, rep.ExitedWhileDown)
 	got := second.waitStatus(arn, task.TaskStopped)

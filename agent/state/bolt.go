@@ -42,6 +42,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -152,10 +153,12 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create directory of state file %s: %w", path, err)
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: timeout})
+	db, err := openChecked(path, timeout)
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, &lockedError{path: path}
+	case errors.Is(err, ErrCorrupt):
+		return nil, fmt.Errorf("open state file %s: %w", path, err)
 	case err != nil && notBolt(err):
 		return nil, fmt.Errorf("open state file %s: not a valid bbolt database (%w): %w", path, err, ErrCorrupt)
 	case err != nil:
@@ -170,6 +173,42 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 		return nil, fmt.Errorf("state file %s: %w", path, err)
 	}
 	return &Bolt{db: db, path: path}, nil
+}
+
+// openChecked opens the file with bbolt and walks every page of it once. bbolt trusts its pages: a
+// damaged one (a scrambled file) makes it panic, and a truncated file makes it read past the end of
+// its memory map (a fault, which SetPanicOnFault turns into a panic for this goroutine), at open or at
+// any later read. The walk finds the damage now, and a panic while opening or walking becomes an
+// error wrapping ErrCorrupt.
+func openChecked(path string, timeout time.Duration) (db *bbolt.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				_ = db.Close()
+			}
+			db, err = nil, fmt.Errorf("damaged (%v): %w", r, ErrCorrupt)
+		}
+	}()
+	db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: timeout})
+	if err != nil {
+		return nil, err
+	}
+	var damage []error
+	err = db.View(func(tx *bbolt.Tx) error {
+		for e := range tx.Check() {
+			damage = append(damage, e)
+		}
+		return nil
+	})
+	if err == nil && len(damage) > 0 {
+		err = fmt.Errorf("damaged: %w: %w", errors.Join(damage...), ErrCorrupt)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return db, nil
 }
 
 // notBolt reports whether an error of bbolt.Open means the file's contents are not a bbolt database
@@ -224,6 +263,39 @@ func schemaVersion(tx *bbolt.Tx) (int, error) {
 		return 0, fmt.Errorf("schema version %q is not a non-negative decimal number", raw)
 	}
 	return v, nil
+}
+
+// LastGoodSuffix names the copy SaveLastGood writes beside the state file.
+const LastGoodSuffix = ".last-good"
+
+// SaveLastGood writes a consistent copy of the state file to its path plus LastGoodSuffix (0600),
+// replacing the previous copy only once the new one is complete and synced. The agent calls it at
+// each start, after OpenBolt found the file intact, so a file damaged later can be replaced by it.
+func (b *Bolt) SaveLastGood() error {
+	dst := b.path + LastGoodSuffix
+	tmp := dst + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("write the last good copy of %s: %w", b.path, err)
+	}
+	err = b.db.View(func(tx *bbolt.Tx) error {
+		_, err := tx.WriteTo(f)
+		return err
+	})
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, dst)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write the last good copy of %s: %w", b.path, err)
+	}
+	return nil
 }
 
 // Path returns the path of the state file.

@@ -386,3 +386,52 @@ func TestBoltNarrowsAnExistingFileTo0600(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
 }
+
+// A state file damaged on disk (truncated, zeroed, pages scrambled) never panics the agent: OpenBolt
+// fails with ErrCorrupt naming the file.
+func TestBoltDamagedFileIsCorruptNotAPanic(t *testing.T) {
+	ctx := context.Background()
+	good := filepath.Join(t.TempDir(), "berth.db")
+	b := openTestBolt(t, good)
+	for i := range 200 {
+		require.NoError(t, b.SaveTask(ctx, fullTask(fmt.Sprintf("arn:%03d", i))))
+	}
+	require.NoError(t, b.Close())
+	data, err := os.ReadFile(good)
+	require.NoError(t, err)
+	require.Greater(t, len(data), 16*4096)
+
+	scrambled := bytes.Clone(data)
+	for i := 2 * 4096; i < len(scrambled); i++ { // keep the meta pages, scramble every other page
+		scrambled[i] = byte(i*7919 + i>>3)
+	}
+	freelist := bytes.Clone(data)
+	for i := 2 * 4096; i < 3*4096; i++ {
+		freelist[i] = 0xff
+	}
+	tests := map[string][]byte{
+		"truncated to half":      data[:len(data)/2],
+		"truncated to its metas": data[:2*4096+100],
+		"zeroed":                 make([]byte, len(data)),
+		"pages scrambled":        scrambled,
+		"page 2 scrambled":       freelist,
+	}
+	for name, content := range tests {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "berth.db")
+			require.NoError(t, os.WriteFile(path, content, 0o600))
+			var (
+				opened *Bolt
+				err    error
+			)
+			assert.NotPanics(t, func() { opened, err = OpenBolt(path, time.Second) })
+			if err == nil { // opening may succeed when the damage is in pages the open does not read
+				defer opened.Close()
+				assert.NotPanics(t, func() { _, err = opened.Tasks(ctx) })
+			}
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrCorrupt)
+			assert.Contains(t, err.Error(), path)
+		})
+	}
+}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -415,4 +416,72 @@ func TestIntegrationCorruptRecord(t *testing.T) {
 	assert.Contains(t, log, badKey, "the bad record is named")
 	assert.NotContains(t, log, "this is not a task", "its contents are not logged")
 	second.stop()
+}
+
+// TestIntegrationDamagedStateFile damages berth.db on disk (its pages scrambled, then truncated)
+// under a running task. The agent never panics: it exits 1 naming the file and the last good copy
+// written at its last clean start, and the container keeps running. Restoring that copy as the
+// message says brings the agent back, adopting the container as it is.
+func TestIntegrationDamagedStateFile(t *testing.T) {
+	bin := buildBerth(t)
+	env := newRecoveryEnv(t, bin)
+	writeStaticTask(t, env.tasksDir, "survivor")
+	first := env.start()
+	first.waitTasks(60*time.Second, "the task runs", familyRunning("survivor", 2))
+	first.stop()
+	before := clusterContainers(t, env.cluster)
+	require.Len(t, before, 2)
+
+	path := filepath.Join(env.dataDir, "berth.db")
+	lastGood := path + ".last-good"
+	_, err := os.Stat(lastGood)
+	require.NoError(t, err, "a clean start writes the last good copy")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for name, damaged := range map[string][]byte{
+		"scrambled": scramble(data),
+		"truncated": data[:2*4096+100], // the meta pages and no more
+	} {
+		require.NoError(t, os.WriteFile(path, damaged, 0o600), name)
+		r := env.start()
+		select {
+		case err := <-r.exited:
+			r.exited <- err
+			var exitErr *exec.ExitError
+			require.ErrorAs(t, err, &exitErr, "%s: log:\n%s", name, r.out.String())
+			assert.Equal(t, 1, exitErr.ExitCode(), name)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the agent did not exit on a damaged state file; log:\n%s", name, r.out.String())
+		}
+		out := r.out.String()
+		assert.NotContains(t, out, "panic:", name)
+		assert.Contains(t, out, path, name)
+		assert.Contains(t, out, "mv "+path+" "+path+".damaged && cp "+lastGood+" "+path, name)
+		for id, c := range clusterContainers(t, env.cluster) {
+			assert.True(t, c.running, "%s: container %s still runs", name, id)
+		}
+	}
+
+	require.NoError(t, os.Rename(path, path+".damaged"))
+	good, err := os.ReadFile(lastGood)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, good, 0o600))
+	restored := env.start()
+	restored.waitTasks(60*time.Second, "the task is adopted from the last good copy", familyRunning("survivor", 2))
+	after := clusterContainers(t, env.cluster)
+	for id, c := range before {
+		if assert.Contains(t, after, id, "container %s adopted, not replaced", id) {
+			assert.Equal(t, c.started, after[id].started, "container %s was not restarted", id)
+		}
+	}
+	restored.stop()
+}
+
+// scramble returns data with every page after the two meta pages overwritten.
+func scramble(data []byte) []byte {
+	out := bytes.Clone(data)
+	for i := 2 * 4096; i < len(out); i++ {
+		out[i] = byte(i*7919 + i>>3)
+	}
+	return out
 }
