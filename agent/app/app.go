@@ -315,11 +315,17 @@ func valueText(v any) string {
 type agentMetadata struct {
 	cluster string
 	cp      *controlplane.ControlPlane
+	eng     *engine.Engine
 }
 
 var _ handlers.MetadataSource = agentMetadata{}
 
-// Metadata returns the cluster and version; the instance ARN is null until registration exists.
+// Metadata returns the cluster and version, and a failure to save task state while there is one; the
+// instance ARN is null until registration exists.
 func (m agentMetadata) Metadata() handlers.Metadata {
-	return handlers.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: version.Get().String()}
+	md := handlers.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: version.Get().String()}
+	if err := m.eng.SaveError(); err != nil {
+		md.StateSaveError = err.Error()
+	}
+	return md
 }

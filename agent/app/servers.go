@@ -55,7 +55,7 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 
 // serve serves every listener in g until ctx ends.
 func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, m *metrics.Metrics, cp *controlplane.ControlPlane, cfg *config.Config) {
-	intro := handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp}, eng, m.Handler())
+	intro := handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng}, eng, m.Handler())
 	g.Go(func() error { return serveHTTP(ctx, s.introspection, intro, "introspection API", s.log) })
 	if s.local != nil {
 		g.Go(func() error { return serveHTTP(ctx, s.local, s.localCP.Handler(), "embedded control plane", s.log) })

@@ -19,9 +19,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	docker "github.com/fsouza/go-dockerclient"
@@ -130,6 +132,9 @@ type Engine struct {
 	clock clockwork.Clock
 
 	retryDelay time.Duration // wait before retrying a failed stop
+
+	saveFailures atomic.Int64          // workers whose last save failed and is being retried
+	lastSaveErr  atomic.Pointer[error] // the latest of those failures
 
 	spawn chan *worker  // accepted workers for the goroutine that runs them (Start's)
 	done  chan struct{} // closed once the engine's context has ended
@@ -366,6 +371,18 @@ func (e *Engine) StopTask(ctx context.Context, arn, reason string) error {
 		return fmt.Errorf("stop task %s: %w", arn, ErrUnknownTask)
 	}
 	return w.stop(ctx, reason)
+}
+
+// SaveError returns the latest failure to save a task while some task's save is still failing (its
+// worker waits and retries), and nil once every save succeeds again.
+func (e *Engine) SaveError() error {
+	if e.saveFailures.Load() == 0 {
+		return nil
+	}
+	if err := e.lastSaveErr.Load(); err != nil {
+		return *err
+	}
+	return errors.New("saving task state fails")
 }
 
 // Tasks returns a copy of every task the engine holds.

@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,17 +213,54 @@ func TestStoppedTasksHoldNoGoroutine(t *testing.T) {
 		h.add(newTask(arn, ctr("app")))
 		h.waitStatus(arn, task.TaskRunning)
 	}
-	assert.GreaterOrEqual(t, runtime.NumGoroutine(), baseline+n, "a running task has its worker")
+	withWorkers := runtime.NumGoroutine() // each running task has its worker
 	for i := range n {
 		arn := fmt.Sprintf("arn:aws:ecs:local:000000000000:task/test-cluster/idle-%d", i)
 		require.NoError(t, h.engine.StopTask(context.Background(), arn, "done"))
 		h.waitStatus(arn, task.TaskStopped)
 	}
-	require.True(t, pollUntil(func() bool { return runtime.NumGoroutine() <= baseline+2 }),
-		"stopped tasks hold no goroutines: %d, baseline %d", runtime.NumGoroutine(), baseline)
+	require.True(t, pollUntil(func() bool { return runtime.NumGoroutine() <= withWorkers-n+2 }),
+		"stopped tasks hold no goroutines: %d, %d with %d running tasks", runtime.NumGoroutine(), withWorkers, n)
+	assert.LessOrEqual(t, runtime.NumGoroutine(), baseline+2)
 	assert.Len(t, h.engine.Tasks(), n, "they are kept for the cleanup wait")
 	n2, err := h.engine.CleanupStopped(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, n, n2, "and cleaned up at once when asked")
 	assert.Empty(t, h.engine.Tasks())
+}
+
+// A save that fails (a full disk) stops the task where it is: no Docker call follows until the save
+// succeeds on a later attempt, and SaveError reports the failure meanwhile.
+func TestFailedSaveStopsTheStepAndRetries(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	cfg := testConfig()
+	cfg.Clock = clock
+	var diskFull atomic.Bool
+	h := newHarness(t, cfg, func(h *harness) {
+		h.store.fail = func(_ int, tk *task.Task) error {
+			if diskFull.Load() && tk.Containers[0].DockerName != "" {
+				return errors.New("no space left on device")
+			}
+			return nil
+		}
+	})
+	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/full"
+	diskFull.Store(true)
+	h.add(newTask(arn, ctr("app")))
+	require.True(t, pollUntil(func() bool { return h.engine.SaveError() != nil }), "the failure is reported")
+	assert.ErrorContains(t, h.engine.SaveError(), "no space left on device")
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, 2)) // the retry wait and the reconcile ticker
+	assert.Empty(t, h.docker.createCalls(), "nothing is created while the container's name cannot be saved")
+
+	clock.Advance(time.Second) // a retry that fails again: still nothing
+	require.NoError(t, clock.BlockUntilContext(ctx, 2))
+	assert.Empty(t, h.docker.createCalls())
+
+	diskFull.Store(false)
+	clock.Advance(time.Minute)
+	h.waitStatus(arn, task.TaskRunning)
+	assert.NoError(t, h.engine.SaveError(), "the failure clears once a save succeeds")
+	assert.Len(t, h.docker.createCalls(), 1)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/retry"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -205,8 +206,7 @@ func (w *worker) commit(ctx context.Context) {
 	if sum == w.saved {
 		return // nothing changed since the last save: nothing to save or tell
 	}
-	if err := w.e.store.SaveTask(context.WithoutCancel(ctx), t); err != nil {
-		w.log.Error("saving task state failed; the change is not reported", "error", err)
+	if !w.save(ctx, t) {
 		return
 	}
 	w.saved = sum
@@ -222,6 +222,42 @@ func (w *worker) commit(ctx context.Context) {
 	}
 	w.e.notify(t)
 }
+
+// save saves t, retrying with backoff while the store fails (a full disk): the worker goes no further,
+// so nothing is done to Docker that the state file does not record. The engine reports the failure
+// (SaveError) until the save succeeds. It returns false only when ctx ends first.
+func (w *worker) save(ctx context.Context, t *task.Task) bool {
+	backoff := retry.NewExponentialBackoff(saveRetryMin, saveRetryMax, 0.2, 2)
+	failing := false
+	for {
+		err := w.e.store.SaveTask(context.WithoutCancel(ctx), t)
+		if err == nil {
+			if failing {
+				w.e.saveFailures.Add(-1)
+				w.log.Info("saving task state works again")
+			}
+			return true
+		}
+		if !failing {
+			failing = true
+			w.e.saveFailures.Add(1)
+			w.log.Error("saving task state failed; the task waits until it can be saved", "error", err)
+		}
+		w.e.lastSaveErr.Store(&err)
+		select {
+		case <-ctx.Done():
+			w.e.saveFailures.Add(-1)
+			return false
+		case <-w.e.clock.After(backoff.Duration()):
+		}
+	}
+}
+
+// Bounds of the wait between attempts to save a task while the store fails.
+const (
+	saveRetryMin = 100 * time.Millisecond
+	saveRetryMax = 10 * time.Second
+)
 
 // run drives the task to its desired status and, once it has stopped, cleans it up after the wait. It
 // returns early, leaving containers as they are, when ctx ends (the agent is shutting down).

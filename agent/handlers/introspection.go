@@ -13,6 +13,9 @@ type Metadata struct {
 	Cluster              string  `json:"Cluster"`
 	ContainerInstanceArn *string `json:"ContainerInstanceArn"`
 	Version              string  `json:"Version"`
+	// StateSaveError (Berth extension) is set while saving task state fails (a full disk): the
+	// affected tasks wait, and `berth healthcheck` reports the agent unhealthy.
+	StateSaveError string `json:"StateSaveError,omitempty"`
 }
 
 // MetadataSource supplies the agent's current metadata. It must be safe for concurrent use.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/app"
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/version"
 )
@@ -292,6 +293,15 @@ func runHealthcheck(ctx context.Context, args, environ []string, stdout, stderr 
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		fmt.Fprintf(stderr, "berth healthcheck: unhealthy: %s answered %s\n", addr, resp.Status)
+		return 1
+	}
+	var meta handlers.Metadata
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&meta); err != nil {
+		fmt.Fprintf(stderr, "berth healthcheck: unhealthy: %s answered an unreadable /v1/metadata: %v\n", addr, err)
+		return 1
+	}
+	if meta.StateSaveError != "" {
+		fmt.Fprintf(stderr, "berth healthcheck: unhealthy: saving task state fails: %s\n", meta.StateSaveError)
 		return 1
 	}
 	fmt.Fprintf(stdout, "healthy: %s\n", addr)

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -150,5 +152,28 @@ func TestSetGCPercent(t *testing.T) {
 	setGCPercent([]string{"GOGC=200"})
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("with GOGC set the target is left alone, got %d", got)
+	}
+}
+
+// berth healthcheck reports the agent unhealthy while /v1/metadata says saving task state fails.
+func TestHealthcheckSaveError(t *testing.T) {
+	for _, tt := range []struct {
+		body     string
+		wantCode int
+		want     string
+	}{
+		{`{"Cluster":"c","ContainerInstanceArn":null,"Version":"v"}`, 0, "healthy"},
+		{`{"Cluster":"c","ContainerInstanceArn":null,"Version":"v","StateSaveError":"save task: no space left on device"}`, 1, "saving task state fails: save task: no space left on device"},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(tt.body)) }),
+			ReadHeaderTimeout: time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{"healthcheck"}, testEnviron(t, "", "", "ECS_INTROSPECTION_ADDR="+ln.Addr().String()), &stdout, &stderr)
+		_ = srv.Close()
+		assert.Equal(t, tt.wantCode, code, stderr.String())
+		assert.Contains(t, stdout.String()+stderr.String(), tt.want)
 	}
 }
