@@ -3,8 +3,9 @@
 // one starts) and a removed file stops it. Invalid files are logged with their validation errors,
 // once per content, and skipped.
 //
-// A static task's ARN is derived from its file name and its definition's digest, so the same file
-// maps to the same task across agent restarts, and any change to it is a new task. A static task that
+// A static task's ARN is derived from its file name (sanitized, plus a short hash of the exact name, so
+// two names never share a task) and its definition's digest, so the same file maps to the same task
+// across agent restarts, and any change to it is a new task. A static task that
 // stops by itself (its essential container exited, the Docker Engine restarted) is started again as a
 // new task, after a delay that doubles with each consecutive restart (1 s up to 5 min) so that a
 // crash-looping definition does not churn the host.
@@ -302,11 +303,13 @@ func contentKey(data []byte) string {
 
 var unsafeID = regexp.MustCompile(`[^a-zA-Z0-9-]`)
 
-// arn names the first task of a file: arn:aws:ecs:<region>:000000000000:task/<cluster>/static-<file>-<digest>.
-// Restarts of it add -r<N>.
+// arn names the first task of a file:
+// arn:aws:ecs:<region>:000000000000:task/<cluster>/static-<file>-<name hash>-<digest>, where <file> is
+// the name sanitized for an ARN and <name hash> the first 8 hex digits of the SHA-256 of the exact
+// name, so that names that sanitize alike ("a b.json", "a-b.json") still differ. Restarts of it add -r<N>.
 func (w *Watcher) arn(name, digest string) string {
 	base := unsafeID.ReplaceAllString(strings.TrimSuffix(name, ".json"), "-")
-	return fmt.Sprintf("%s%s-%s", w.arnPrefix(), base, digest[:12])
+	return fmt.Sprintf("%s%s-%s-%s", w.arnPrefix(), base, contentKey([]byte(name))[:8], digest[:12])
 }
 
 // arnPrefix is what every static task ARN of this cluster starts with.

@@ -65,7 +65,7 @@ func TestWatcher(t *testing.T) {
 	require.Len(t, r.calls, 1)
 	first := r.calls[0].arn
 	assert.Equal(t, "add", r.calls[0].op)
-	assert.Regexp(t, `^arn:aws:ecs:local:000000000000:task/default/static-web-[0-9a-f]{12}$`, first)
+	assert.Regexp(t, `^arn:aws:ecs:local:000000000000:task/default/static-web-[0-9a-f]{8}-[0-9a-f]{12}$`, first)
 	assert.Equal(t, "web", r.tasks[first].Family)
 	assert.Equal(t, task.TaskRunning, r.tasks[first].DesiredStatus)
 	assert.Equal(t, 1, r.tasks[first].Revision, "a file without a revision is revision 1")
@@ -242,4 +242,27 @@ func TestWatcherRefusesPrivilegedWhenDisabled(t *testing.T) {
 	allowed := &fakeRunner{}
 	New(Config{Dir: dir, Cluster: "default"}, allowed, log).Scan(context.Background())
 	assert.Len(t, allowed.calls, 1, "without ECS_DISABLE_PRIVILEGED it starts")
+}
+
+func TestWatcherOneTaskPerFileName(t *testing.T) {
+	dir := t.TempDir()
+	r := &fakeRunner{}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, logger.Nop())
+	names := []string{"a b.json", "a-b.json", "a_b.json", "a.b.json"}
+	for _, name := range names {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(webDef), 0o600))
+	}
+	w.Scan(context.Background())
+	require.Len(t, r.calls, len(names))
+	arns := map[string]bool{}
+	for _, c := range r.calls {
+		assert.Regexp(t, `/static-a-b-[0-9a-f]{8}-[0-9a-f]{12}$`, c.arn)
+		arns[c.arn] = true
+	}
+	assert.Len(t, arns, len(names), "names that sanitize alike still get their own task: %v", arns)
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "a b.json")))
+	w.Scan(context.Background())
+	require.Len(t, r.calls, len(names)+1, "removing one file stops only its task")
+	assert.Equal(t, call{op: "stop", arn: r.calls[0].arn, reason: ReasonRemoved}, r.calls[len(names)])
 }
