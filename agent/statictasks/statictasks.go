@@ -9,6 +9,10 @@
 // stops by itself (its essential container exited, the Docker Engine restarted) is started again as a
 // new task, after a delay that doubles with each consecutive restart (1 s up to 5 min) so that a
 // crash-looping definition does not churn the host.
+//
+// Only regular files up to MaxFileSize are read; a symlink is followed only when it points to a regular
+// file, and a FIFO, socket, device or directory named *.json is invalid and never opened. A file whose size, mtime, ctime and inode did not change
+// since the last scan is not read again.
 package statictasks
 
 import (
@@ -17,12 +21,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -54,6 +60,9 @@ type Config struct {
 	DisablePrivileged bool
 }
 
+// MaxFileSize is the largest static task file read; a larger one is invalid.
+const MaxFileSize = 1 << 20
+
 // Restart delays of a static task that keeps stopping by itself.
 const (
 	firstRestartDelay = time.Second
@@ -74,9 +83,32 @@ type Watcher struct {
 	log      *logger.Logger
 	running  map[string]string  // file name → ARN of its task
 	restarts map[string]restart // file name → restart bookkeeping of its definition
-	invalid  map[string]string  // file name → content digest of the invalid version already reported
+	invalid  map[string]string  // file name → key of the invalid version already reported
+	parsed   map[string]parsed  // file name → its last read version
 	adopted  set.Set[string]    // ARNs of restored static tasks no file has claimed yet
+	reads    int                // files read and parsed, for tests
 }
+
+// parsed is what one read of a file gave, kept until its identity changes.
+type parsed struct {
+	id     fileID
+	def    *taskdef.Definition
+	digest string
+	err    error  // the file is invalid
+	key    string // content digest, or the identity of a file that was not read
+}
+
+// fileID tells whether a file changed without reading it.
+type fileID struct {
+	dev, ino  uint64
+	size      int64
+	mtime     int64 // ns since the epoch
+	ctime     int64
+	ctimeNsec int64
+}
+
+// errInvalidFile is the class of files that are refused before they are parsed.
+var errInvalidFile = errors.New("invalid static task file")
 
 // restart tracks how often a file's task stopped by itself, to back off.
 type restart struct {
@@ -96,7 +128,8 @@ func New(cfg Config, runner Runner, log *logger.Logger) *Watcher {
 		cfg.Clock = clockwork.NewRealClock()
 	}
 	return &Watcher{cfg: cfg, runner: runner, log: log.With("static_tasks_dir", cfg.Dir),
-		running: map[string]string{}, restarts: map[string]restart{}, invalid: map[string]string{}}
+		running: map[string]string{}, restarts: map[string]restart{}, invalid: map[string]string{},
+		parsed: map[string]parsed{}}
 }
 
 // Adopt takes the static tasks restored after an agent restart: the first scan keeps each one whose
@@ -136,7 +169,7 @@ func (w *Watcher) Scan(ctx context.Context) {
 	}
 	var seen set.Set[string]
 	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
 		seen.Add(e.Name())
@@ -159,6 +192,11 @@ func (w *Watcher) Scan(ctx context.Context) {
 			delete(w.invalid, name)
 		}
 	}
+	for name := range w.parsed {
+		if !seen.Has(name) {
+			delete(w.parsed, name)
+		}
+	}
 	for _, arn := range set.Sorted(w.adopted) {
 		w.stop(ctx, arn, ReasonRemoved)
 		w.log.Info("static task's file changed or went away while the agent was down; its task stops", "task", arn)
@@ -168,27 +206,16 @@ func (w *Watcher) Scan(ctx context.Context) {
 
 // apply starts the task of one file, or replaces it when the file changed.
 func (w *Watcher) apply(ctx context.Context, name string) {
-	path := filepath.Join(w.cfg.Dir, name)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		w.log.Warn("cannot read static task file", "file", name, "error", err)
+	p, ok := w.load(name)
+	if !ok {
 		return
 	}
-	def, err := taskdef.Parse(data)
-	if err != nil {
-		w.reportInvalid(name, data, err)
-		return
-	}
-	if err := w.refusePrivileged(def); err != nil {
-		w.reportInvalid(name, data, err)
+	if p.err != nil {
+		w.reportInvalid(name, p.key, p.err)
 		return
 	}
 	delete(w.invalid, name)
-	digest, err := def.Digest()
-	if err != nil {
-		w.log.Warn("cannot digest static task definition", "file", name, "error", err)
-		return
-	}
+	def, digest := p.def, p.digest
 	base := w.arn(name, digest)
 	old, ok := w.running[name]
 	if !ok {
@@ -273,13 +300,120 @@ func (w *Watcher) restartDue(name string) bool {
 	return true
 }
 
-// reportInvalid logs a file's validation errors once per content.
-func (w *Watcher) reportInvalid(name string, data []byte, err error) {
-	sum := contentKey(data)
-	if w.invalid[name] == sum {
+// load returns the parsed version of a file, reading it only when its identity changed since the
+// last scan; it reports false when the file could not be looked at (gone since the listing, I/O error).
+func (w *Watcher) load(name string) (parsed, bool) {
+	path := filepath.Join(w.cfg.Dir, name)
+	fi, err := statRegular(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return parsed{}, false
+		}
+		if errors.Is(err, errInvalidFile) {
+			p := parsed{err: err, key: "stat:" + err.Error()}
+			w.parsed[name] = p
+			return p, true
+		}
+		w.log.Warn("cannot read static task file", "file", name, "error", err)
+		return parsed{}, false
+	}
+	id := identity(fi)
+	if p, ok := w.parsed[name]; ok && p.id == id {
+		return p, true
+	}
+	data, id, err := readRegular(path, fi)
+	if err != nil {
+		if errors.Is(err, errInvalidFile) {
+			p := parsed{id: id, err: err, key: "read:" + err.Error()}
+			w.parsed[name] = p
+			return p, true
+		}
+		w.log.Warn("cannot read static task file", "file", name, "error", err)
+		return parsed{}, false
+	}
+	w.reads++
+	p := parsed{id: id, key: contentKey(data)}
+	p.def, p.err = taskdef.Parse(data)
+	if p.err == nil {
+		p.err = w.refusePrivileged(p.def)
+	}
+	if p.err == nil {
+		if p.digest, err = p.def.Digest(); err != nil {
+			w.log.Warn("cannot digest static task definition", "file", name, "error", err)
+			return parsed{}, false
+		}
+	}
+	w.parsed[name] = p
+	return p, true
+}
+
+// statRegular returns the file info of path, or of the regular file a symlink at path points to; any
+// other kind of file is errInvalidFile.
+func statRegular(path string) (fs.FileInfo, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		if fi, err = os.Stat(path); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("%w: %s is a dangling symlink", errInvalidFile, path)
+			}
+			return nil, err
+		}
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file (%s)", errInvalidFile, path, fi.Mode().Type())
+	}
+	if fi.Size() > MaxFileSize {
+		return nil, fmt.Errorf("%w: %s is %d bytes, over the limit of %d bytes", errInvalidFile, path, fi.Size(), MaxFileSize)
+	}
+	return fi, nil
+}
+
+// readRegular reads the regular file statRegular found at path, at most MaxFileSize bytes. It opens
+// without blocking and checks the open file again, so a file swapped for a FIFO or device since the
+// stat is refused, not waited on.
+func readRegular(path string, want fs.FileInfo) ([]byte, fileID, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fileID{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fileID{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() || !os.SameFile(fi, want) {
+		return nil, fileID{}, fmt.Errorf("%w: %s was replaced while being opened", errInvalidFile, path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fileID{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, identity(fi), fmt.Errorf("%w: %s is over the limit of %d bytes", errInvalidFile, path, MaxFileSize)
+	}
+	return data, identity(fi), nil
+}
+
+// identity is what changes when a file is written, replaced or renamed over.
+func identity(fi fs.FileInfo) fileID {
+	id := fileID{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino = uint64(st.Dev), st.Ino
+		id.ctime, id.ctimeNsec = st.Ctim.Sec, st.Ctim.Nsec
+	}
+	return id
+}
+
+// reportInvalid logs a file's validation errors once per content (or identity, for a file that was
+// not read).
+func (w *Watcher) reportInvalid(name, key string, err error) {
+	if w.invalid[name] == key {
 		return
 	}
-	w.invalid[name] = sum
+	w.invalid[name] = key
 	w.log.Error("invalid static task definition; skipped", "file", name, "error", err)
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -242,6 +243,94 @@ func TestWatcherRefusesPrivilegedWhenDisabled(t *testing.T) {
 	allowed := &fakeRunner{}
 	New(Config{Dir: dir, Cluster: "default"}, allowed, log).Scan(context.Background())
 	assert.Len(t, allowed.calls, 1, "without ECS_DISABLE_PRIVILEGED it starts")
+}
+
+func TestWatcherReadsOnlySmallRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	log, err := logger.New(logger.Config{}, &logs)
+	require.NoError(t, err)
+	path := func(name string) string { return filepath.Join(dir, name) }
+	require.NoError(t, syscall.Mkfifo(path("fifo.json"), 0o600))
+	require.NoError(t, os.Mkdir(path("dir.json"), 0o700))
+	require.NoError(t, os.WriteFile(path("big.json"), bytes.Repeat([]byte(" "), MaxFileSize+1), 0o600))
+	require.NoError(t, os.WriteFile(path("web.txt"), []byte(webDef), 0o600))
+	require.NoError(t, os.Symlink("web.txt", path("link.json")))
+	require.NoError(t, os.Symlink("fifo.json", path("fifolink.json")))
+	require.NoError(t, os.Symlink("absent", path("dangling.json")))
+
+	r := &fakeRunner{}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, log)
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		w.Scan(context.Background())
+		w.Scan(context.Background())
+	}()
+	select {
+	case <-scanned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the scan blocked on a FIFO")
+	}
+	require.Len(t, r.calls, 1, "only the symlink to a regular file starts:\n%s", logs.String())
+	assert.Contains(t, r.calls[0].arn, "static-link-")
+	out := logs.String()
+	assert.Equal(t, 5, strings.Count(out, "invalid static task definition"), "each refused file is logged once:\n%s", out)
+	for _, want := range []string{
+		"fifo.json is not a regular file (p",
+		"dir.json is not a regular file (d",
+		"fifolink.json is not a regular file (p",
+		"dangling.json is a dangling symlink",
+		fmt.Sprintf("big.json is %d bytes, over the limit of %d bytes", MaxFileSize+1, MaxFileSize),
+	} {
+		assert.Contains(t, out, want)
+	}
+
+	require.NoError(t, os.Truncate(path("big.json"), MaxFileSize+2))
+	w.Scan(context.Background())
+	assert.Equal(t, 6, strings.Count(logs.String(), "invalid static task definition"), "a changed file is reported again")
+}
+
+func TestReadRegularRefusesASwappedFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "web.json")
+	require.NoError(t, os.WriteFile(path, []byte(webDef), 0o600))
+	fi, err := statRegular(path)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, syscall.Mkfifo(path, 0o600))
+	_, _, err = readRegular(path, fi)
+	assert.ErrorIs(t, err, errInvalidFile, "a FIFO put in the file's place is refused, not read")
+}
+
+func TestWatcherReadsOnlyChangedFiles(t *testing.T) {
+	dir := t.TempDir()
+	r := &fakeRunner{}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, logger.Nop())
+	path := filepath.Join(dir, "web.json")
+	require.NoError(t, os.WriteFile(path, []byte(webDef), 0o600))
+	w.Scan(context.Background())
+	w.Scan(context.Background())
+	w.Scan(context.Background())
+	assert.Equal(t, 1, w.reads, "an unchanged file is read once")
+
+	// Same size, same mtime, new content: the inode's ctime still tells.
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(webDef, `"memory": 32`, `"memory": 64`, 1)), 0o600))
+	require.NoError(t, os.Chtimes(path, fi.ModTime(), fi.ModTime()))
+	w.Scan(context.Background())
+	assert.Equal(t, 2, w.reads)
+	require.Len(t, r.calls, 3, "the changed file replaces its task")
+	assert.Equal(t, ReasonChanged, r.calls[1].reason)
+
+	// Replaced by rename: a new inode.
+	tmp := filepath.Join(dir, "web.tmp")
+	require.NoError(t, os.WriteFile(tmp, []byte(webDef), 0o600))
+	require.NoError(t, os.Rename(tmp, path))
+	w.Scan(context.Background())
+	assert.Equal(t, 3, w.reads)
+	require.Len(t, r.calls, 5)
 }
 
 func TestWatcherOneTaskPerFileName(t *testing.T) {
