@@ -10,8 +10,11 @@
 // new task, after a delay that doubles with each consecutive restart (1 s up to 5 min) so that a
 // crash-looping definition does not churn the host.
 //
-// Only regular files up to MaxFileSize are read; a symlink is followed only when it points to a regular
-// file, and a FIFO, socket, device or directory named *.json is invalid and never opened. A file whose size, mtime, ctime and inode did not change
+// Only what root alone can write is trusted: the directory must be owned by root and not writable by
+// group or others (a symlink to it is followed), else nothing in it is started and tasks already
+// running are left alone. Only regular files up to MaxFileSize are read; a
+// symlink is followed only when it points to a regular file, and a FIFO, socket, device or directory
+// named *.json is invalid and never opened. A file whose size, mtime, ctime and inode did not change
 // since the last scan is not read again.
 package statictasks
 
@@ -86,6 +89,7 @@ type Watcher struct {
 	invalid  map[string]string  // file name → key of the invalid version already reported
 	parsed   map[string]parsed  // file name → its last read version
 	adopted  set.Set[string]    // ARNs of restored static tasks no file has claimed yet
+	dirError string             // the directory's ownership problem already reported
 	reads    int                // files read and parsed, for tests
 }
 
@@ -162,6 +166,14 @@ func (w *Watcher) Run(ctx context.Context) {
 
 // Scan applies the directory's current contents once.
 func (w *Watcher) Scan(ctx context.Context) {
+	if err := checkDir(w.cfg.Dir); err != nil {
+		if err.Error() != w.dirError {
+			w.dirError = err.Error()
+			w.log.Error("static tasks directory is not safe; no task from it is started", "error", err)
+		}
+		return
+	}
+	w.dirError = ""
 	entries, err := os.ReadDir(w.cfg.Dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		w.log.Warn("cannot read the static tasks directory", "error", err)
@@ -405,6 +417,27 @@ func identity(fi fs.FileInfo) fileID {
 		id.ctime, id.ctimeNsec = st.Ctim.Sec, st.Ctim.Nsec
 	}
 	return id
+}
+
+// checkDir returns an error naming the fix when dir is not owned by root or is writable by group or
+// others; a directory that does not exist is fine (it holds no tasks).
+func checkDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("static tasks directory %s: cannot tell its owner", dir)
+	}
+	if st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("static tasks directory %s is owned by uid %d gid %d with mode %s; only root may write to it: chown root:root %s && chmod go-w %s",
+			dir, st.Uid, st.Gid, fi.Mode().Perm(), dir, dir)
+	}
+	return nil
 }
 
 // reportInvalid logs a file's validation errors once per content (or identity, for a file that was

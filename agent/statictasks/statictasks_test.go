@@ -355,3 +355,43 @@ func TestWatcherOneTaskPerFileName(t *testing.T) {
 	require.Len(t, r.calls, len(names)+1, "removing one file stops only its task")
 	assert.Equal(t, call{op: "stop", arn: r.calls[0].arn, reason: ReasonRemoved}, r.calls[len(names)])
 }
+
+func TestWatcherRefusesAnUnsafeDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test chowns a directory: run it as root (CI does)")
+	}
+	for _, tc := range []struct {
+		name string
+		uid  int
+		mode os.FileMode
+		err  string
+	}{
+		{name: "writable by others", uid: 0, mode: 0o757, err: "mode -rwxr-xrwx"},
+		{name: "writable by group", uid: 0, mode: 0o775, err: "mode -rwxrwxr-x"},
+		{name: "not owned by root", uid: 1000, mode: 0o755, err: "uid 1000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
+			require.NoError(t, os.Chown(dir, tc.uid, 0))
+			require.NoError(t, os.Chmod(dir, tc.mode))
+			var logs bytes.Buffer
+			log, err := logger.New(logger.Config{}, &logs)
+			require.NoError(t, err)
+			r := &fakeRunner{}
+			w := New(Config{Dir: dir, Cluster: "default"}, r, log)
+			w.Scan(context.Background())
+			w.Scan(context.Background())
+			assert.Empty(t, r.calls, "no task from an unsafe directory starts")
+			out := logs.String()
+			assert.Equal(t, 1, strings.Count(out, "static tasks directory is not safe"), "logged once:\n%s", out)
+			assert.Contains(t, out, tc.err)
+			assert.Contains(t, out, fmt.Sprintf("chown root:root %s && chmod go-w %s", dir, dir))
+
+			require.NoError(t, os.Chown(dir, 0, 0))
+			require.NoError(t, os.Chmod(dir, 0o755))
+			w.Scan(context.Background())
+			assert.Len(t, r.calls, 1, "once fixed, its tasks start")
+		})
+	}
+}
