@@ -1,21 +1,22 @@
 // Package statictasks keeps every task definition file in a directory running on this host, like a
 // kubelet static pod: a new file starts a task, a changed file replaces it (the old task stops, a new
 // one starts) and a removed file stops it. Invalid files are logged with their validation errors,
-// once per content, and skipped.
+// once per content, and skipped. Changes are seen at once through inotify, and by a periodic scan as
+// a backstop.
 //
-// A static task's ARN is derived from its file name (sanitized, plus a short hash of the exact name, so
-// two names never share a task) and its definition's digest, so the same file maps to the same task
-// across agent restarts, and any change to it is a new task. A static task that
-// stops by itself (its essential container exited, the Docker Engine restarted) is started again as a
-// new task, after a delay that doubles with each consecutive restart (1 s up to 5 min) so that a
-// crash-looping definition does not churn the host.
+// A static task's ARN is derived from its file name (sanitized, plus a short hash of the exact name,
+// so two names never share a task) and its definition's digest, so the same file maps to the same task
+// across agent restarts, and any change to it is a new task. A static task that stops by itself (its
+// essential container exited, the Docker Engine restarted) is started again as a new task, after a
+// delay that doubles with each consecutive restart (1 s up to 5 min) so that a crash-looping
+// definition does not churn the host.
 //
 // Only what root alone can write is trusted: the directory must be owned by root and not writable by
 // group or others (a symlink to it is followed), else nothing in it is started and tasks already
-// running are left alone. Only regular files up to MaxFileSize are read; a
-// symlink is followed only when it points to a regular file, and a FIFO, socket, device or directory
-// named *.json is invalid and never opened. A file whose size, mtime, ctime and inode did not change
-// since the last scan is not read again.
+// running are left alone. Only regular files up to MaxFileSize are read; a symlink is followed only
+// when it points to a regular file, and a FIFO, socket, device or directory named *.json is invalid
+// and never opened. A file whose size, mtime, ctime and inode did not change since the last scan is
+// not read again.
 package statictasks
 
 import (
@@ -34,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/engine"
@@ -148,18 +150,106 @@ func (w *Watcher) Adopt(tasks []*task.Task) {
 	}
 }
 
-// Run scans the directory at once and then every interval until ctx ends. A directory that does not
-// exist (yet) holds no tasks.
+// Run scans the directory at once, then whenever inotify tells of a change in it (a few ms later, so
+// that a burst of events makes one scan) and every interval as a backstop, until ctx ends. A directory
+// that does not exist (yet) holds no tasks; it is watched from the first scan that finds it. Run
+// returns once ctx ends, with its inotify watch closed.
 func (w *Watcher) Run(ctx context.Context) {
 	w.log.Info("watching static task definitions")
 	t := w.cfg.Clock.NewTicker(w.cfg.Interval)
 	defer t.Stop()
+	n := w.newNotifier()
+	defer n.close()
+	var debounce clockwork.Timer
 	for {
+		if debounce != nil {
+			debounce.Stop()
+			debounce = nil
+		}
+		n.watch() // before the scan, so that no change after it goes unnoticed
 		w.Scan(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.Chan():
+		for rescan := false; !rescan; {
+			var fired <-chan time.Time
+			if debounce != nil {
+				fired = debounce.Chan()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.Chan():
+				rescan = true
+			case <-fired:
+				debounce = nil
+				rescan = true
+			case ev := <-n.events:
+				if n.relevant(ev) && debounce == nil {
+					debounce = w.cfg.Clock.NewTimer(debounceDelay)
+				}
+			case err := <-n.errors:
+				w.log.Warn("inotify on the static tasks directory", "error", err)
+			}
+		}
+	}
+}
+
+// debounceDelay is how long a change waits for the events that follow it before it is scanned.
+const debounceDelay = 10 * time.Millisecond
+
+// notifier is Run's inotify watch on the directory; with no inotify its channels are nil and only the
+// periodic scan sees changes.
+type notifier struct {
+	dir      string
+	log      *logger.Logger
+	fs       *fsnotify.Watcher
+	watching bool
+	events   chan fsnotify.Event
+	errors   chan error
+}
+
+func (w *Watcher) newNotifier() *notifier {
+	n := &notifier{dir: filepath.Clean(w.cfg.Dir), log: w.log}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		w.log.Warn("cannot use inotify; the static tasks directory is only scanned every interval",
+			"interval", w.cfg.Interval, "error", err)
+		return n
+	}
+	n.fs, n.events, n.errors = fw, fw.Events, fw.Errors
+	return n
+}
+
+// watch adds the directory's watch if it is not in place and the directory exists.
+func (n *notifier) watch() {
+	if n.fs == nil || n.watching {
+		return
+	}
+	if _, err := os.Stat(n.dir); err != nil {
+		return // not there yet, or the scan reports why
+	}
+	if err := n.fs.Add(n.dir); err != nil {
+		n.log.Warn("cannot watch the static tasks directory; it is scanned every interval", "error", err)
+		return
+	}
+	n.watching = true
+}
+
+// relevant reports whether ev may change what the directory holds. The directory itself going away
+// drops its watch; the next scan adds it again once the directory is back.
+func (n *notifier) relevant(ev fsnotify.Event) bool {
+	if filepath.Clean(ev.Name) == n.dir {
+		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+			_ = n.fs.Remove(n.dir) // already gone with the directory, or a rename we no longer follow
+			n.watching = false
+		}
+		return true
+	}
+	return strings.HasSuffix(ev.Name, ".json")
+}
+
+func (n *notifier) close() {
+	if n.fs != nil {
+		if err := n.fs.Close(); err != nil {
+			n.log.Warn("cannot close the inotify watch of the static tasks directory", "error", err)
 		}
 	}
 }

@@ -174,10 +174,10 @@ func TestWatcherAdoptsRestoredTasks(t *testing.T) {
 	assert.Len(t, r.calls, 1)
 }
 
-// notifyingRunner is a fakeRunner that tells of every task added; only Run calls it.
+// notifyingRunner is a fakeRunner that tells of every task added and stopped; only Run calls it.
 type notifyingRunner struct {
 	fakeRunner
-	added chan string
+	added, stopped chan string
 }
 
 func (r *notifyingRunner) AddTask(ctx context.Context, t *task.Task) error {
@@ -185,12 +185,14 @@ func (r *notifyingRunner) AddTask(ctx context.Context, t *task.Task) error {
 	return r.fakeRunner.AddTask(ctx, t)
 }
 
-func TestWatcherRunScansEveryInterval(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
-	clock := clockwork.NewFakeClock()
-	r := &notifyingRunner{added: make(chan string, 4)}
-	w := New(Config{Dir: dir, Cluster: "default", Interval: time.Minute, Clock: clock}, r, logger.Nop())
+func (r *notifyingRunner) StopTask(ctx context.Context, arn, reason string) error {
+	r.stopped <- arn
+	return r.fakeRunner.StopTask(ctx, arn, reason)
+}
+
+// runWatcher runs w until the test ends, and fails the test if Run does not return once its context
+// is cancelled.
+func runWatcher(t *testing.T, w *Watcher) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
@@ -199,22 +201,45 @@ func TestWatcherRunScansEveryInterval(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-done
-	})
-	added := func() string {
-		t.Helper()
 		select {
-		case arn := <-r.added:
-			return arn
+		case <-done:
 		case <-time.After(5 * time.Second):
-			t.Fatal("no task was added")
-			return ""
+			t.Error("Run did not return when its context ended")
 		}
-	}
+	})
+}
 
-	assert.Contains(t, added(), "web", "the first scan is at once")
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "api.json"), []byte(strings.Replace(webDef, `"web"`, `"api"`, 1)), 0o600))
-	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "Run waits on its ticker")
+// waitTimers waits until n timers and tickers wait on clock, failing the test after a deadline.
+func waitTimers(t *testing.T, clock *clockwork.FakeClock, n int, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, n), what)
+}
+
+// next returns the next ARN on ch, failing the test after a deadline.
+func next(t *testing.T, ch <-chan string, what string) string {
+	t.Helper()
+	select {
+	case arn := <-ch:
+		return arn
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no task was %s", what)
+		return ""
+	}
+}
+
+func TestWatcherRunScansEveryInterval(t *testing.T) {
+	// The directory appears after Run started: no inotify watch sees it, the periodic scan does.
+	dir := filepath.Join(t.TempDir(), "tasks.d")
+	clock := clockwork.NewFakeClock()
+	r := &notifyingRunner{added: make(chan string, 4), stopped: make(chan string, 4)}
+	w := New(Config{Dir: dir, Cluster: "default", Interval: time.Minute, Clock: clock}, r, logger.Nop())
+	runWatcher(t, w)
+
+	waitTimers(t, clock, 1, "Run waits on its ticker")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
 	clock.Advance(time.Minute - time.Second)
 	select {
 	case arn := <-r.added:
@@ -222,7 +247,50 @@ func TestWatcherRunScansEveryInterval(t *testing.T) {
 	default:
 	}
 	clock.Advance(time.Second)
-	assert.Contains(t, added(), "api", "the next scan is an interval later")
+	assert.Contains(t, next(t, r.added, "added"), "web", "the next scan is an interval later")
+
+	// That scan also started watching the directory: a new file is picked up without the ticker.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "api.json"), []byte(strings.Replace(webDef, `"web"`, `"api"`, 1)), 0o600))
+	waitTimers(t, clock, 2, "inotify starts the debounce timer")
+	clock.Advance(debounceDelay)
+	assert.Contains(t, next(t, r.added, "added"), "api")
+}
+
+func TestWatcherRunPicksUpChangesAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
+	clock := clockwork.NewFakeClock()
+	r := &notifyingRunner{added: make(chan string, 4), stopped: make(chan string, 4)}
+	w := New(Config{Dir: dir, Cluster: "default", Interval: time.Hour, Clock: clock}, r, logger.Nop())
+	runWatcher(t, w)
+	web := next(t, r.added, "added")
+	assert.Contains(t, web, "web", "the first scan is at once")
+
+	steps := []struct {
+		name   string
+		change func()
+		check  func()
+	}{
+		{"a new file starts", func() {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "api.json"), []byte(strings.Replace(webDef, `"web"`, `"api"`, 1)), 0o600))
+		}, func() { assert.Contains(t, next(t, r.added, "added"), "api") }},
+		{"a changed file is replaced", func() {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(strings.Replace(webDef, `"memory": 32`, `"memory": 64`, 1)), 0o600))
+		}, func() {
+			assert.Equal(t, web, next(t, r.stopped, "stopped"))
+			web = next(t, r.added, "added")
+			assert.Contains(t, web, "web")
+		}},
+		{"a removed file stops", func() {
+			require.NoError(t, os.Remove(filepath.Join(dir, "web.json")))
+		}, func() { assert.Equal(t, web, next(t, r.stopped, "stopped")) }},
+	}
+	for _, step := range steps {
+		step.change()
+		waitTimers(t, clock, 2, step.name+": inotify starts the debounce timer")
+		clock.Advance(debounceDelay)
+		step.check()
+	}
 }
 
 func TestWatcherRefusesPrivilegedWhenDisabled(t *testing.T) {
