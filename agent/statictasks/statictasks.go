@@ -425,6 +425,9 @@ func (w *Watcher) load(name string) (parsed, bool) {
 	}
 	data, id, err := readRegular(path, fi)
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return parsed{}, false // removed since the stat; the next scan sees it gone
+		}
 		if errors.Is(err, errInvalidFile) {
 			p := parsed{id: id, err: err, key: "read:" + err.Error()}
 			w.parsed[name] = p

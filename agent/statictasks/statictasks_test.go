@@ -235,8 +235,11 @@ func TestWatcherRunScansEveryInterval(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	r := &notifyingRunner{added: make(chan string, 4), stopped: make(chan string, 4)}
 	w := New(Config{Dir: dir, Cluster: "default", Interval: time.Minute, Clock: clock}, r, logger.Nop())
+	gone := "arn:aws:ecs:local:000000000000:task/default/static-old-01234567-0123456789ab"
+	w.Adopt([]*task.Task{{Arn: gone, DesiredStatus: task.TaskRunning}})
 	runWatcher(t, w)
 
+	assert.Equal(t, gone, next(t, r.stopped, "stopped"), "the first scan is done: it stopped the restored task")
 	waitTimers(t, clock, 1, "Run waits on its ticker")
 	require.NoError(t, os.Mkdir(dir, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
