@@ -1,13 +1,22 @@
 // Package statictasks keeps every task definition file in a directory running on this host, like a
 // kubelet static pod: a new file starts a task, a changed file replaces it (the old task stops, a new
 // one starts) and a removed file stops it. Invalid files are logged with their validation errors,
-// once per content, and skipped.
+// once per content, and skipped. Changes are seen at once through inotify, and by a periodic scan as
+// a backstop.
 //
-// A static task's ARN is derived from its file name and its definition's digest, so the same file
-// maps to the same task across agent restarts, and any change to it is a new task. A static task that
-// stops by itself (its essential container exited, the Docker Engine restarted) is started again as a
-// new task, after a delay that doubles with each consecutive restart (1 s up to 5 min) so that a
-// crash-looping definition does not churn the host.
+// A static task's ARN is derived from its file name (sanitized, plus a short hash of the exact name,
+// so two names never share a task) and its definition's digest, so the same file maps to the same task
+// across agent restarts, and any change to it is a new task. A static task that stops by itself (its
+// essential container exited, the Docker Engine restarted) is started again as a new task, after a
+// delay that doubles with each consecutive restart (1 s up to 5 min) so that a crash-looping
+// definition does not churn the host.
+//
+// Only what root alone can write is trusted: the directory must be owned by root and not writable by
+// group or others (a symlink to it is followed), else nothing in it is started and tasks already
+// running are left alone. Only regular files up to MaxFileSize are read; a symlink is followed only
+// when it points to a regular file, and a FIFO, socket, device or directory named *.json is invalid
+// and never opened. A file whose size, mtime, ctime and inode did not change since the last scan is
+// not read again.
 package statictasks
 
 import (
@@ -16,14 +25,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/engine"
@@ -53,6 +65,9 @@ type Config struct {
 	DisablePrivileged bool
 }
 
+// MaxFileSize is the largest static task file read; a larger one is invalid.
+const MaxFileSize = 1 << 20
+
 // Restart delays of a static task that keeps stopping by itself.
 const (
 	firstRestartDelay = time.Second
@@ -73,9 +88,33 @@ type Watcher struct {
 	log      *logger.Logger
 	running  map[string]string  // file name → ARN of its task
 	restarts map[string]restart // file name → restart bookkeeping of its definition
-	invalid  map[string]string  // file name → content digest of the invalid version already reported
+	invalid  map[string]string  // file name → key of the invalid version already reported
+	parsed   map[string]parsed  // file name → its last read version
 	adopted  set.Set[string]    // ARNs of restored static tasks no file has claimed yet
+	dirError string             // the directory's ownership problem already reported
+	reads    int                // files read and parsed, for tests
 }
+
+// parsed is what one read of a file gave, kept until its identity changes.
+type parsed struct {
+	id     fileID
+	def    *taskdef.Definition
+	digest string
+	err    error  // the file is invalid
+	key    string // content digest, or the identity of a file that was not read
+}
+
+// fileID tells whether a file changed without reading it.
+type fileID struct {
+	dev, ino  uint64
+	size      int64
+	mtime     int64 // ns since the epoch
+	ctime     int64
+	ctimeNsec int64
+}
+
+// errInvalidFile is the class of files that are refused before they are parsed.
+var errInvalidFile = errors.New("invalid static task file")
 
 // restart tracks how often a file's task stopped by itself, to back off.
 type restart struct {
@@ -95,7 +134,8 @@ func New(cfg Config, runner Runner, log *logger.Logger) *Watcher {
 		cfg.Clock = clockwork.NewRealClock()
 	}
 	return &Watcher{cfg: cfg, runner: runner, log: log.With("static_tasks_dir", cfg.Dir),
-		running: map[string]string{}, restarts: map[string]restart{}, invalid: map[string]string{}}
+		running: map[string]string{}, restarts: map[string]restart{}, invalid: map[string]string{},
+		parsed: map[string]parsed{}}
 }
 
 // Adopt takes the static tasks restored after an agent restart: the first scan keeps each one whose
@@ -110,24 +150,120 @@ func (w *Watcher) Adopt(tasks []*task.Task) {
 	}
 }
 
-// Run scans the directory at once and then every interval until ctx ends. A directory that does not
-// exist (yet) holds no tasks.
+// Run scans the directory at once, then whenever inotify tells of a change in it (a few ms later, so
+// that a burst of events makes one scan) and every interval as a backstop, until ctx ends. A directory
+// that does not exist (yet) holds no tasks; it is watched from the first scan that finds it. Run
+// returns once ctx ends, with its inotify watch closed.
 func (w *Watcher) Run(ctx context.Context) {
 	w.log.Info("watching static task definitions")
 	t := w.cfg.Clock.NewTicker(w.cfg.Interval)
 	defer t.Stop()
+	n := w.newNotifier()
+	defer n.close()
+	var debounce clockwork.Timer
 	for {
+		if debounce != nil {
+			debounce.Stop()
+			debounce = nil
+		}
+		n.watch() // before the scan, so that no change after it goes unnoticed
 		w.Scan(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.Chan():
+		for rescan := false; !rescan; {
+			var fired <-chan time.Time
+			if debounce != nil {
+				fired = debounce.Chan()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.Chan():
+				rescan = true
+			case <-fired:
+				debounce = nil
+				rescan = true
+			case ev := <-n.events:
+				if n.relevant(ev) && debounce == nil {
+					debounce = w.cfg.Clock.NewTimer(debounceDelay)
+				}
+			case err := <-n.errors:
+				w.log.Warn("inotify on the static tasks directory", "error", err)
+			}
+		}
+	}
+}
+
+// debounceDelay is how long a change waits for the events that follow it before it is scanned.
+const debounceDelay = 10 * time.Millisecond
+
+// notifier is Run's inotify watch on the directory; with no inotify its channels are nil and only the
+// periodic scan sees changes.
+type notifier struct {
+	dir      string
+	log      *logger.Logger
+	fs       *fsnotify.Watcher
+	watching bool
+	events   chan fsnotify.Event
+	errors   chan error
+}
+
+func (w *Watcher) newNotifier() *notifier {
+	n := &notifier{dir: filepath.Clean(w.cfg.Dir), log: w.log}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		w.log.Warn("cannot use inotify; the static tasks directory is only scanned every interval",
+			"interval", w.cfg.Interval, "error", err)
+		return n
+	}
+	n.fs, n.events, n.errors = fw, fw.Events, fw.Errors
+	return n
+}
+
+// watch adds the directory's watch if it is not in place and the directory exists.
+func (n *notifier) watch() {
+	if n.fs == nil || n.watching {
+		return
+	}
+	if _, err := os.Stat(n.dir); err != nil {
+		return // not there yet, or the scan reports why
+	}
+	if err := n.fs.Add(n.dir); err != nil {
+		n.log.Warn("cannot watch the static tasks directory; it is scanned every interval", "error", err)
+		return
+	}
+	n.watching = true
+}
+
+// relevant reports whether ev may change what the directory holds. The directory itself going away
+// drops its watch; the next scan adds it again once the directory is back.
+func (n *notifier) relevant(ev fsnotify.Event) bool {
+	if filepath.Clean(ev.Name) == n.dir {
+		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+			_ = n.fs.Remove(n.dir) // already gone with the directory, or a rename we no longer follow
+			n.watching = false
+		}
+		return true
+	}
+	return strings.HasSuffix(ev.Name, ".json")
+}
+
+func (n *notifier) close() {
+	if n.fs != nil {
+		if err := n.fs.Close(); err != nil {
+			n.log.Warn("cannot close the inotify watch of the static tasks directory", "error", err)
 		}
 	}
 }
 
 // Scan applies the directory's current contents once.
 func (w *Watcher) Scan(ctx context.Context) {
+	if err := checkDir(w.cfg.Dir); err != nil {
+		if err.Error() != w.dirError {
+			w.dirError = err.Error()
+			w.log.Error("static tasks directory is not safe; no task from it is started", "error", err)
+		}
+		return
+	}
+	w.dirError = ""
 	entries, err := os.ReadDir(w.cfg.Dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		w.log.Warn("cannot read the static tasks directory", "error", err)
@@ -135,7 +271,7 @@ func (w *Watcher) Scan(ctx context.Context) {
 	}
 	var seen set.Set[string]
 	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
 		seen.Add(e.Name())
@@ -158,6 +294,11 @@ func (w *Watcher) Scan(ctx context.Context) {
 			delete(w.invalid, name)
 		}
 	}
+	for name := range w.parsed {
+		if !seen.Has(name) {
+			delete(w.parsed, name)
+		}
+	}
 	for _, arn := range set.Sorted(w.adopted) {
 		w.stop(ctx, arn, ReasonRemoved)
 		w.log.Info("static task's file changed or went away while the agent was down; its task stops", "task", arn)
@@ -167,27 +308,16 @@ func (w *Watcher) Scan(ctx context.Context) {
 
 // apply starts the task of one file, or replaces it when the file changed.
 func (w *Watcher) apply(ctx context.Context, name string) {
-	path := filepath.Join(w.cfg.Dir, name)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		w.log.Warn("cannot read static task file", "file", name, "error", err)
+	p, ok := w.load(name)
+	if !ok {
 		return
 	}
-	def, err := taskdef.Parse(data)
-	if err != nil {
-		w.reportInvalid(name, data, err)
-		return
-	}
-	if err := w.refusePrivileged(def); err != nil {
-		w.reportInvalid(name, data, err)
+	if p.err != nil {
+		w.reportInvalid(name, p.key, p.err)
 		return
 	}
 	delete(w.invalid, name)
-	digest, err := def.Digest()
-	if err != nil {
-		w.log.Warn("cannot digest static task definition", "file", name, "error", err)
-		return
-	}
+	def, digest := p.def, p.digest
 	base := w.arn(name, digest)
 	old, ok := w.running[name]
 	if !ok {
@@ -272,13 +402,144 @@ func (w *Watcher) restartDue(name string) bool {
 	return true
 }
 
-// reportInvalid logs a file's validation errors once per content.
-func (w *Watcher) reportInvalid(name string, data []byte, err error) {
-	sum := contentKey(data)
-	if w.invalid[name] == sum {
+// load returns the parsed version of a file, reading it only when its identity changed since the
+// last scan; it reports false when the file could not be looked at (gone since the listing, I/O error).
+func (w *Watcher) load(name string) (parsed, bool) {
+	path := filepath.Join(w.cfg.Dir, name)
+	fi, err := statRegular(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return parsed{}, false
+		}
+		if errors.Is(err, errInvalidFile) {
+			p := parsed{err: err, key: "stat:" + err.Error()}
+			w.parsed[name] = p
+			return p, true
+		}
+		w.log.Warn("cannot read static task file", "file", name, "error", err)
+		return parsed{}, false
+	}
+	id := identity(fi)
+	if p, ok := w.parsed[name]; ok && p.id == id {
+		return p, true
+	}
+	data, id, err := readRegular(path, fi)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return parsed{}, false // removed since the stat; the next scan sees it gone
+		}
+		if errors.Is(err, errInvalidFile) {
+			p := parsed{id: id, err: err, key: "read:" + err.Error()}
+			w.parsed[name] = p
+			return p, true
+		}
+		w.log.Warn("cannot read static task file", "file", name, "error", err)
+		return parsed{}, false
+	}
+	w.reads++
+	p := parsed{id: id, key: contentKey(data)}
+	p.def, p.err = taskdef.Parse(data)
+	if p.err == nil {
+		p.err = w.refusePrivileged(p.def)
+	}
+	if p.err == nil {
+		if p.digest, err = p.def.Digest(); err != nil {
+			w.log.Warn("cannot digest static task definition", "file", name, "error", err)
+			return parsed{}, false
+		}
+	}
+	w.parsed[name] = p
+	return p, true
+}
+
+// statRegular returns the file info of path, or of the regular file a symlink at path points to; any
+// other kind of file is errInvalidFile.
+func statRegular(path string) (fs.FileInfo, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		if fi, err = os.Stat(path); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("%w: %s is a dangling symlink", errInvalidFile, path)
+			}
+			return nil, err
+		}
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file (%s)", errInvalidFile, path, fi.Mode().Type())
+	}
+	if fi.Size() > MaxFileSize {
+		return nil, fmt.Errorf("%w: %s is %d bytes, over the limit of %d bytes", errInvalidFile, path, fi.Size(), MaxFileSize)
+	}
+	return fi, nil
+}
+
+// readRegular reads the regular file statRegular found at path, at most MaxFileSize bytes. It opens
+// without blocking and checks the open file again, so a file swapped for a FIFO or device since the
+// stat is refused, not waited on.
+func readRegular(path string, want fs.FileInfo) ([]byte, fileID, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fileID{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fileID{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() || !os.SameFile(fi, want) {
+		return nil, fileID{}, fmt.Errorf("%w: %s was replaced while being opened", errInvalidFile, path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fileID{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, identity(fi), fmt.Errorf("%w: %s is over the limit of %d bytes", errInvalidFile, path, MaxFileSize)
+	}
+	return data, identity(fi), nil
+}
+
+// identity is what changes when a file is written, replaced or renamed over.
+func identity(fi fs.FileInfo) fileID {
+	id := fileID{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino = uint64(st.Dev), st.Ino
+		id.ctime, id.ctimeNsec = st.Ctim.Sec, st.Ctim.Nsec
+	}
+	return id
+}
+
+// checkDir returns an error naming the fix when dir is not owned by root or is writable by group or
+// others; a directory that does not exist is fine (it holds no tasks).
+func checkDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("static tasks directory %s: cannot tell its owner", dir)
+	}
+	if st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("static tasks directory %s is owned by uid %d gid %d with mode %s; only root may write to it: chown root:root %s && chmod go-w %s",
+			dir, st.Uid, st.Gid, fi.Mode().Perm(), dir, dir)
+	}
+	return nil
+}
+
+// reportInvalid logs a file's validation errors once per content (or identity, for a file that was
+// not read).
+func (w *Watcher) reportInvalid(name, key string, err error) {
+	if w.invalid[name] == key {
 		return
 	}
-	w.invalid[name] = sum
+	w.invalid[name] = key
 	w.log.Error("invalid static task definition; skipped", "file", name, "error", err)
 }
 
@@ -302,11 +563,13 @@ func contentKey(data []byte) string {
 
 var unsafeID = regexp.MustCompile(`[^a-zA-Z0-9-]`)
 
-// arn names the first task of a file: arn:aws:ecs:<region>:000000000000:task/<cluster>/static-<file>-<digest>.
-// Restarts of it add -r<N>.
+// arn names the first task of a file:
+// arn:aws:ecs:<region>:000000000000:task/<cluster>/static-<file>-<name hash>-<digest>, where <file> is
+// the name sanitized for an ARN and <name hash> the first 8 hex digits of the SHA-256 of the exact
+// name, so that names that sanitize alike ("a b.json", "a-b.json") still differ. Restarts of it add -r<N>.
 func (w *Watcher) arn(name, digest string) string {
 	base := unsafeID.ReplaceAllString(strings.TrimSuffix(name, ".json"), "-")
-	return fmt.Sprintf("%s%s-%s", w.arnPrefix(), base, digest[:12])
+	return fmt.Sprintf("%s%s-%s-%s", w.arnPrefix(), base, contentKey([]byte(name))[:8], digest[:12])
 }
 
 // arnPrefix is what every static task ARN of this cluster starts with.

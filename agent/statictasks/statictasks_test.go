@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,7 +66,7 @@ func TestWatcher(t *testing.T) {
 	require.Len(t, r.calls, 1)
 	first := r.calls[0].arn
 	assert.Equal(t, "add", r.calls[0].op)
-	assert.Regexp(t, `^arn:aws:ecs:local:000000000000:task/default/static-web-[0-9a-f]{12}$`, first)
+	assert.Regexp(t, `^arn:aws:ecs:local:000000000000:task/default/static-web-[0-9a-f]{8}-[0-9a-f]{12}$`, first)
 	assert.Equal(t, "web", r.tasks[first].Family)
 	assert.Equal(t, task.TaskRunning, r.tasks[first].DesiredStatus)
 	assert.Equal(t, 1, r.tasks[first].Revision, "a file without a revision is revision 1")
@@ -173,10 +174,10 @@ func TestWatcherAdoptsRestoredTasks(t *testing.T) {
 	assert.Len(t, r.calls, 1)
 }
 
-// notifyingRunner is a fakeRunner that tells of every task added; only Run calls it.
+// notifyingRunner is a fakeRunner that tells of every task added and stopped; only Run calls it.
 type notifyingRunner struct {
 	fakeRunner
-	added chan string
+	added, stopped chan string
 }
 
 func (r *notifyingRunner) AddTask(ctx context.Context, t *task.Task) error {
@@ -184,12 +185,14 @@ func (r *notifyingRunner) AddTask(ctx context.Context, t *task.Task) error {
 	return r.fakeRunner.AddTask(ctx, t)
 }
 
-func TestWatcherRunScansEveryInterval(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
-	clock := clockwork.NewFakeClock()
-	r := &notifyingRunner{added: make(chan string, 4)}
-	w := New(Config{Dir: dir, Cluster: "default", Interval: time.Minute, Clock: clock}, r, logger.Nop())
+func (r *notifyingRunner) StopTask(ctx context.Context, arn, reason string) error {
+	r.stopped <- arn
+	return r.fakeRunner.StopTask(ctx, arn, reason)
+}
+
+// runWatcher runs w until the test ends, and fails the test if Run does not return once its context
+// is cancelled.
+func runWatcher(t *testing.T, w *Watcher) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
@@ -198,22 +201,48 @@ func TestWatcherRunScansEveryInterval(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-done
-	})
-	added := func() string {
-		t.Helper()
 		select {
-		case arn := <-r.added:
-			return arn
+		case <-done:
 		case <-time.After(5 * time.Second):
-			t.Fatal("no task was added")
-			return ""
+			t.Error("Run did not return when its context ended")
 		}
-	}
+	})
+}
 
-	assert.Contains(t, added(), "web", "the first scan is at once")
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "api.json"), []byte(strings.Replace(webDef, `"web"`, `"api"`, 1)), 0o600))
-	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "Run waits on its ticker")
+// waitTimers waits until n timers and tickers wait on clock, failing the test after a deadline.
+func waitTimers(t *testing.T, clock *clockwork.FakeClock, n int, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, n), what)
+}
+
+// next returns the next ARN on ch, failing the test after a deadline.
+func next(t *testing.T, ch <-chan string, what string) string {
+	t.Helper()
+	select {
+	case arn := <-ch:
+		return arn
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no task was %s", what)
+		return ""
+	}
+}
+
+func TestWatcherRunScansEveryInterval(t *testing.T) {
+	// The directory appears after Run started: no inotify watch sees it, the periodic scan does.
+	dir := filepath.Join(t.TempDir(), "tasks.d")
+	clock := clockwork.NewFakeClock()
+	r := &notifyingRunner{added: make(chan string, 4), stopped: make(chan string, 4)}
+	w := New(Config{Dir: dir, Cluster: "default", Interval: time.Minute, Clock: clock}, r, logger.Nop())
+	gone := "arn:aws:ecs:local:000000000000:task/default/static-old-01234567-0123456789ab"
+	w.Adopt([]*task.Task{{Arn: gone, DesiredStatus: task.TaskRunning}})
+	runWatcher(t, w)
+
+	assert.Equal(t, gone, next(t, r.stopped, "stopped"), "the first scan is done: it stopped the restored task")
+	waitTimers(t, clock, 1, "Run waits on its ticker")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
 	clock.Advance(time.Minute - time.Second)
 	select {
 	case arn := <-r.added:
@@ -221,7 +250,50 @@ func TestWatcherRunScansEveryInterval(t *testing.T) {
 	default:
 	}
 	clock.Advance(time.Second)
-	assert.Contains(t, added(), "api", "the next scan is an interval later")
+	assert.Contains(t, next(t, r.added, "added"), "web", "the next scan is an interval later")
+
+	// That scan also started watching the directory: a new file is picked up without the ticker.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "api.json"), []byte(strings.Replace(webDef, `"web"`, `"api"`, 1)), 0o600))
+	waitTimers(t, clock, 2, "inotify starts the debounce timer")
+	clock.Advance(debounceDelay)
+	assert.Contains(t, next(t, r.added, "added"), "api")
+}
+
+func TestWatcherRunPicksUpChangesAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
+	clock := clockwork.NewFakeClock()
+	r := &notifyingRunner{added: make(chan string, 4), stopped: make(chan string, 4)}
+	w := New(Config{Dir: dir, Cluster: "default", Interval: time.Hour, Clock: clock}, r, logger.Nop())
+	runWatcher(t, w)
+	web := next(t, r.added, "added")
+	assert.Contains(t, web, "web", "the first scan is at once")
+
+	steps := []struct {
+		name   string
+		change func()
+		check  func()
+	}{
+		{"a new file starts", func() {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "api.json"), []byte(strings.Replace(webDef, `"web"`, `"api"`, 1)), 0o600))
+		}, func() { assert.Contains(t, next(t, r.added, "added"), "api") }},
+		{"a changed file is replaced", func() {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(strings.Replace(webDef, `"memory": 32`, `"memory": 64`, 1)), 0o600))
+		}, func() {
+			assert.Equal(t, web, next(t, r.stopped, "stopped"))
+			web = next(t, r.added, "added")
+			assert.Contains(t, web, "web")
+		}},
+		{"a removed file stops", func() {
+			require.NoError(t, os.Remove(filepath.Join(dir, "web.json")))
+		}, func() { assert.Equal(t, web, next(t, r.stopped, "stopped")) }},
+	}
+	for _, step := range steps {
+		step.change()
+		waitTimers(t, clock, 2, step.name+": inotify starts the debounce timer")
+		clock.Advance(debounceDelay)
+		step.check()
+	}
 }
 
 func TestWatcherRefusesPrivilegedWhenDisabled(t *testing.T) {
@@ -242,4 +314,155 @@ func TestWatcherRefusesPrivilegedWhenDisabled(t *testing.T) {
 	allowed := &fakeRunner{}
 	New(Config{Dir: dir, Cluster: "default"}, allowed, log).Scan(context.Background())
 	assert.Len(t, allowed.calls, 1, "without ECS_DISABLE_PRIVILEGED it starts")
+}
+
+func TestWatcherReadsOnlySmallRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	log, err := logger.New(logger.Config{}, &logs)
+	require.NoError(t, err)
+	path := func(name string) string { return filepath.Join(dir, name) }
+	require.NoError(t, syscall.Mkfifo(path("fifo.json"), 0o600))
+	require.NoError(t, os.Mkdir(path("dir.json"), 0o700))
+	require.NoError(t, os.WriteFile(path("big.json"), bytes.Repeat([]byte(" "), MaxFileSize+1), 0o600))
+	require.NoError(t, os.WriteFile(path("web.txt"), []byte(webDef), 0o600))
+	require.NoError(t, os.Symlink("web.txt", path("link.json")))
+	require.NoError(t, os.Symlink("fifo.json", path("fifolink.json")))
+	require.NoError(t, os.Symlink("absent", path("dangling.json")))
+
+	r := &fakeRunner{}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, log)
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		w.Scan(context.Background())
+		w.Scan(context.Background())
+	}()
+	select {
+	case <-scanned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the scan blocked on a FIFO")
+	}
+	require.Len(t, r.calls, 1, "only the symlink to a regular file starts:\n%s", logs.String())
+	assert.Contains(t, r.calls[0].arn, "static-link-")
+	out := logs.String()
+	assert.Equal(t, 5, strings.Count(out, "invalid static task definition"), "each refused file is logged once:\n%s", out)
+	for _, want := range []string{
+		"fifo.json is not a regular file (p",
+		"dir.json is not a regular file (d",
+		"fifolink.json is not a regular file (p",
+		"dangling.json is a dangling symlink",
+		fmt.Sprintf("big.json is %d bytes, over the limit of %d bytes", MaxFileSize+1, MaxFileSize),
+	} {
+		assert.Contains(t, out, want)
+	}
+
+	require.NoError(t, os.Truncate(path("big.json"), MaxFileSize+2))
+	w.Scan(context.Background())
+	assert.Equal(t, 6, strings.Count(logs.String(), "invalid static task definition"), "a changed file is reported again")
+}
+
+func TestReadRegularRefusesASwappedFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "web.json")
+	require.NoError(t, os.WriteFile(path, []byte(webDef), 0o600))
+	fi, err := statRegular(path)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, syscall.Mkfifo(path, 0o600))
+	_, _, err = readRegular(path, fi)
+	assert.ErrorIs(t, err, errInvalidFile, "a FIFO put in the file's place is refused, not read")
+}
+
+func TestWatcherReadsOnlyChangedFiles(t *testing.T) {
+	dir := t.TempDir()
+	r := &fakeRunner{}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, logger.Nop())
+	path := filepath.Join(dir, "web.json")
+	require.NoError(t, os.WriteFile(path, []byte(webDef), 0o600))
+	w.Scan(context.Background())
+	w.Scan(context.Background())
+	w.Scan(context.Background())
+	assert.Equal(t, 1, w.reads, "an unchanged file is read once")
+
+	// Same size, same mtime, new content: the inode's ctime still tells.
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(webDef, `"memory": 32`, `"memory": 64`, 1)), 0o600))
+	require.NoError(t, os.Chtimes(path, fi.ModTime(), fi.ModTime()))
+	w.Scan(context.Background())
+	assert.Equal(t, 2, w.reads)
+	require.Len(t, r.calls, 3, "the changed file replaces its task")
+	assert.Equal(t, ReasonChanged, r.calls[1].reason)
+
+	// Replaced by rename: a new inode.
+	tmp := filepath.Join(dir, "web.tmp")
+	require.NoError(t, os.WriteFile(tmp, []byte(webDef), 0o600))
+	require.NoError(t, os.Rename(tmp, path))
+	w.Scan(context.Background())
+	assert.Equal(t, 3, w.reads)
+	require.Len(t, r.calls, 5)
+}
+
+func TestWatcherOneTaskPerFileName(t *testing.T) {
+	dir := t.TempDir()
+	r := &fakeRunner{}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, logger.Nop())
+	names := []string{"a b.json", "a-b.json", "a_b.json", "a.b.json"}
+	for _, name := range names {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(webDef), 0o600))
+	}
+	w.Scan(context.Background())
+	require.Len(t, r.calls, len(names))
+	arns := map[string]bool{}
+	for _, c := range r.calls {
+		assert.Regexp(t, `/static-a-b-[0-9a-f]{8}-[0-9a-f]{12}$`, c.arn)
+		arns[c.arn] = true
+	}
+	assert.Len(t, arns, len(names), "names that sanitize alike still get their own task: %v", arns)
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "a b.json")))
+	w.Scan(context.Background())
+	require.Len(t, r.calls, len(names)+1, "removing one file stops only its task")
+	assert.Equal(t, call{op: "stop", arn: r.calls[0].arn, reason: ReasonRemoved}, r.calls[len(names)])
+}
+
+func TestWatcherRefusesAnUnsafeDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test chowns a directory: run it as root (CI does)")
+	}
+	for _, tc := range []struct {
+		name string
+		uid  int
+		mode os.FileMode
+		err  string
+	}{
+		{name: "writable by others", uid: 0, mode: 0o757, err: "mode -rwxr-xrwx"},
+		{name: "writable by group", uid: 0, mode: 0o775, err: "mode -rwxrwxr-x"},
+		{name: "not owned by root", uid: 1000, mode: 0o755, err: "uid 1000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(webDef), 0o600))
+			require.NoError(t, os.Chown(dir, tc.uid, 0))
+			require.NoError(t, os.Chmod(dir, tc.mode))
+			var logs bytes.Buffer
+			log, err := logger.New(logger.Config{}, &logs)
+			require.NoError(t, err)
+			r := &fakeRunner{}
+			w := New(Config{Dir: dir, Cluster: "default"}, r, log)
+			w.Scan(context.Background())
+			w.Scan(context.Background())
+			assert.Empty(t, r.calls, "no task from an unsafe directory starts")
+			out := logs.String()
+			assert.Equal(t, 1, strings.Count(out, "static tasks directory is not safe"), "logged once:\n%s", out)
+			assert.Contains(t, out, tc.err)
+			assert.Contains(t, out, fmt.Sprintf("chown root:root %s && chmod go-w %s", dir, dir))
+
+			require.NoError(t, os.Chown(dir, 0, 0))
+			require.NoError(t, os.Chmod(dir, 0o755))
+			w.Scan(context.Background())
+			assert.Len(t, r.calls, 1, "once fixed, its tasks start")
+		})
+	}
 }
