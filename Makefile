@@ -31,10 +31,13 @@ cni-plugins:
 	GO=$(GO) bash scripts/build-cni-plugins.sh $(CNI_PLUGINS_DIR)
 
 # Runs the agent in local mode with its data and logs under .run/ until SIGTERM or Ctrl-C.
+# The example static tasks are copied to a directory the agent accepts whatever the checkout's owner
+# and umask: owned by root, not writable by group or others.
 run: images build cni-plugins
 	mkdir -p $(RUN_DIR)/data $(RUN_DIR)/log
+	rm -rf $(RUN_DIR)/tasks.d && install -d -m 0755 $(RUN_DIR)/tasks.d && install -m 0644 misc/examples/tasks.d/*.json $(RUN_DIR)/tasks.d/
 	ECS_DATADIR=$(RUN_DIR)/data ECS_LOGFILE=$(RUN_DIR)/log/berth.log \
-		ECS_ENV_FILE=$${ECS_ENV_FILE:-misc/examples/run.env} ECS_STATIC_TASKS_DIR=$${ECS_STATIC_TASKS_DIR:-misc/examples/tasks.d} \
+		ECS_ENV_FILE=$${ECS_ENV_FILE:-misc/examples/run.env} ECS_STATIC_TASKS_DIR=$${ECS_STATIC_TASKS_DIR:-$(RUN_DIR)/tasks.d} \
 		ECS_ENABLE_TASK_ENI=true ECS_CNI_PLUGINS_PATH=$(CNI_PLUGINS_DIR) ECS_PAUSE_IMAGE_TARBALL=$(RUN_DIR)/images/pause.tar \
 		exec $(BIN) agent
 

@@ -195,8 +195,17 @@ func TestIntegrationExampleWebTask(t *testing.T) {
 	bin := buildBerth(t)
 	cluster := fmt.Sprintf("it-example-%d", time.Now().UnixNano())
 	addr := freeAddr(t)
+	tasksDir := t.TempDir() // as make run does: the examples in a directory only root may write
+	examples, err := filepath.Glob("../../../misc/examples/tasks.d/*.json")
+	require.NoError(t, err)
+	require.NotEmpty(t, examples)
+	for _, f := range examples {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(tasksDir, filepath.Base(f)), data, 0o644))
+	}
 	environ := append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
-		"ECS_INTROSPECTION_ADDR="+addr, "ECS_CLUSTER="+cluster, "ECS_STATIC_TASKS_DIR=../../../misc/examples/tasks.d",
+		"ECS_INTROSPECTION_ADDR="+addr, "ECS_CLUSTER="+cluster, "ECS_STATIC_TASKS_DIR="+tasksDir,
 		"ECS_DATADIR="+t.TempDir())
 	agent := exec.Command(bin, "agent")
 	agent.Env = environ
