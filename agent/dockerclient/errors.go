@@ -253,6 +253,15 @@ func classifyPull(err error, throttleDelay time.Duration) error {
 	return out
 }
 
+// isTransportFault reports whether err says only that the way to the
+// registry failed — the connection failed, was reset or timed out, or the
+// registry answered 5xx — and nothing about the image or the credentials.
+// Such a failure gets the larger attempt budget (PullConfig.TransportAttempts).
+// Throttling, inactivity and unclassified errors are not transport faults.
+func isTransportFault(err error) bool {
+	return errors.Is(err, ErrConnection) || errors.Is(err, ErrRegistryUnavailable)
+}
+
 func (e *PullError) is(class error) bool {
 	for _, c := range e.Classes {
 		if c == class {

@@ -104,6 +104,31 @@ func TestClassifyPull(t *testing.T) {
 	}
 }
 
+func TestIsTransportFault(t *testing.T) {
+	apiErr := func(status int, msg string) error { return &docker.Error{Status: status, Message: msg} }
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"reset", apiErr(500, `Head "http://127.0.0.1:5000/v2/app/manifests/1": read tcp 127.0.0.1:1->127.0.0.1:5000: read: connection reset by peer`), true},
+		{"503", apiErr(500, "received unexpected HTTP status: 503 Service Unavailable"), true},
+		{"eof in stream", &StreamError{Message: "unexpected EOF"}, true},
+		{"tls handshake timeout", apiErr(500, `Get "https://r/v2/": net/http: TLS handshake timeout`), true},
+		{"429", apiErr(500, "toomanyrequests"), false},
+		{"inactivity", fmt.Errorf("no progress for 1m0s: %w", ErrInactivity), false},
+		{"not found", apiErr(404, "manifest for r/app:1 not found: manifest unknown: manifest unknown"), false},
+		{"auth refused", apiErr(500, "unauthorized: authentication required"), false},
+		{"unknown", errors.New("something odd"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := &CannotPullContainerError{Image: "img", Err: classifyPull(tt.err, time.Second)}
+			assert.Equal(t, tt.want, isTransportFault(fmt.Errorf("attempt: %w", err)))
+		})
+	}
+}
+
 func TestSentinelsMatchTheirErrdefsClass(t *testing.T) {
 	tests := []struct {
 		sentinel, class error

@@ -258,7 +258,7 @@ func TestIntegrationConcurrentPullsShareOne(t *testing.T) {
 func TestIntegrationBehaviorDefaultFallsBackToCache(t *testing.T) {
 	cfg := itPull()
 	cfg.Behavior = BehaviorDefault
-	cfg.Attempts = 2
+	cfg.Attempts, cfg.TransportAttempts = 2, 2
 	log, buf := testLogger(t)
 	cfg.Logger = log
 	c := engine(t, Config{Pull: cfg})

@@ -98,23 +98,176 @@ func TestPullStopsOnPermanentErrors(t *testing.T) {
 }
 
 func TestPullGivesUpAfterAttempts(t *testing.T) {
+	tests := []struct {
+		name  string
+		fail  func(c pullCall)
+		class error
+		want  int
+	}{
+		{"registry 5xx: transport budget", func(c pullCall) {
+			writeAPIError(c.W, 500, "received unexpected HTTP status: 502 Bad Gateway")
+		}, ErrRegistryUnavailable, DefaultTransportAttempts},
+		{"throttled: ECS budget", func(c pullCall) { writeAPIError(c.W, 500, "toomanyrequests") }, ErrTooManyRequests, DefaultPullAttempts},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeDocker(t)
+			f.setPull(tt.fail)
+			cfg := fastPull()
+			var retries []int
+			cfg.Retrier = retry.Retrier{OnRetry: func(n int, _ error, _ time.Duration) { retries = append(retries, n) }}
+			c := f.client(Config{Pull: cfg})
+			res, err := c.PullImage(t.Context(), testImage, nil)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, tt.class)
+			assert.Equal(t, tt.want, f.pullCount())
+			assert.Len(t, res.Attempts, tt.want)
+			assert.Len(t, retries, tt.want-1)
+			var cp *CannotPullContainerError
+			require.ErrorAs(t, err, &cp)
+			assert.True(t, cp.Retry(), "the last error is still a transient one")
+		})
+	}
+}
+
+// Docker's answer when the registry reset the connection in the manifest phase, as the faulty-registry
+// bench sees it.
+const resetText = `Head "http://127.0.0.1:5000/v2/app/manifests/1": read tcp 127.0.0.1:51234->127.0.0.1:5000: read: connection reset by peer`
+
+// advancingPull starts a pull of testImage with the default backoff on a fake clock that a goroutine
+// advances past every backoff wait (the watchdog and progress logging are off, so backoff waits are
+// the clock's only waiters), and returns the pull's outcome and the delays waited.
+func advancingPull(t *testing.T, f *fakeDocker, cfg PullConfig) (pullOutcome, []time.Duration) {
+	t.Helper()
+	clock := clockwork.NewFakeClock()
+	cfg.InactivityTimeout = -1
+	cfg.ProgressInterval = -1
+	cfg.Clock = clock
+	var mu sync.Mutex
+	var delays []time.Duration
+	cfg.Retrier = retry.Retrier{OnRetry: func(_ int, _ error, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		delays = append(delays, d)
+	}}
+	c := f.client(Config{Pull: cfg})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for clock.BlockUntilContext(ctx, 1) == nil {
+			clock.Advance(time.Minute)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+
+	out := make(chan pullOutcome, 1)
+	go func() {
+		res, err := c.PullImage(t.Context(), testImage, nil)
+		out <- pullOutcome{res, err}
+	}()
+	o := wait(t, out)
+	mu.Lock()
+	defer mu.Unlock()
+	return o, append([]time.Duration(nil), delays...)
+}
+
+func TestPullTransportFaultBudget(t *testing.T) {
+	reset := func(c pullCall) { writeAPIError(c.W, 500, resetText) }
+	unavailable := func(c pullCall) {
+		writeAPIError(c.W, 500, "received unexpected HTTP status: 503 Service Unavailable")
+	}
+	eofInStream := func(c pullCall) { streamErr(c, "unexpected EOF") }
+	throttled := func(c pullCall) { writeAPIError(c.W, 500, "toomanyrequests") }
+	unknown := func(c pullCall) { writeAPIError(c.W, 500, "something nobody classified") }
+	notFound := func(c pullCall) {
+		writeAPIError(c.W, 404, "manifest for 127.0.0.1:5000/app:1 not found: manifest unknown: manifest unknown")
+	}
+	// script answers attempt n with steps[n-1], and the last step after that.
+	script := func(steps ...func(c pullCall)) func(c pullCall) {
+		return func(c pullCall) { steps[min(c.N, len(steps))-1](c) }
+	}
+	ok := func(c pullCall) { streamOK(c, 1) }
+	tests := []struct {
+		name      string
+		pull      func(c pullCall)
+		attempts  int
+		pulled    bool
+		class     error // the final error's, if any
+		retriable bool  // the final error's decision
+	}{
+		{"8 resets, then success", script(reset, reset, reset, reset, reset, reset, reset, reset, ok), 9, true, nil, false},
+		{"14 transport faults of all kinds, then success", script(reset, unavailable, eofInStream, reset, unavailable,
+			eofInStream, reset, unavailable, eofInStream, reset, unavailable, eofInStream, reset, unavailable, ok), 15, true, nil, false},
+		{"resets forever stop after the transport budget", reset, DefaultTransportAttempts, false, ErrConnection, true},
+		{"a non-transport retriable error stops after 5", throttled, DefaultPullAttempts, false, ErrTooManyRequests, true},
+		{"an unclassified error stops after 5", unknown, DefaultPullAttempts, false, nil, true},
+		{"transport faults do not use up the other budget", script(reset, throttled, reset, throttled, reset, throttled,
+			reset, throttled, reset, throttled, ok), 10, false, ErrTooManyRequests, true},
+		{"not found stops at once", notFound, 1, false, ErrNotFound, false},
+		{"not found after resets stops at once", script(reset, reset, notFound), 3, false, ErrNotFound, false},
+		{"auth refused stops at once", func(c pullCall) { writeAPIError(c.W, 500, "unauthorized: authentication required") },
+			1, false, ErrAuthRefused, false},
+		{"invalid reference stops at once", func(c pullCall) { writeAPIError(c.W, 400, "invalid reference format") },
+			1, false, ErrInvalidReference, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeDocker(t)
+			f.setPull(tt.pull)
+			start := time.Now()
+			o, delays := advancingPull(t, f, PullConfig{})
+			assert.Less(t, time.Since(start), 2*time.Second, "backoff waits are on the fake clock")
+
+			assert.Equal(t, tt.attempts, f.pullCount())
+			require.Len(t, o.res.Attempts, tt.attempts)
+			require.Len(t, delays, tt.attempts-1)
+			for i, d := range delays {
+				base := min(DefaultBackoffMin<<i, DefaultBackoffMax)
+				if o.res.Attempts[i].Err != nil && errors.Is(o.res.Attempts[i].Err, ErrTooManyRequests) {
+					base = max(base, DefaultThrottleDelay)
+				}
+				assert.InDelta(t, float64(base), float64(d), float64(base)*DefaultBackoffJitter+1,
+					"delay %d: the usual backoff, transport faults or not", i+1)
+			}
+			if tt.pulled {
+				require.NoError(t, o.err)
+				assert.True(t, o.res.Pulled)
+				return
+			}
+			require.Error(t, o.err)
+			if tt.class != nil {
+				assert.ErrorIs(t, o.err, tt.class)
+			}
+			var cp *CannotPullContainerError
+			require.ErrorAs(t, o.err, &cp)
+			assert.Equal(t, tt.retriable, cp.Retry(), "the final error keeps its own retry decision")
+		})
+	}
+}
+
+func TestPullTimeoutEndsTransportRetries(t *testing.T) {
 	f := newFakeDocker(t)
 	f.setPull(func(c pullCall) {
-		writeAPIError(c.W, 500, "received unexpected HTTP status: 502 Bad Gateway")
+		time.Sleep(2 * time.Millisecond) // so that the budget below cannot run out before the timeout
+		writeAPIError(c.W, 500, resetText)
 	})
-	cfg := fastPull()
-	var retries []int
-	cfg.Retrier = retry.Retrier{OnRetry: func(n int, _ error, _ time.Duration) { retries = append(retries, n) }}
-	c := f.client(Config{Pull: cfg})
-	res, err := c.PullImage(t.Context(), testImage, nil)
-	require.Error(t, err)
-	assert.ErrorIs(t, err, ErrRegistryUnavailable)
-	assert.Equal(t, DefaultPullAttempts, f.pullCount())
-	assert.Len(t, res.Attempts, DefaultPullAttempts)
-	assert.Equal(t, []int{1, 2, 3, 4}, retries)
-	var cp *CannotPullContainerError
-	require.ErrorAs(t, err, &cp)
-	assert.True(t, cp.Retry(), "the last error is still a transient one")
+	cfg := PullConfig{TransportAttempts: 1 << 20, PullTimeout: 200 * time.Millisecond}
+	start := time.Now()
+	o, _ := advancingPull(t, f, cfg)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	require.Error(t, o.err)
+	assert.ErrorIs(t, o.err, context.DeadlineExceeded)
+	var te *TimeoutError
+	require.ErrorAs(t, o.err, &te)
+	assert.Equal(t, cfg.PullTimeout, te.Limit)
+	require.Greater(t, len(o.res.Attempts), DefaultTransportAttempts, "retried past the default budget until the timeout")
+	assert.ErrorIs(t, o.res.Attempts[0].Err, ErrConnection)
 }
 
 func TestPullBackoffAndThrottleDelays(t *testing.T) {
@@ -145,6 +298,8 @@ func TestPullBackoffAndThrottleDelays(t *testing.T) {
 func TestPullDefaultBackoffMatchesECS(t *testing.T) {
 	cfg := PullConfig{}.withDefaults()
 	assert.Equal(t, 5, cfg.Attempts)
+	assert.Equal(t, 15, cfg.TransportAttempts)
+	assert.Equal(t, 7, PullConfig{Attempts: 7, TransportAttempts: 3}.withDefaults().TransportAttempts, "never below Attempts")
 	assert.Equal(t, 1100*time.Millisecond, cfg.BackoffMin)
 	assert.Equal(t, 5*time.Second, cfg.BackoffMax)
 	assert.Equal(t, 2.0, cfg.BackoffMultiple)
@@ -583,16 +738,16 @@ func TestPullBehaviors(t *testing.T) {
 	}{
 		{BehaviorDefault, false, false, ok, 1, false, false, false},
 		{BehaviorDefault, true, false, ok, 1, false, false, false},
-		{BehaviorDefault, true, false, fail, 5, false, true, true},
-		{BehaviorDefault, false, false, fail, 5, true, false, false},
+		{BehaviorDefault, true, false, fail, DefaultTransportAttempts, false, true, true},
+		{BehaviorDefault, false, false, fail, DefaultTransportAttempts, true, false, false},
 		{BehaviorAlways, true, false, ok, 1, false, false, false},
-		{BehaviorAlways, true, false, fail, 5, true, false, false},
+		{BehaviorAlways, true, false, fail, DefaultTransportAttempts, true, false, false},
 		{BehaviorOnce, true, true, fail, 0, false, true, false},
 		{BehaviorOnce, true, false, ok, 1, false, false, false},
 		{BehaviorOnce, false, true, ok, 1, false, false, false},
 		{BehaviorPreferCached, true, false, fail, 0, false, true, false},
 		{BehaviorPreferCached, false, false, ok, 1, false, false, false},
-		{BehaviorPreferCached, false, false, fail, 5, true, false, false},
+		{BehaviorPreferCached, false, false, fail, DefaultTransportAttempts, true, false, false},
 	}
 	for _, tt := range tests {
 		name := fmt.Sprintf("%s/present=%v/pulledOnce=%v/pullOK=%v", tt.behavior, tt.present, tt.pulledOnce, !tt.wantErr && !tt.wantCached || tt.wantPulls == 0)
