@@ -78,6 +78,16 @@ func (e *recoveryEnv) start(extra ...string) *agentRun {
 	return r
 }
 
+// runAndStop runs the agent with one static task of family until its two containers run, then stops
+// the agent with SIGTERM, which leaves them running for the next agent.
+func (e *recoveryEnv) runAndStop(family string) {
+	e.t.Helper()
+	writeStaticTask(e.t, e.tasksDir, family)
+	r := e.start()
+	r.waitTasks(60*time.Second, "the task runs", familyRunning(family, 2))
+	r.stop()
+}
+
 // waitKilled waits for the agent to kill itself at its crash point.
 func (r *agentRun) waitKilled(timeout time.Duration) {
 	r.t.Helper()
@@ -396,10 +406,7 @@ func TestIntegrationGracefulStop(t *testing.T) {
 func TestIntegrationCorruptRecord(t *testing.T) {
 	bin := buildBerth(t)
 	env := newRecoveryEnv(t, bin)
-	writeStaticTask(t, env.tasksDir, "good")
-	first := env.start()
-	first.waitTasks(60*time.Second, "the task runs", familyRunning("good", 2))
-	first.stop()
+	env.runAndStop("good")
 
 	db, err := bbolt.Open(filepath.Join(env.dataDir, "berth.db"), 0o600, &bbolt.Options{Timeout: 5 * time.Second})
 	require.NoError(t, err)
@@ -425,10 +432,7 @@ func TestIntegrationCorruptRecord(t *testing.T) {
 func TestIntegrationDamagedStateFile(t *testing.T) {
 	bin := buildBerth(t)
 	env := newRecoveryEnv(t, bin)
-	writeStaticTask(t, env.tasksDir, "survivor")
-	first := env.start()
-	first.waitTasks(60*time.Second, "the task runs", familyRunning("survivor", 2))
-	first.stop()
+	env.runAndStop("survivor")
 	before := clusterContainers(t, env.cluster)
 	require.Len(t, before, 2)
 
