@@ -36,6 +36,8 @@ cni-plugins:
 run: images build cni-plugins
 	mkdir -p $(RUN_DIR)/data $(RUN_DIR)/log
 	rm -rf $(RUN_DIR)/tasks.d && install -d -m 0755 $(RUN_DIR)/tasks.d && install -m 0644 misc/examples/tasks.d/*.json $(RUN_DIR)/tasks.d/
+	@echo "AWS CLI against the embedded control plane (as root; the agent writes the keys file at start):"
+	@echo "  AWS_SHARED_CREDENTIALS_FILE=$(RUN_DIR)/data/local-credentials AWS_PROFILE=berth aws ecs list-tasks --endpoint-url http://127.0.0.1:51677 --region us-east-1"
 	ECS_DATADIR=$(RUN_DIR)/data ECS_LOGFILE=$(RUN_DIR)/log/berth.log \
 		ECS_ENV_FILE=$${ECS_ENV_FILE:-misc/examples/run.env} ECS_STATIC_TASKS_DIR=$${ECS_STATIC_TASKS_DIR:-$(RUN_DIR)/tasks.d} \
 		ECS_ENABLE_TASK_ENI=true ECS_CNI_PLUGINS_PATH=$(CNI_PLUGINS_DIR) ECS_PAUSE_IMAGE_TARBALL=$(RUN_DIR)/images/pause.tar \

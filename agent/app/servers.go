@@ -15,6 +15,7 @@ import (
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/metrics"
@@ -42,7 +43,14 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 	if cfg.Mode != config.ModeLocal {
 		return s, nil
 	}
-	if s.localCP, err = localcp.New(localcp.Config{DBPath: filepath.Join(cfg.DataDir, "localcp.db")}, log.With("component", "localcp")); err != nil {
+	keysFile := localauth.Path(cfg.DataDir)
+	keys, err := localauth.Ensure(keysFile)
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	if s.localCP, err = localcp.New(localcp.Config{DBPath: filepath.Join(cfg.DataDir, "localcp.db"), Keys: keys,
+		AllowedHosts: cfg.LocalControlPlaneAllowedHosts.Values()}, log.With("component", "localcp")); err != nil {
 		s.close()
 		return nil, fmt.Errorf("embedded control plane: %w", err)
 	}
@@ -50,6 +58,8 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 		s.close()
 		return nil, fmt.Errorf("embedded control plane on %s: %w", cfg.LocalControlPlaneAddr, err)
 	}
+	log.Info("embedded control plane: requests must be signed with its keys", "addr", cfg.LocalControlPlaneAddr, "keys_file", keysFile,
+		"aws_cli", localauth.CLIHint(keysFile)+" aws ecs list-tasks --endpoint-url http://"+cfg.LocalControlPlaneAddr)
 	return s, nil
 }
 

@@ -138,6 +138,9 @@ type Config struct {
 	StaticTasksDir        string
 	IntrospectionAddr     string
 	LocalControlPlaneAddr string
+	// LocalControlPlaneAllowedHosts are Host header names accepted besides loopback ones; non-empty,
+	// it allows a non-loopback LocalControlPlaneAddr.
+	LocalControlPlaneAllowedHosts set.Set[string]
 
 	// EnvFile and JSONFile are the configuration files that were read (or would have been).
 	EnvFile  string

@@ -6,10 +6,11 @@ import (
 
 // Keys whose values select the configuration files themselves.
 const (
-	keyEnvFile  = "ECS_ENV_FILE"
-	keyJSONFile = "ECS_AGENT_CONFIG_FILE_PATH"
-	keyCluster  = "ECS_CLUSTER"
-	keyRegion   = "AWS_DEFAULT_REGION"
+	keyEnvFile     = "ECS_ENV_FILE"
+	keyJSONFile    = "ECS_AGENT_CONFIG_FILE_PATH"
+	keyCluster     = "ECS_CLUSTER"
+	keyLocalCPAddr = "ECS_LOCAL_CONTROL_PLANE_ADDR"
+	keyRegion      = "AWS_DEFAULT_REGION"
 )
 
 // Minimums, as in the ECS agent. A value below one is raised to it with a warning.
@@ -164,8 +165,10 @@ func keyTable() []key {
 
 		{name: "ECS_STATIC_TASKS_DIR", def: "", berth: true, doc: "directory of task definitions kept running on this host",
 			field: func(c *Config) field { return stringField{p: &c.StaticTasksDir} }},
-		{name: "ECS_LOCAL_CONTROL_PLANE_ADDR", def: "127.0.0.1:51677", berth: true, doc: "local mode: listen address of the embedded control plane (ECS API on POST /, ACS on /ws)",
+		{name: keyLocalCPAddr, def: "127.0.0.1:51677", berth: true, doc: "local mode: listen address of the embedded control plane (ECS API on POST /, ACS on /ws)",
 			field: func(c *Config) field { return stringField{p: &c.LocalControlPlaneAddr} }},
+		{name: "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS", def: "", berth: true, doc: "local mode: names other hosts' agents use to reach the embedded control plane; setting it allows a non-loopback ECS_LOCAL_CONTROL_PLANE_ADDR",
+			field: func(c *Config) field { return setField{p: &c.LocalControlPlaneAllowedHosts, check: checkHostName} }},
 		{name: "ECS_INTROSPECTION_ADDR", def: "127.0.0.1:51678", berth: true, doc: "listen address of the introspection API",
 			field: func(c *Config) field { return stringField{p: &c.IntrospectionAddr} }},
 

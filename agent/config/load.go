@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/netip"
 	"os"
 	"strings"
 )
@@ -133,6 +135,9 @@ func Load(src Sources) (*Result, error) {
 	res.Warnings = append(res.Warnings, unknownKeys(envEntries, jsonEntries, byName, jsonNames, res.Config)...)
 	errs = append(errs, crossChecks(res)...)
 	res.Config.Mode, res.Config.ModeReason = chooseMode(res)
+	if res.Config.Mode == ModeLocal {
+		errs = append(errs, checkLocalListen(res))
+	}
 	return res, errors.Join(errs...)
 }
 
@@ -231,6 +236,33 @@ func crossChecks(res *Result) []error {
 			Err: errors.New("must be docker or dockercfg when ECS_ENGINE_AUTH_DATA is set")})
 	}
 	return errs
+}
+
+// checkLocalListen refuses a non-loopback listen address for the embedded control plane unless the
+// operator named the hosts other agents reach it by: a root agent's control port is not opened to
+// the network by accident.
+func checkLocalListen(res *Result) error {
+	c := res.Config
+	host, _, err := net.SplitHostPort(c.LocalControlPlaneAddr)
+	if err != nil {
+		return &Error{Key: keyLocalCPAddr, Origin: res.Origins[keyLocalCPAddr], Err: fmt.Errorf("%q is not host:port: %w", c.LocalControlPlaneAddr, err)}
+	}
+	if isLoopbackHost(host) || c.LocalControlPlaneAllowedHosts.Len() > 0 {
+		return nil
+	}
+	return &Error{Key: keyLocalCPAddr, Origin: res.Origins[keyLocalCPAddr],
+		Err: fmt.Errorf("%q is not a loopback address: the embedded control plane runs tasks as root and would be reachable "+
+			"from other hosts; set ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS to the names they use to reach it to allow that", c.LocalControlPlaneAddr)}
+}
+
+// isLoopbackHost reports whether a listen host is "localhost" or a loopback address ("" and
+// unspecified addresses listen everywhere).
+func isLoopbackHost(h string) bool {
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(h)
+	return err == nil && a.Unmap().IsLoopback()
 }
 
 // chooseMode picks ecs mode when the operator named a cluster and AWS is configured with a region;

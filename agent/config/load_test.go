@@ -1284,3 +1284,30 @@ func TestAvailableLoggingDrivers(t *testing.T) {
 		})
 	}
 }
+
+func TestLocalControlPlaneListensOnLoopbackUnlessAllowed(t *testing.T) {
+	f := newFiles(t, "", "")
+	for _, addr := range []string{"127.0.0.1:51677", "localhost:51677", "[::1]:51677", "127.0.0.2:0"} {
+		res := f.mustLoad(t, nil, "ECS_LOCAL_CONTROL_PLANE_ADDR="+addr)
+		require.Equal(t, addr, res.Config.LocalControlPlaneAddr)
+	}
+	for _, addr := range []string{"0.0.0.0:51677", ":51677", "[::]:51677", "10.0.0.5:51677", "cp.example:51677"} {
+		_, err := f.load(nil, "ECS_LOCAL_CONTROL_PLANE_ADDR="+addr)
+		require.Error(t, err, addr)
+		require.Contains(t, err.Error(), "ECS_LOCAL_CONTROL_PLANE_ADDR")
+		require.Contains(t, err.Error(), "not a loopback address")
+		require.Contains(t, err.Error(), "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS")
+	}
+	_, err := f.load(nil, "ECS_LOCAL_CONTROL_PLANE_ADDR=127.0.0.1")
+	require.ErrorContains(t, err, "not host:port")
+
+	// The operator's explicit opt-in, naming the hosts other agents use.
+	res := f.mustLoad(t, nil, "ECS_LOCAL_CONTROL_PLANE_ADDR=0.0.0.0:51677", "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=cp.example,10.0.0.5")
+	require.ElementsMatch(t, []string{"cp.example", "10.0.0.5"}, res.Config.LocalControlPlaneAllowedHosts.Values())
+	_, err = f.load(nil, "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=cp.example:51677")
+	require.ErrorContains(t, err, "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS")
+
+	// In ecs mode the embedded control plane does not run, so its address is not checked.
+	res = f.mustLoad(t, nil, "ECS_LOCAL_CONTROL_PLANE_ADDR=0.0.0.0:51677", "ECS_CLUSTER=prod", "AWS_DEFAULT_REGION=us-east-1")
+	require.Equal(t, ModeECS, res.Config.Mode)
+}

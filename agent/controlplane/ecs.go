@@ -6,27 +6,31 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/version"
 )
 
-// localRegion signs requests to the embedded control plane, which does not check signatures.
+// localRegion signs requests to the embedded control plane, which accepts any region.
 const localRegion = "us-east-1"
 
 // NewECSClient builds the ECS API client for the configured mode: the embedded control plane with
-// throwaway credentials in local mode, the SDK's configuration and ECS_BACKEND_HOST in ecs mode. It
-// also returns the credentials and region that sign the ACS websocket.
+// the keys of ECS_DATADIR/local-credentials in local mode, the SDK's configuration and
+// ECS_BACKEND_HOST in ecs mode. It also returns the credentials and region that sign the ACS websocket.
 func NewECSClient(ctx context.Context, cfg *config.Config, log *logger.Logger) (*ecsclient.Client, aws.CredentialsProvider, string, error) {
 	endpoint, region := cfg.BackendHost, cfg.AWSRegion
 	var creds aws.CredentialsProvider
 	if cfg.Mode == config.ModeLocal {
 		endpoint = "http://" + cfg.LocalControlPlaneAddr
-		creds, region = credentials.NewStaticCredentialsProvider("berth-local", "berth-local", ""), localRegion
+		keys, err := localauth.Load(localauth.Path(cfg.DataDir))
+		if err != nil {
+			return nil, nil, "", err
+		}
+		creds, region = keys.Provider(), localRegion
 	} else {
 		awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.AWSRegion))
 		if err != nil {

@@ -2,16 +2,19 @@ package localcp
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/berth-agent/berth/agent/acs"
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/localauth"
 )
 
 type acsClient struct {
@@ -30,15 +33,22 @@ func dialACS(t *testing.T, ts *httptest.Server, ci string) *acsClient {
 		"protocolVersion":      {"2"},
 		"sendCredentials":      {"true"},
 	}
-	u := "ws" + strings.TrimPrefix(ts.URL, "http") + "/ws?" + q.Encode()
-	ws, resp, err := websocket.DefaultDialer.Dial(u, map[string][]string{
-		"Authorization": {"AWS4-HMAC-SHA256 Credential=x/20250301/us-east-1/ecs/aws4_request, SignedHeaders=host, Signature=abc"},
-	})
+	ws, resp, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(ts.URL, "http")+"/ws?"+q.Encode(), signedUpgrade(t, ts.URL+"/ws?"+q.Encode(), testKeys))
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	c := &acsClient{t: t, ws: ws}
 	t.Cleanup(func() { _ = ws.Close() })
 	return c
+}
+
+// signedUpgrade returns the headers of a websocket upgrade to u signed with keys, as the agent's ACS
+// client signs it.
+func signedUpgrade(t *testing.T, u string, keys localauth.Keys) http.Header {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	require.NoError(t, err)
+	require.NoError(t, localauth.Sign(t.Context(), req, nil, keys, "us-east-1", time.Now()))
+	return req.Header
 }
 
 // readRaw returns the bytes of the next frame, failing the test after a deadline.

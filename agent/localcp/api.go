@@ -82,9 +82,21 @@ func ts(t time.Time) timestamp { return timestamp(t) }
 
 func (t timestamp) time() time.Time { return time.Time(t) }
 
-// serveAPI answers one ECS JSON 1.1 request.
+// serveAPI answers one ECS JSON 1.1 request whose headers Handler has checked: the body is read and
+// the signature over it checked before the operation is looked up.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("x-amzn-RequestId", newID())
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
+	if err == nil && len(body) > maxRequestBody {
+		err = errors.New("request body too large")
+	}
+	if err != nil {
+		s.writeError(w, "", &APIError{Status: http.StatusBadRequest, Type: "SerializationException", Message: err.Error()})
+		return
+	}
+	if err := s.auth.Verify(r, body); err != nil {
+		s.refuse(w, r, err)
+		return
+	}
 	if r.Method != http.MethodPost {
 		if r.Method == http.MethodGet && r.URL.Path == "/" {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -99,14 +111,6 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	h := s.ops[op]
 	if !ok || h == nil {
 		s.writeError(w, op, &APIError{Status: http.StatusBadRequest, Type: "UnknownOperationException", Message: fmt.Sprintf("unknown operation %q", target)})
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
-	if err == nil && len(body) > maxRequestBody {
-		err = errors.New("request body too large")
-	}
-	if err != nil {
-		s.writeError(w, op, &APIError{Status: http.StatusBadRequest, Type: "SerializationException", Message: err.Error()})
 		return
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {

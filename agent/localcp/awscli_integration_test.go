@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/localauth"
 )
 
 // awsCLI finds the AWS CLI; its absence fails the test.
@@ -27,23 +29,39 @@ func awsCLI(t *testing.T) string {
 	return p
 }
 
-// TestAWSCLI drives the control plane with the real AWS CLI, as people do on a laptop.
+// cliEnv is the environment the AWS CLI runs with: no configuration of the host's, no IMDS, and the
+// given variables.
+func cliEnv(vars ...string) []string {
+	env := []string{"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_PAGER=", "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	return append(env, vars...)
+}
+
+// runCLI runs `aws ecs args...` against endpoint with env and returns stdout and stderr.
+func runCLI(t *testing.T, cli, endpoint string, env []string, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), cli, append([]string{"ecs"}, append(args, "--endpoint-url", endpoint, "--region", "us-east-1", "--output", "json")...)...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// TestAWSCLI drives the control plane with the real AWS CLI, as people do on a laptop, signing with
+// the berth profile of the keys file as the README shows.
 func TestAWSCLI(t *testing.T) {
 	cli := awsCLI(t)
-	h := newHarness(t)
+	keysFile := localauth.Path(t.TempDir())
+	keys, err := localauth.Ensure(keysFile)
+	require.NoError(t, err)
+	h := newHarnessWithKeys(t, keys)
 	ts := httptest.NewServer(h.srv.Handler())
 	t.Cleanup(ts.Close)
+	profile := cliEnv("AWS_SHARED_CREDENTIALS_FILE="+keysFile, "AWS_PROFILE="+localauth.Profile)
 
 	run := func(args ...string) (string, string, error) {
 		t.Helper()
-		cmd := exec.CommandContext(t.Context(), cli, append([]string{"ecs"}, append(args, "--endpoint-url", ts.URL, "--region", "us-east-1", "--output", "json")...)...)
-		cmd.Env = append(os.Environ(),
-			"AWS_ACCESS_KEY_ID=x", "AWS_SECRET_ACCESS_KEY=y", "AWS_EC2_METADATA_DISABLED=true",
-			"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_PAGER=")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		return stdout.String(), stderr.String(), err
+		return runCLI(t, cli, ts.URL, profile, args...)
 	}
 	runJSON := func(args ...string) map[string]any {
 		t.Helper()
@@ -91,4 +109,33 @@ func TestAWSCLI(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, stderr, "(ClientException) when calling the RegisterTaskDefinition operation")
 	assert.Contains(t, stderr, "containerDefinitions[0].dependsOn[0].containerName")
+
+	// Strangers: other keys, no signature, and a signed request naming a foreign Host, which is what
+	// a web page gets through DNS rebinding (the CLI reaches the server through it as a proxy).
+	def2 := filepath.Join(t.TempDir(), "root.json")
+	require.NoError(t, os.WriteFile(def2, []byte(rootDef), 0o600))
+	register := []string{"register-task-definition", "--cli-input-json", "file://" + def2}
+	for _, c := range []struct {
+		name, endpoint string
+		env            []string
+		args           []string
+		want           string
+	}{
+		{"other keys", ts.URL, cliEnv("AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_ACCESS_KEY_ID=AKIASTRANGERSTRANGER", "AWS_SECRET_ACCESS_KEY=guess"), register,
+			"(UnrecognizedClientException) when calling the RegisterTaskDefinition operation: The security token included in the request is invalid."},
+		{"the right key id with another secret", ts.URL, cliEnv("AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_ACCESS_KEY_ID="+keys.AccessKeyID, "AWS_SECRET_ACCESS_KEY=guess"), register,
+			"(InvalidSignatureException) when calling the RegisterTaskDefinition operation"},
+		{"unsigned", ts.URL, profile, append([]string{"--no-sign-request"}, register...),
+			"(MissingAuthenticationTokenException) when calling the RegisterTaskDefinition operation: Missing Authentication Token"},
+		{"foreign host", "http://berth.attacker.example:51677", append(profile, "HTTP_PROXY="+ts.URL, "http_proxy="+ts.URL, "NO_PROXY=", "no_proxy="), register,
+			"(AccessDeniedException) when calling the RegisterTaskDefinition operation: Host \"berth.attacker.example:51677\" is not a loopback name or address"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, stderr, err := runCLI(t, cli, c.endpoint, c.env, c.args...)
+			require.Error(t, err)
+			assert.Contains(t, stderr, c.want)
+		})
+	}
+	out = runJSON("list-task-definitions", "--family-prefix", "root")
+	assert.Empty(t, out["taskDefinitionArns"], "no refused request registered anything")
 }

@@ -13,7 +13,7 @@ import (
 )
 
 func TestCall(t *testing.T) {
-	srv, err := New(Config{DBPath: filepath.Join(t.TempDir(), "cp.db")}, nil)
+	srv, err := New(Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Keys: testKeys}, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 	hs := httptest.NewServer(srv.Handler())
@@ -23,10 +23,10 @@ func TestCall(t *testing.T) {
 	var clusters struct {
 		ClusterArns []string `json:"clusterArns"`
 	}
-	require.NoError(t, Call(ctx, http.DefaultClient, hs.URL, "ListClusters", map[string]any{}, &clusters))
+	require.NoError(t, Call(ctx, http.DefaultClient, hs.URL, testKeys, "ListClusters", map[string]any{}, &clusters))
 	assert.Len(t, clusters.ClusterArns, 1, "the default cluster")
 
-	err = Call(ctx, http.DefaultClient, hs.URL, "DescribeTaskDefinition", map[string]any{"taskDefinition": "nope"}, nil)
+	err = Call(ctx, http.DefaultClient, hs.URL, testKeys, "DescribeTaskDefinition", map[string]any{"taskDefinition": "nope"}, nil)
 	var apiErr *APIError
 	require.True(t, errors.As(err, &apiErr), "got %v", err)
 	assert.Equal(t, "ClientException", apiErr.Type)

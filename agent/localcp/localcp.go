@@ -29,6 +29,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/logger"
 )
 
@@ -49,8 +50,13 @@ type Config struct {
 	Region string
 	// HeartbeatInterval is the ACS heartbeat period; zero means DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
-	// Clock stamps records and times ACS heartbeats; nil means the wall clock.
+	// Clock stamps records and times ACS heartbeats; nil means the wall clock. Signatures' times are
+	// checked against the wall clock.
 	Clock clockwork.Clock
+	// Keys sign every request the server accepts (required): see localauth.
+	Keys localauth.Keys
+	// AllowedHosts are the Host header names clients may use besides loopback ones.
+	AllowedHosts []string
 }
 
 // Server is the embedded control plane. Its methods and handler are safe for concurrent use.
@@ -61,6 +67,7 @@ type Server struct {
 	region    string
 	heartbeat time.Duration
 	ops       map[string]opFunc
+	auth      *localauth.Verifier
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -76,6 +83,9 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 	if cfg.DBPath == "" {
 		return nil, errors.New("localcp: no database path")
 	}
+	if cfg.Keys.AccessKeyID == "" || cfg.Keys.SecretAccessKey == "" {
+		return nil, errors.New("localcp: no keys to check signatures with")
+	}
 	if log == nil {
 		log = logger.Nop()
 	}
@@ -90,6 +100,7 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
 	}
+	s.auth = localauth.NewVerifier(cfg.Keys, cfg.AllowedHosts, nil)
 	db, err := openDB(cfg.DBPath)
 	if err != nil {
 		return nil, fmt.Errorf("localcp: %w", err)
@@ -128,16 +139,33 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 	return s, nil
 }
 
-// Handler returns the HTTP handler: the ACS websocket on /ws, the ECS API on everything else.
+// Handler returns the HTTP handler: the ACS websocket on /ws, the ECS API on everything else. Every
+// request must name a loopback (or allowed) host and carry a SigV4 signature made with the keys;
+// anything else is refused with ECS's error before it is looked at.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("x-amzn-RequestId", newID())
+		if err := s.auth.VerifyHeaders(r); err != nil {
+			s.refuse(w, r, err)
+			return
+		}
 		// The ACS client joins the discovered endpoint and "ws", which may give "//ws".
 		if strings.Trim(r.URL.Path, "/") == "ws" {
+			if err := s.auth.Verify(r, nil); err != nil {
+				s.refuse(w, r, err)
+				return
+			}
 			s.serveACS(w, r)
 			return
 		}
 		s.serveAPI(w, r)
 	})
+}
+
+// refuse answers a request that failed the signature or Host check, and logs who sent it.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err *localauth.Error) {
+	s.log.Warn("control plane request refused", "remote", r.RemoteAddr, "host", r.Host, "type", err.Type)
+	s.writeError(w, "", &APIError{Status: err.Status, Type: err.Type, Message: err.Message})
 }
 
 // Close disconnects every ACS client, waits for their handlers and closes the state file. It is

@@ -15,19 +15,30 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/berth-agent/berth/agent/localauth"
 )
+
+// testKeys sign the tests' requests.
+var testKeys = localauth.Keys{AccessKeyID: "BKIATESTKEYTESTKEY00", SecretAccessKey: "dGVzdHNlY3JldHRlc3RzZWNyZXR0ZXN0c2VjcmV0"}
 
 type harness struct {
 	t     *testing.T
 	srv   *Server
 	clock *clockwork.FakeClock
 	path  string
+	keys  localauth.Keys
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	return newHarnessWithKeys(t, testKeys)
+}
+
+func newHarnessWithKeys(t *testing.T, keys localauth.Keys) *harness {
+	t.Helper()
 	h := &harness{t: t, clock: clockwork.NewFakeClockAt(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)),
-		path: filepath.Join(t.TempDir(), "localcp.db")}
+		path: filepath.Join(t.TempDir(), "localcp.db"), keys: keys}
 	h.open()
 	t.Cleanup(func() { _ = h.srv.Close() })
 	return h
@@ -35,7 +46,7 @@ func newHarness(t *testing.T) *harness {
 
 func (h *harness) open() {
 	h.t.Helper()
-	srv, err := New(Config{DBPath: h.path, Region: "local", Clock: h.clock}, nil)
+	srv, err := New(Config{DBPath: h.path, Region: "local", Clock: h.clock, Keys: h.keys}, nil)
 	require.NoError(h.t, err)
 	h.srv = srv
 }
@@ -60,7 +71,7 @@ func (h *harness) do(op string, body string) (int, map[string]any) {
 	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:51677/", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
 	req.Header.Set("X-Amz-Target", targetPrefix+op)
-	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=x/20250301/us-east-1/ecs/aws4_request, SignedHeaders=host;x-amz-date;x-amz-target, Signature=abc")
+	require.NoError(h.t, localauth.Sign(h.t.Context(), req, []byte(body), h.keys, "us-east-1", time.Now()))
 	rec := httptest.NewRecorder()
 	h.srv.Handler().ServeHTTP(rec, req)
 	out := map[string]any{}
@@ -331,6 +342,7 @@ func TestRegisterContainerInstance(t *testing.T) {
 
 	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:51677/", strings.NewReader(`{"cluster":"default"}`))
 	req.Header.Set("X-Amz-Target", targetPrefix+"DiscoverPollEndpoint")
+	require.NoError(t, localauth.Sign(t.Context(), req, []byte(`{"cluster":"default"}`), testKeys, "us-east-1", time.Now()))
 	rec := httptest.NewRecorder()
 	h.srv.Handler().ServeHTTP(rec, req)
 	assert.JSONEq(t, `{"endpoint":"http://127.0.0.1:51677/","telemetryEndpoint":"http://127.0.0.1:51677/"}`, rec.Body.String())
@@ -482,6 +494,6 @@ func TestNewRefusesNewerSchema(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchemaVersion, []byte("99")) }))
 	require.NoError(t, db.Close())
-	_, err = New(Config{DBPath: h.path}, nil)
+	_, err = New(Config{DBPath: h.path, Keys: testKeys}, nil)
 	require.ErrorContains(t, err, "schema version 99")
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/stretchr/testify/assert"
@@ -22,7 +21,7 @@ func TestSDKClient(t *testing.T) {
 	client := ecs.New(ecs.Options{
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(ts.URL),
-		Credentials:  credentials.NewStaticCredentialsProvider("x", "y", ""),
+		Credentials:  testKeys.Provider(),
 	})
 	ctx := t.Context()
 

@@ -12,19 +12,21 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/credentials"
-
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/ecsclient"
+	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// ecsCall sends one ECS JSON 1.1 operation to a control plane and decodes the answer.
-func ecsCall(endpoint, op string, in, out any) error {
-	return localcp.Call(context.Background(), http.DefaultClient, endpoint, op, in, out)
+// benchKeys sign the bench's requests to the control planes it hosts, and the agent's in ecs mode.
+var benchKeys = localauth.Keys{AccessKeyID: "BKIABENCHBENCHBENCH0", SecretAccessKey: "berth-bench-secret-berth-bench-secret-00"}
+
+// ecsCall sends one ECS JSON 1.1 operation, signed with keys, to a control plane and decodes the answer.
+func ecsCall(endpoint string, keys localauth.Keys, op string, in, out any) error {
+	return localcp.Call(context.Background(), http.DefaultClient, endpoint, keys, op, in, out)
 }
 
 // controlPlane measures the control plane's overhead: the real agent in local mode, a task run with
@@ -58,11 +60,13 @@ func (b *bench) controlPlane(ctx context.Context, rounds int) {
 	}()
 	endpoint := "http://" + cpAddr
 	deadline := time.Now().Add(30 * time.Second)
+	var keys localauth.Keys
 	for {
 		var list struct {
 			ContainerInstanceArns []string `json:"containerInstanceArns"`
 		}
-		if ecsCall(endpoint, "ListContainerInstances", map[string]any{"cluster": benchCluster}, &list) == nil && len(list.ContainerInstanceArns) > 0 {
+		keys, err = localauth.Load(localauth.Path(filepath.Join(dir, "data")))
+		if err == nil && ecsCall(endpoint, keys, "ListContainerInstances", map[string]any{"cluster": benchCluster}, &list) == nil && len(list.ContainerInstanceArns) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -71,7 +75,7 @@ func (b *bench) controlPlane(ctx context.Context, rounds int) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	def := map[string]any{"family": "cpbench", "containerDefinitions": []map[string]any{{"name": "c", "image": testImage, "memory": 16, "command": []string{"sleep"}}}}
-	if err := ecsCall(endpoint, "RegisterTaskDefinition", def, nil); err != nil {
+	if err := ecsCall(endpoint, keys, "RegisterTaskDefinition", def, nil); err != nil {
 		fail("%v", err)
 	}
 	var viaCP []time.Duration
@@ -81,7 +85,7 @@ func (b *bench) controlPlane(ctx context.Context, rounds int) {
 				TaskArn string `json:"taskArn"`
 			} `json:"tasks"`
 		}
-		if err := ecsCall(endpoint, "RunTask", map[string]any{"cluster": benchCluster, "taskDefinition": "cpbench"}, &ran); err != nil || len(ran.Tasks) != 1 {
+		if err := ecsCall(endpoint, keys, "RunTask", map[string]any{"cluster": benchCluster, "taskDefinition": "cpbench"}, &ran); err != nil || len(ran.Tasks) != 1 {
 			fail("run task: %v", err)
 		}
 		start := time.Now()
@@ -92,7 +96,7 @@ func (b *bench) controlPlane(ctx context.Context, rounds int) {
 					LastStatus string `json:"lastStatus"`
 				} `json:"tasks"`
 			}
-			if err := ecsCall(endpoint, "DescribeTasks", map[string]any{"cluster": benchCluster, "tasks": []string{arn}}, &d); err != nil {
+			if err := ecsCall(endpoint, keys, "DescribeTasks", map[string]any{"cluster": benchCluster, "tasks": []string{arn}}, &d); err != nil {
 				fail("%v", err)
 			}
 			if len(d.Tasks) == 1 && d.Tasks[0].LastStatus == "RUNNING" {
@@ -104,7 +108,7 @@ func (b *bench) controlPlane(ctx context.Context, rounds int) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		viaCP = append(viaCP, time.Since(start))
-		_ = ecsCall(endpoint, "StopTask", map[string]any{"cluster": benchCluster, "task": arn}, nil)
+		_ = ecsCall(endpoint, keys, "StopTask", map[string]any{"cluster": benchCluster, "task": arn}, nil)
 	}
 	cp := median(viaCP)
 	fmt.Printf("control plane: %d one-container tasks, one at a time\n", rounds)
@@ -134,7 +138,7 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 		fail("%v", err)
 	}
 	defer os.RemoveAll(dir)
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(dir, "cp.db")}, logger.Nop())
+	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(dir, "cp.db"), Keys: benchKeys}, logger.Nop())
 	if err != nil {
 		fail("%v", err)
 	}
@@ -148,7 +152,7 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 	defer hs.Close()
 	endpoint := "http://" + ln.Addr().String()
 	client, err := ecsclient.New(ctx, ecsclient.Config{Region: "us-east-1", Endpoint: endpoint,
-		Credentials: credentials.NewStaticCredentialsProvider("x", "x", ""), Cluster: benchCluster})
+		Credentials: benchKeys.Provider(), Cluster: benchCluster})
 	if err != nil {
 		fail("%v", err)
 	}
@@ -156,7 +160,7 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 		fail("register: %v", err)
 	}
 	def := map[string]any{"family": "ratebench", "containerDefinitions": []map[string]any{{"name": "c", "image": testImage, "memory": 16}}}
-	if err := ecsCall(endpoint, "RegisterTaskDefinition", def, nil); err != nil {
+	if err := ecsCall(endpoint, benchKeys, "RegisterTaskDefinition", def, nil); err != nil {
 		fail("%v", err)
 	}
 	var arns []string
@@ -166,7 +170,7 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 				TaskArn string `json:"taskArn"`
 			} `json:"tasks"`
 		}
-		if err := ecsCall(endpoint, "RunTask", map[string]any{"cluster": benchCluster, "taskDefinition": "ratebench", "count": 10}, &ran); err != nil {
+		if err := ecsCall(endpoint, benchKeys, "RunTask", map[string]any{"cluster": benchCluster, "taskDefinition": "ratebench", "count": 10}, &ran); err != nil {
 			fail("%v", err)
 		}
 		for _, t := range ran.Tasks {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 )
@@ -56,7 +57,7 @@ func startStandIn(dir string) (s *ecsStandIn, err error) {
 			_ = os.RemoveAll(tmpfs)
 		}
 	}()
-	cp, err := localcp.New(localcp.Config{DBPath: filepath.Join(dbDir, "localcp.db"), Region: "us-east-1"}, logger.Nop())
+	cp, err := localcp.New(localcp.Config{DBPath: filepath.Join(dbDir, "localcp.db"), Region: "us-east-1", Keys: benchKeys}, logger.Nop())
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +133,7 @@ func (s *ecsStandIn) Close() {
 func (s *ecsStandIn) call(ctx context.Context, op string, in, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return localcp.Call(ctx, http.DefaultClient, s.endpoint, op, in, out)
+	return localcp.Call(ctx, http.DefaultClient, s.endpoint, benchKeys, op, in, out)
 }
 
 type statusRecorder struct {
@@ -258,9 +259,19 @@ type acsFrame struct {
 	Message json.RawMessage `json:"message"`
 }
 
-// serve relays one agent ACS session until either side closes it.
+// serve relays one agent ACS session until either side closes it. The relay signs its own upgrade
+// to localcp with the bench's keys, as the agent signed its upgrade to the relay.
 func (r *acsRelay) serve(w http.ResponseWriter, req *http.Request) {
-	cp, resp, err := websocket.DefaultDialer.DialContext(req.Context(), r.upstream+"?"+req.URL.RawQuery, nil)
+	upstream := r.upstream + "?" + req.URL.RawQuery
+	signReq, err := http.NewRequestWithContext(req.Context(), http.MethodGet, "http"+strings.TrimPrefix(upstream, "ws"), nil)
+	if err == nil {
+		err = localauth.Sign(req.Context(), signReq, nil, benchKeys, "us-east-1", time.Now())
+	}
+	if err != nil {
+		http.Error(w, "relay: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	cp, resp, err := websocket.DefaultDialer.DialContext(req.Context(), upstream, signReq.Header)
 	if err != nil {
 		code := http.StatusBadGateway
 		if resp != nil {

@@ -17,19 +17,25 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 )
 
-// awsCLI runs the real AWS CLI against an endpoint with throwaway credentials and no instance
-// metadata.
-func awsCLI(t *testing.T, endpoint string, args ...string) (string, error) {
+// cpEndpoint is a control plane as the AWS CLI reaches it: its URL and the keys file that signs.
+type cpEndpoint struct {
+	url  string
+	keys string // a shared-credentials file with the berth profile
+}
+
+// awsCLI runs the real AWS CLI against a control plane, signing with the berth profile of its keys
+// file as the README shows, with no other AWS configuration and no instance metadata.
+func awsCLI(t *testing.T, endpoint cpEndpoint, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command("aws", append([]string{"ecs", "--endpoint-url", endpoint, "--region", "us-east-1", "--output", "json"}, args...)...)
-	dir := t.TempDir()
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test",
-		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE="+filepath.Join(dir, "config"),
-		"AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "credentials"), "AWS_PAGER=")
+	cmd := exec.Command("aws", append([]string{"ecs", "--endpoint-url", endpoint.url, "--region", "us-east-1", "--output", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_SESSION_TOKEN=",
+		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE="+filepath.Join(t.TempDir(), "config"),
+		"AWS_SHARED_CREDENTIALS_FILE="+endpoint.keys, "AWS_PROFILE="+localauth.Profile, "AWS_PAGER=")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -48,7 +54,7 @@ type cliTask struct {
 	} `json:"containers"`
 }
 
-func describeTask(t *testing.T, endpoint, cluster, arn string) cliTask {
+func describeTask(t *testing.T, endpoint cpEndpoint, cluster, arn string) cliTask {
 	t.Helper()
 	out, err := awsCLI(t, endpoint, "describe-tasks", "--cluster", cluster, "--tasks", arn)
 	require.NoError(t, err, out)
@@ -60,7 +66,7 @@ func describeTask(t *testing.T, endpoint, cluster, arn string) cliTask {
 	return d.Tasks[0]
 }
 
-func waitTaskStatus(t *testing.T, endpoint, cluster, arn, status string) cliTask {
+func waitTaskStatus(t *testing.T, endpoint cpEndpoint, cluster, arn, status string) cliTask {
 	t.Helper()
 	var last cliTask
 	require.Eventually(t, func() bool {
@@ -77,7 +83,7 @@ func TestIntegrationAWSCLIAgainstTheAgent(t *testing.T) {
 	env := newRecoveryEnv(t, bin)
 	cpAddr := freeAddr(t)
 	agent := env.start("ECS_LOCAL_CONTROL_PLANE_ADDR=" + cpAddr)
-	endpoint := "http://" + cpAddr
+	endpoint := cpEndpoint{url: "http://" + cpAddr, keys: localauth.Path(env.dataDir)}
 	cluster := env.cluster
 	require.Eventually(t, func() bool {
 		out, err := awsCLI(t, endpoint, "list-container-instances", "--cluster", cluster)
@@ -149,11 +155,15 @@ func agentInstanceArn(t *testing.T, r *agentRun) string {
 	return *m.ContainerInstanceArn
 }
 
-// TestIntegrationECSModeAgainstAStandIn runs the agent in ecs mode (ECS_CLUSTER, a region, static
-// credentials, ECS_BACKEND_HOST) against the embedded control plane served on its own, as if it were
-// Amazon ECS: the agent registers, receives a payload over ACS, runs the task and reports it.
+// TestIntegrationECSModeAgainstAStandIn runs the agent in ecs mode (ECS_CLUSTER, a region, the
+// control plane's keys file as its AWS credentials, ECS_BACKEND_HOST) against the embedded control
+// plane served on its own, as another host's agent joins one: the agent registers, receives a
+// payload over ACS, runs the task and reports it.
 func TestIntegrationECSModeAgainstAStandIn(t *testing.T) {
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1"}, logger.Nop())
+	keysFile := localauth.Path(t.TempDir())
+	keys, err := localauth.Ensure(keysFile)
+	require.NoError(t, err)
+	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1", Keys: keys}, logger.Nop())
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -163,13 +173,13 @@ func TestIntegrationECSModeAgainstAStandIn(t *testing.T) {
 		_ = hs.Close()
 		_ = srv.Close()
 	})
-	endpoint := "http://" + ln.Addr().String()
+	endpoint := cpEndpoint{url: "http://" + ln.Addr().String(), keys: keysFile}
 
 	bin := buildBerth(t)
 	env := newRecoveryEnv(t, bin)
-	agent := env.start("AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST="+endpoint,
-		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_EC2_METADATA_DISABLED=true",
-		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
+	agent := env.start("AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST="+endpoint.url,
+		"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE="+keysFile, "AWS_PROFILE="+localauth.Profile)
 	require.Eventually(t, func() bool { return strings.Contains(agent.out.String(), "mode=ecs") }, 10*time.Second, 50*time.Millisecond)
 	require.Eventually(t, func() bool {
 		out, err := awsCLI(t, endpoint, "list-container-instances", "--cluster", env.cluster)
@@ -199,7 +209,7 @@ func TestIntegrationStateChangeSurvivesAKill(t *testing.T) {
 	bin := buildBerth(t)
 	env := newRecoveryEnv(t, bin)
 	cpAddr := freeAddr(t)
-	endpoint := "http://" + cpAddr
+	endpoint := cpEndpoint{url: "http://" + cpAddr, keys: localauth.Path(env.dataDir)}
 	first := env.start("ECS_LOCAL_CONTROL_PLANE_ADDR="+cpAddr, "BERTH_TEST_CRASH_AT=saved:RUNNING@reported")
 	require.Eventually(t, func() bool {
 		out, err := awsCLI(t, endpoint, "list-container-instances", "--cluster", env.cluster)

@@ -12,18 +12,29 @@ import (
 	"time"
 
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
 
-// localAPI calls the embedded control plane's ECS JSON 1.1 API, as the AWS CLI does.
+// localAPI calls the embedded control plane's ECS JSON 1.1 API, as the AWS CLI does, signed with the
+// keys the agent wrote in its data directory.
 type localAPI struct {
 	addr string
+	keys localauth.Keys
 	http *http.Client
 }
 
+func newLocalAPI(cfg *config.Config) (localAPI, error) {
+	keys, err := localauth.Load(localauth.Path(cfg.DataDir))
+	if err != nil {
+		return localAPI{}, fmt.Errorf("has the agent started in local mode with ECS_DATADIR=%s? %w", cfg.DataDir, err)
+	}
+	return localAPI{addr: cfg.LocalControlPlaneAddr, keys: keys, http: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
 func (a localAPI) call(ctx context.Context, op string, in, out any) error {
-	if err := localcp.Call(ctx, a.http, "http://"+a.addr, op, in, out); err != nil {
+	if err := localcp.Call(ctx, a.http, "http://"+a.addr, a.keys, op, in, out); err != nil {
 		var apiErr *localcp.APIError
 		if errors.As(err, &apiErr) {
 			return err
@@ -65,7 +76,10 @@ func runTaskFile(ctx context.Context, cfg *config.Config, file string, out io.Wr
 	if err != nil {
 		return err
 	}
-	api := localAPI{addr: cfg.LocalControlPlaneAddr, http: &http.Client{Timeout: 30 * time.Second}}
+	api, err := newLocalAPI(cfg)
+	if err != nil {
+		return err
+	}
 	var registered struct {
 		TaskDefinition struct {
 			TaskDefinitionArn string `json:"taskDefinitionArn"`
@@ -99,7 +113,10 @@ func runTaskFile(ctx context.Context, cfg *config.Config, file string, out io.Wr
 
 // stopTask asks the embedded control plane to stop a task (its ARN or ID) and follows it to STOPPED.
 func stopTask(ctx context.Context, cfg *config.Config, taskID string, out io.Writer, wait time.Duration) error {
-	api := localAPI{addr: cfg.LocalControlPlaneAddr, http: &http.Client{Timeout: 30 * time.Second}}
+	api, err := newLocalAPI(cfg)
+	if err != nil {
+		return err
+	}
 	var stopped struct {
 		Task describedTask `json:"task"`
 	}

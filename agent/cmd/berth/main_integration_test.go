@@ -113,7 +113,8 @@ func TestIntegrationAgentLifecycle(t *testing.T) {
 
 	// What the agent wrote is not readable by others.
 	for path, want := range map[string]os.FileMode{logFile: 0o640, filepath.Dir(logFile): 0o750,
-		filepath.Join(dir, "data", "berth.db"): 0o600, filepath.Join(dir, "data", "localcp.db"): 0o600} {
+		filepath.Join(dir, "data", "berth.db"): 0o600, filepath.Join(dir, "data", "localcp.db"): 0o600,
+		filepath.Join(dir, "data", "local-credentials"): 0o600} {
 		info, err := os.Stat(path)
 		if assert.NoError(t, err) {
 			assert.Equal(t, want, info.Mode().Perm(), path)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/acs"
 	"github.com/berth-agent/berth/agent/controlplane"
+	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 )
@@ -106,7 +107,8 @@ func (s *rejectingACS) state() (acks []string, stopped map[string]string) {
 // report of a task it rejected and before it acknowledged the payload. ACS never sends the payload
 // again, yet after the restart the control plane learns that the task stopped, and why.
 func TestIntegrationRejectedTaskSurvivesAKill(t *testing.T) {
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1"}, logger.Nop())
+	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
+		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
 	require.NoError(t, err)
 	bin := buildBerth(t)
 	env := newRecoveryEnv(t, bin)
