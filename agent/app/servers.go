@@ -84,9 +84,21 @@ func (s *servers) close() {
 	}
 }
 
+// serverLimits bound what one client can hold of a server: a request's headers and whole body must
+// arrive within read, its answer leave within write, a keep-alive connection idle no longer than
+// idle. The embedded control plane's ACS sessions set their own deadlines once upgraded.
+type serverLimits struct {
+	header, read, write, idle time.Duration
+	maxHeaderBytes            int
+}
+
+var limits = serverLimits{header: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: 30 * time.Second,
+	maxHeaderBytes: 64 << 10}
+
 // serveHTTP serves h on ln until ctx ends, then shuts the server down within shutdownGrace.
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, name string, log *logger.Logger) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: limits.header, ReadTimeout: limits.read, WriteTimeout: limits.write,
+		IdleTimeout: limits.idle, MaxHeaderBytes: limits.maxHeaderBytes}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info(name+" listening", "addr", ln.Addr().String())

@@ -23,6 +23,14 @@ import (
 // writeTimeout bounds one websocket write.
 const writeTimeout = 10 * time.Second
 
+// maxFrame bounds a frame from an agent: acks and heartbeat acks are a few hundred bytes. A larger
+// frame closes the connection before its payload is read.
+const maxFrame = 1 << 20
+
+// idleHeartbeats is how many heartbeat intervals a connection may go without a frame or a pong from
+// the agent before it is closed; a ping goes with every heartbeat.
+const idleHeartbeats = 3
+
 // Every frame is an agent/acs message, encoded and decoded by acs.Encode and acs.Decode: the agent's
 // ACS client and this control plane share one definition of the wire format.
 
@@ -215,8 +223,9 @@ func (s *Server) connected(instanceArn string) bool {
 }
 
 var upgrader = websocket.Upgrader{
-	// The agent is not a browser; SigV4 headers are accepted without verification (loopback only).
-	CheckOrigin: func(*http.Request) bool { return true },
+	// The agent is not a browser: its upgrade is authenticated by its SigV4 signature, not its origin.
+	CheckOrigin:      func(*http.Request) bool { return true },
+	HandshakeTimeout: writeTimeout,
 }
 
 // serveACS runs one agent's ACS session: payloads for its tasks, heartbeats, acks.
@@ -265,7 +274,13 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 	s.conns[instanceArn] = c
 	s.wg.Add(1)
 	s.connMu.Unlock()
-	s.log.Info("agent connected", "container_instance", instanceArn, "agent_version", q.Get("agent_version"), "seq_num", q.Get("seq_num"))
+	s.log.Info("agent connected", "container_instance", instanceArn, "agent_version", q.Get("agentVersion"), "seq_num", q.Get("seqNum"))
+	// The HTTP server's read deadline would cut the session; from here the agent's frames and pongs
+	// keep it open.
+	idle := idleHeartbeats * s.heartbeat
+	ws.SetReadLimit(maxFrame)
+	_ = ws.SetReadDeadline(time.Now().Add(idle))
+	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(idle)) })
 
 	defer s.wg.Done()
 	readerDone := make(chan struct{})
@@ -303,6 +318,10 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 				s.log.Debug("ACS heartbeat failed", "container_instance", instanceArn, "error", err)
 				return
 			}
+			if err := ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout)); err != nil {
+				s.log.Debug("ACS ping failed", "container_instance", instanceArn, "error", err)
+				return
+			}
 		}
 	}
 }
@@ -320,13 +339,21 @@ func (c *acsConn) write(m acs.Message) error {
 	return nil
 }
 
-// readACS handles the agent's frames until the connection fails or closes.
+// readACS handles the agent's frames until the connection fails, closes, stays silent for
+// idleHeartbeats heartbeats, or sends a frame over maxFrame.
 func (s *Server) readACS(c *acsConn) {
+	idle := idleHeartbeats * s.heartbeat
 	for {
 		_, data, err := c.ws.ReadMessage()
 		if err != nil {
+			if errors.Is(err, websocket.ErrReadLimit) {
+				s.log.Warn("ACS frame over the size limit; connection closed", "container_instance", c.instanceArn, "limit_bytes", maxFrame)
+			} else if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+				s.log.Warn("ACS connection silent too long; closed", "container_instance", c.instanceArn, "idle", idle)
+			}
 			return
 		}
+		_ = c.ws.SetReadDeadline(time.Now().Add(idle))
 		m, err := acs.Decode(data)
 		if unknown := (*acs.UnknownTypeError)(nil); errors.As(err, &unknown) {
 			s.log.Debug("ACS frame ignored", "container_instance", c.instanceArn, "type", unknown.Type)
