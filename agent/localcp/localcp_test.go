@@ -65,8 +65,8 @@ func (h *harness) restart() {
 	h.open()
 }
 
-// do sends one ECS API request the way the AWS CLI does and returns the status and decoded body.
-func (h *harness) do(op string, body string) (int, map[string]any) {
+// send sends one ECS API request the way the AWS CLI does: signed with the harness's keys.
+func (h *harness) send(op string, body string) *httptest.ResponseRecorder {
 	h.t.Helper()
 	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:51677/", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
@@ -74,6 +74,13 @@ func (h *harness) do(op string, body string) (int, map[string]any) {
 	require.NoError(h.t, localauth.Sign(h.t.Context(), req, []byte(body), h.keys, "us-east-1", time.Now()))
 	rec := httptest.NewRecorder()
 	h.srv.Handler().ServeHTTP(rec, req)
+	return rec
+}
+
+// do sends one ECS API request and returns the status and decoded body.
+func (h *harness) do(op string, body string) (int, map[string]any) {
+	h.t.Helper()
+	rec := h.send(op, body)
 	out := map[string]any{}
 	require.NoError(h.t, json.Unmarshal(rec.Body.Bytes(), &out), "body: %s", rec.Body.String())
 	return rec.Code, out
