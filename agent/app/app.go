@@ -165,6 +165,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
 		auth, store, log)
 	m.CountTasks(eng.Tasks)
+	m.CountUnknownContainers(eng.UnknownContainers)
 	return eng, resources, nil
 }
 

@@ -141,8 +141,9 @@ type Engine struct {
 
 	mu        sync.Mutex
 	started   bool
-	workers   map[string]*worker // task ARN → worker, including ones whose first save is in flight
-	byID      map[string]*worker // Docker container ID → worker
+	workers   map[string]*worker               // task ARN → worker, including ones whose first save is in flight
+	byID      map[string]*worker               // Docker container ID → worker
+	unknown   map[string]task.UnknownContainer // Docker container ID → a running container of no known task
 	listeners []Listener
 	wg        sync.WaitGroup
 }
@@ -157,7 +158,8 @@ func New(cfg Config, d Docker, p Puller, auth dockerclient.AuthSource, store Sto
 	}
 	return &Engine{cfg: cfg, docker: d, puller: p, auth: auth, store: store, log: log, clock: cfg.Clock, retryDelay: time.Second,
 		resources: newResourceQueue(cfg.Resources), workers: map[string]*worker{}, byID: map[string]*worker{},
-		spawn: make(chan *worker), done: make(chan struct{})}
+		unknown: map[string]task.UnknownContainer{},
+		spawn:   make(chan *worker), done: make(chan struct{})}
 }
 
 func (e *Engine) hook(point string, t *task.Task) {
@@ -480,8 +482,10 @@ func (e *Engine) notify(t *task.Task) {
 	}
 }
 
-// dispatch routes container events to their task's worker until ctx ends or the stream closes. After a
-// re-subscription every worker re-inspects, since events may have been missed.
+// dispatch routes container events to their task's worker until ctx ends or the stream closes, and
+// drops a container of no known task once it stops or is removed. After a re-subscription every
+// worker re-inspects, and the containers of no known task are inspected again, since events may have
+// been missed.
 func (e *Engine) dispatch(ctx context.Context, events <-chan dockerclient.Event) {
 	for {
 		var ev dockerclient.Event
@@ -497,6 +501,7 @@ func (e *Engine) dispatch(ctx context.Context, events <-chan dockerclient.Event)
 		if ev.Type == dockerclient.EventTypeBerth && ev.Action == dockerclient.ActionResubscribed {
 			e.log.Info("Docker event stream re-subscribed; re-inspecting every task's containers")
 			e.reinspectAll()
+			e.goTracked(func() { e.recheckUnknown(ctx) }) // Docker calls: not on the event path
 			continue
 		}
 		e.mu.Lock()
@@ -504,6 +509,8 @@ func (e *Engine) dispatch(ctx context.Context, events <-chan dockerclient.Event)
 		e.mu.Unlock()
 		if ok {
 			w.event(ev)
+		} else if why, gone := unknownGone(ev); gone {
+			e.dropUnknown(ev.ID, why)
 		}
 	}
 }
@@ -517,7 +524,8 @@ func (e *Engine) reinspectAll() {
 	}
 }
 
-// reconcileLoop makes every worker re-inspect its containers periodically, to catch what events missed.
+// reconcileLoop makes every worker re-inspect its containers periodically, and inspects the containers
+// of no known task, to catch what events missed.
 func (e *Engine) reconcileLoop(ctx context.Context) {
 	t := e.clock.NewTicker(e.cfg.ReconcileInterval)
 	defer t.Stop()
@@ -527,6 +535,7 @@ func (e *Engine) reconcileLoop(ctx context.Context) {
 			return
 		case <-t.Chan():
 			e.reinspectAll()
+			e.recheckUnknown(ctx)
 		}
 	}
 }

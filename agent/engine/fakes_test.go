@@ -265,7 +265,7 @@ func (f *fakeDocker) ListContainersByLabel(_ context.Context, labels map[string]
 			match = match && ok && (v == "" || got == v)
 		}
 		if match {
-			out = append(out, docker.APIContainers{ID: c.id, Names: []string{"/" + c.name}, Labels: c.opts.Config.Labels})
+			out = append(out, docker.APIContainers{ID: c.id, Image: c.opts.Config.Image, Names: []string{"/" + c.name}, Labels: c.opts.Config.Labels})
 		}
 	}
 	return out, nil

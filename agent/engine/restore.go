@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,8 +38,8 @@ const restoreConcurrency = 32
 // cluster that belong to no known task and stopped longer ago than the cleanup wait. A running one is
 // never removed: the record that would own it may be missing, not the task. The caller passes
 // trusted=false when the state may be incomplete (a new or empty store, or records that did not
-// decode), and then nothing is removed. Call it after Start, so that no Docker event during recovery
-// is missed.
+// decode), and then nothing is removed. The running ones are kept as the engine's unknown containers
+// (see UnknownContainers). Call it after Start, so that no Docker event during recovery is missed.
 func (e *Engine) Restore(ctx context.Context, tasks []*task.Task, trusted bool) (RestoreReport, error) {
 	start := e.clock.Now()
 	rep := RestoreReport{Tasks: len(tasks)}
@@ -77,8 +78,9 @@ func (e *Engine) Restore(ctx context.Context, tasks []*task.Task, trusted bool) 
 	}
 	// Orphans go before any worker runs: a worker may create a container at once, which the scan
 	// must not mistake for one of no task.
-	var orphanErr error
-	rep.Orphans, rep.UnknownRunning, orphanErr = e.removeOrphans(ctx, tasks, trusted)
+	removed, unknown, orphanErr := e.removeOrphans(ctx, tasks, trusted)
+	rep.Orphans, rep.UnknownRunning = removed, len(unknown)
+	e.setUnknown(unknown)
 	for _, t := range tasks {
 		if err := e.add(ctx, t, false); err != nil {
 			return rep, fmt.Errorf("restore task %s: %w", t.Arn, err)
@@ -140,11 +142,11 @@ func (e *Engine) reinspect(ctx context.Context, c *task.Container) restoreOutcom
 // removeOrphans looks at the containers labelled as Berth's for this cluster that belong to no known
 // task, or that a known task does not hold (a duplicate). Running ones are left alone and logged;
 // stopped ones are removed once they have been stopped for the cleanup wait, and only when trusted.
-// It returns how many it removed and how many running ones it left.
-func (e *Engine) removeOrphans(ctx context.Context, tasks []*task.Task, trusted bool) (removed, running int, err error) {
+// It returns how many it removed and the running ones it left.
+func (e *Engine) removeOrphans(ctx context.Context, tasks []*task.Task, trusted bool) (removed int, running []task.UnknownContainer, err error) {
 	list, err := e.docker.ListContainersByLabel(ctx, map[string]string{LabelManaged: "true", LabelCluster: e.cfg.Cluster})
 	if err != nil {
-		return 0, 0, fmt.Errorf("list Berth's containers: %w", err)
+		return 0, nil, fmt.Errorf("list Berth's containers: %w", err)
 	}
 	var held set.Set[string]
 	for _, t := range tasks {
@@ -169,8 +171,8 @@ func (e *Engine) removeOrphans(ctx context.Context, tasks []*task.Task, trusted 
 		case err != nil:
 			log.Warn("cannot inspect a container of no known task; left alone", "error", err)
 			continue
-		case ci.State.Running || ci.State.Paused || ci.State.Restarting:
-			running++
+		case isUp(ci.State):
+			running = append(running, unknownContainer(ctr, ci))
 			log.Warn("a running container of no known task is left alone; stop and remove it by hand if it is not wanted")
 			continue
 		case !trusted:
@@ -188,4 +190,20 @@ func (e *Engine) removeOrphans(ctx context.Context, tasks []*task.Task, trusted 
 		log.Info("removed a stopped container of no known task")
 	}
 	return removed, running, nil
+}
+
+// isUp reports whether Docker counts a container as up: running, paused or restarting.
+func isUp(s docker.State) bool { return s.Running || s.Paused || s.Restarting }
+
+// unknownContainer describes a running container of no known task from its listing and inspection.
+func unknownContainer(ctr docker.APIContainers, ci *docker.Container) task.UnknownContainer {
+	u := task.UnknownContainer{DockerID: ci.ID, DockerName: strings.TrimPrefix(ci.Name, "/"), TaskArn: ctr.Labels[LabelTaskARN],
+		Name: ctr.Labels[LabelContainerName], Image: ctr.Image, Since: ci.State.StartedAt}
+	if u.DockerName == "" && len(ctr.Names) > 0 {
+		u.DockerName = strings.TrimPrefix(ctr.Names[0], "/")
+	}
+	if u.Image == "" && ci.Config != nil {
+		u.Image = ci.Config.Image
+	}
+	return u
 }

@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	docker "github.com/fsouza/go-dockerclient"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -210,4 +212,76 @@ func TestRestoreRecordsExitWhileDownAndStopsTheTask(t *testing.T) {
 	assert.Equal(t, task.StopReasonEssentialExited, got.StoppedReason)
 	require.NotNil(t, got.Container("web").ExitCode)
 	assert.Equal(t, 3, *got.Container("web").ExitCode)
+}
+
+// A running container of no known task is listed after Restore, with what its labels say, and leaves
+// the list once Docker says it stopped or was removed: by its event, or by the re-inspection after a
+// re-subscription when the event was missed.
+func TestRestoreListsUnknownRunningContainersUntilTheyStop(t *testing.T) {
+	const arn, ghost = "arn:aws:ecs:local:000000000000:task/test-cluster/keep", "arn:aws:ecs:local:000000000000:task/test-cluster/ghost"
+	first := newHarness(t, testConfig())
+	first.add(twoContainerTask(arn))
+	first.add(newTask(ghost, ctr("dies"), ctr("quiet"), ctr("removed")))
+	first.waitStatus(arn, task.TaskRunning)
+	first.waitStatus(ghost, task.TaskRunning)
+	ids := map[string]string{}
+	for _, name := range []string{"dies", "quiet", "removed"} {
+		ids[name] = first.dockerID(ghost, name)
+	}
+	first.shutdown()
+	require.True(t, pollUntil(first.docker.streamClosed))
+
+	var saved []*task.Task
+	for _, tk := range first.store.snapshot() {
+		if tk.Arn == arn { // the ghost's record is lost
+			saved = append(saved, tk)
+		}
+	}
+	second := newHarness(t, testConfig(), func(h *harness) { h.docker = first.docker })
+	assert.Empty(t, second.engine.UnknownContainers(), "nothing is listed before Restore")
+	rep, err := second.engine.Restore(context.Background(), saved, true)
+	require.NoError(t, err)
+	second.waitStatus(arn, task.TaskRunning)
+	assert.Equal(t, 3, rep.UnknownRunning)
+
+	got := second.engine.UnknownContainers()
+	require.Len(t, got, 3)
+	for i, name := range []string{"dies", "quiet", "removed"} { // ordered by task ARN, then name
+		u := got[i]
+		assert.Equal(t, ids[name], u.DockerID)
+		assert.Equal(t, ghost, u.TaskArn)
+		assert.Equal(t, name, u.Name)
+		assert.Equal(t, "img-"+name, u.Image)
+		assert.NotEmpty(t, u.DockerName)
+		assert.NotContains(t, u.DockerName, "/")
+		assert.False(t, u.Since.IsZero(), "when it started")
+		assert.True(t, first.docker.running(u.DockerID), "left running")
+	}
+	unknownNames := func() []string {
+		var out []string
+		for _, u := range second.engine.UnknownContainers() {
+			out = append(out, u.Name)
+		}
+		return out
+	}
+	waitNames := func(want ...string) {
+		t.Helper()
+		ok := pollUntil(func() bool { return assert.ObjectsAreEqual(want, unknownNames()) })
+		require.True(t, ok, "unknown containers: want %v, have %v", want, unknownNames())
+	}
+
+	first.docker.exit(ids["dies"], 1, false, false) // with a die event
+	waitNames("quiet", "removed")
+
+	require.NoError(t, first.docker.RemoveContainer(context.Background(), docker.RemoveContainerOptions{ID: ids["removed"], Force: true}))
+	first.docker.push(dockerclient.Event{Type: "container", Action: "destroy", ID: ids["removed"], Time: time.Now()})
+	waitNames("quiet")
+
+	first.docker.exit(ids["quiet"], 0, false, true) // no event: missed
+	first.docker.push(dockerclient.Event{Type: dockerclient.EventTypeBerth, Action: dockerclient.ActionResubscribed, Time: time.Now()})
+	waitNames()
+
+	for _, c := range second.engine.Task(arn).Containers {
+		assert.True(t, first.docker.running(c.DockerID), "the known task's containers are untouched")
+	}
 }

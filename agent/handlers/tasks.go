@@ -5,18 +5,35 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// TaskSource lists the tasks the agent holds. It must be safe for concurrent use and return copies.
+// TaskSource lists the tasks the agent holds and the running containers of no known task. It must be
+// safe for concurrent use and return copies.
 type TaskSource interface {
 	Tasks() []*task.Task
+	UnknownContainers() []task.UnknownContainer
 }
 
-// TasksResponse is the body of GET /v1/tasks.
+// TasksResponse is the body of GET /v1/tasks. UnknownContainers is a Berth extension, absent when
+// there are none.
 type TasksResponse struct {
-	Tasks []TaskResponse `json:"Tasks"`
+	Tasks             []TaskResponse             `json:"Tasks"`
+	UnknownContainers []UnknownContainerResponse `json:"UnknownContainers,omitempty"`
+}
+
+// UnknownContainerResponse is a running container labelled as Berth's that belongs to no task the
+// agent knows: the agent left it running and does not manage it. TaskArn and Name come from its
+// labels; Since is when it started.
+type UnknownContainerResponse struct {
+	DockerID   string    `json:"DockerId"`
+	DockerName string    `json:"DockerName"`
+	TaskArn    string    `json:"TaskArn,omitempty"`
+	Name       string    `json:"Name,omitempty"`
+	Image      string    `json:"Image"`
+	Since      time.Time `json:"Since,omitzero"`
 }
 
 // TaskResponse is one task in the ECS agent's introspection shape. StoppedReason and PendingReason
@@ -84,8 +101,8 @@ func taskResponse(t *task.Task) TaskResponse {
 	return r
 }
 
-// serveTasks answers GET /v1/tasks, and with ?taskarn= or ?dockerid= the one matching task (404 when
-// none). A dockerid matches a full ID or a prefix of at least 12 characters, like the Docker CLI.
+// serveTasks answers GET /v1/tasks (every task, then the running containers of no known task), and
+// with ?taskarn= or ?dockerid= the one matching task (404 when none). A dockerid matches a full ID or a prefix of at least 12 characters, like the Docker CLI.
 func serveTasks(src TaskSource) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		tasks := src.Tasks()
@@ -122,6 +139,10 @@ func serveTasks(src TaskSource) http.HandlerFunc {
 		out := TasksResponse{Tasks: make([]TaskResponse, 0, len(tasks))}
 		for _, t := range tasks {
 			out.Tasks = append(out.Tasks, taskResponse(t))
+		}
+		for _, u := range src.UnknownContainers() {
+			out.UnknownContainers = append(out.UnknownContainers, UnknownContainerResponse{DockerID: u.DockerID,
+				DockerName: u.DockerName, TaskArn: u.TaskArn, Name: u.Name, Image: u.Image, Since: u.Since.UTC()})
 		}
 		writeJSON(w, http.StatusOK, out)
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,6 +20,18 @@ func (f fixedTasks) Tasks() []*task.Task {
 		out[i] = t.Clone()
 	}
 	return out
+}
+
+func (fixedTasks) UnknownContainers() []task.UnknownContainer { return nil }
+
+// withUnknown is a task source that also has running containers of no known task.
+type withUnknown struct {
+	fixedTasks
+	unknown []task.UnknownContainer
+}
+
+func (w withUnknown) UnknownContainers() []task.UnknownContainer {
+	return append([]task.UnknownContainer(nil), w.unknown...)
 }
 
 func TestTasks(t *testing.T) {
@@ -78,4 +91,35 @@ func TestTasks(t *testing.T) {
 		NewIntrospection(fixedMetadata{}, fixedTasks(nil), nil).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/tasks", nil))
 		assert.JSONEq(t, `{"Tasks":[]}`, rec.Body.String())
 	})
+}
+
+func TestTasksListsUnknownContainers(t *testing.T) {
+	web := &task.Task{Arn: "arn:aws:ecs:local:000000000000:task/default/web1", Family: "web", Revision: 3,
+		DesiredStatus: task.TaskRunning, KnownStatus: task.TaskRunning}
+	since := time.Date(2026, 11, 30, 14, 0, 0, 0, time.FixedZone("CET", 3600))
+	src := withUnknown{fixedTasks: fixedTasks{web}, unknown: []task.UnknownContainer{
+		{DockerID: "feedfacefeedface0001", DockerName: "ecs-ghost-1-app-9a8b", TaskArn: "arn:aws:ecs:local:000000000000:task/default/ghost",
+			Name: "app", Image: "testapp:latest", Since: since},
+		{DockerID: "feedfacefeedface0002", DockerName: "hand-made", Image: "busybox"}, // no task labels, no start time
+	}}
+	get := func(query string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		NewIntrospection(fixedMetadata{}, src, nil).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/tasks"+query, nil))
+		return rec
+	}
+
+	rec := get("")
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.JSONEq(t, `{"Tasks":[{"Arn":"arn:aws:ecs:local:000000000000:task/default/web1","DesiredStatus":"RUNNING","KnownStatus":"RUNNING",
+		"Family":"web","Version":"3","Containers":[]}],
+		"UnknownContainers":[
+			{"DockerId":"feedfacefeedface0001","DockerName":"ecs-ghost-1-app-9a8b","TaskArn":"arn:aws:ecs:local:000000000000:task/default/ghost",
+			 "Name":"app","Image":"testapp:latest","Since":"2026-11-30T13:00:00Z"},
+			{"DockerId":"feedfacefeedface0002","DockerName":"hand-made","Image":"busybox"}]}`, rec.Body.String())
+
+	rec = get("?dockerid=feedfacefeedface0001")
+	assert.Equal(t, http.StatusNotFound, rec.Code, "an unknown container is no task")
+	rec = get("?taskarn=arn:aws:ecs:local:000000000000:task/default/web1")
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.NotContains(t, rec.Body.String(), "UnknownContainers", "one task's answer keeps the ECS shape")
 }

@@ -1,6 +1,7 @@
-// Package metrics exposes the agent's Prometheus metrics: tasks and containers by status, image pulls
-// and their retries, and the latency of Docker Engine calls. It keeps its own registry (nothing is
-// registered globally) and measures through decorators around the engine's small interfaces.
+// Package metrics exposes the agent's Prometheus metrics: tasks and containers by status, running
+// containers of no known task, image pulls and their retries, and the latency of Docker Engine calls.
+// It keeps its own registry (nothing is registered globally) and measures through decorators around
+// the engine's small interfaces.
 package metrics
 
 import (
@@ -28,14 +29,22 @@ type Metrics struct {
 	pullRetries  prometheus.Counter
 	dockerCalls  *prometheus.HistogramVec
 	tasks        atomic.Pointer[func() []*task.Task]
+	unknown      atomic.Pointer[func() []task.UnknownContainer]
 }
 
 // CountTasks makes every scrape count the tasks tasks returns by known status. It is safe to call
 // while metrics are served.
 func (m *Metrics) CountTasks(tasks func() []*task.Task) { m.tasks.Store(&tasks) }
 
+// CountUnknownContainers makes every scrape report how many containers unknown returns as
+// berth_unknown_running_containers. It is safe to call while metrics are served.
+func (m *Metrics) CountUnknownContainers(unknown func() []task.UnknownContainer) {
+	m.unknown.Store(&unknown)
+}
+
 // New returns the agent's metrics. Task and container statuses are reported once CountTasks says
-// where the tasks are.
+// where the tasks are, and berth_unknown_running_containers is 0 until CountUnknownContainers says
+// where those are.
 func New() *Metrics {
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
@@ -53,7 +62,16 @@ func New() *Metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"op", "outcome"}),
 	}
-	m.registry.MustRegister(m.pulls, m.pullAttempts, m.pullRetries, m.dockerCalls, statusCollector{m: m},
+	unknown := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "berth_unknown_running_containers",
+		Help: "Running containers labelled as Berth's that belong to no task the agent knows; left running, not managed.",
+	}, func() float64 {
+		if unknown := m.unknown.Load(); unknown != nil {
+			return float64(len((*unknown)()))
+		}
+		return 0
+	})
+	m.registry.MustRegister(m.pulls, m.pullAttempts, m.pullRetries, m.dockerCalls, statusCollector{m: m}, unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

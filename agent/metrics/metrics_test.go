@@ -95,3 +95,15 @@ func TestMetrics(t *testing.T) {
 		assert.Contains(t, body, want)
 	}
 }
+
+func TestUnknownRunningContainers(t *testing.T) {
+	m := New()
+	assert.Contains(t, scrape(t, m), "berth_unknown_running_containers 0\n", "0 before the engine is wired")
+	var unknown []task.UnknownContainer
+	m.CountUnknownContainers(func() []task.UnknownContainer { return unknown })
+	assert.Contains(t, scrape(t, m), "berth_unknown_running_containers 0\n")
+	unknown = []task.UnknownContainer{{DockerID: "a"}, {DockerID: "b"}}
+	assert.Contains(t, scrape(t, m), "berth_unknown_running_containers 2\n", "read at every scrape")
+	unknown = unknown[:1]
+	assert.Contains(t, scrape(t, m), "berth_unknown_running_containers 1\n")
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/berth-agent/berth/agent/handlers"
 )
@@ -42,12 +43,14 @@ func runPs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "berth ps: bad answer from %s: %v\n", addr, err)
 		return 1
 	}
-	printTasks(stdout, body.Tasks)
+	printTasks(stdout, body.Tasks, body.UnknownContainers)
 	return 0
 }
 
 // printTasks renders tasks as a table: one row per container, the task's columns on its first row.
-func printTasks(w io.Writer, tasks []handlers.TaskResponse) {
+// The running containers of no known task follow in a table of their own, with what to do about
+// them; nothing is printed for them when there are none.
+func printTasks(w io.Writer, tasks []handlers.TaskResponse, unknown []handlers.UnknownContainerResponse) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tFAMILY:REV\tDESIRED\tKNOWN\tCONTAINER\tSTATUS\tDOCKER ID\tPORTS\tREASON")
 	for _, t := range tasks {
@@ -87,4 +90,38 @@ func printTasks(w io.Writer, tasks []handlers.TaskResponse) {
 		}
 	}
 	_ = tw.Flush()
+	printUnknown(w, unknown)
+}
+
+// printUnknown renders the running containers of no known task, if any, under a heading that says
+// why they run and how to remove them.
+func printUnknown(w io.Writer, unknown []handlers.UnknownContainerResponse) {
+	if len(unknown) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nUNKNOWN CONTAINERS (%d): left running because the agent has no record of them (Berth's labels, no known task).\n", len(unknown))
+	fmt.Fprintln(w, "The agent does not manage, stop or remove them. If one is not wanted, remove it by hand: docker rm -f <id>")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DOCKER ID\tNAME\tTASK\tCONTAINER\tIMAGE\tRUNNING SINCE")
+	for _, u := range unknown {
+		taskID := "-"
+		if u.TaskArn != "" {
+			taskID = u.TaskArn[strings.LastIndexByte(u.TaskArn, '/')+1:]
+		}
+		since := "-"
+		if !u.Since.IsZero() {
+			since = u.Since.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", u.DockerID[:min(12, len(u.DockerID))], orDash(u.DockerName), taskID,
+			orDash(u.Name), orDash(u.Image), since)
+	}
+	_ = tw.Flush()
+}
+
+// orDash returns s, or "-" when s is empty, so that a table keeps its columns.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

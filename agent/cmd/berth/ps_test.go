@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/handlers"
 )
@@ -22,11 +24,37 @@ func TestPrintTasks(t *testing.T) {
 			{Name: "init", KnownStatus: "STOPPED", ExitCode: &code},
 		},
 	}, {Arn: "arn:aws:ecs:local:000000000000:task/default/big", Family: "big", Version: "2", DesiredStatus: "RUNNING", KnownStatus: "NONE",
-		PendingReason: "waiting for host resources: memory", Containers: []handlers.ContainerResponse{{Name: "hog", KnownStatus: "NONE"}}}})
+		PendingReason: "waiting for host resources: memory", Containers: []handlers.ContainerResponse{{Name: "hog", KnownStatus: "NONE"}}}}, nil)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	assert.Len(t, lines, 4)
 	assert.Regexp(t, `^TASK\s+FAMILY:REV\s+DESIRED\s+KNOWN\s+CONTAINER\s+STATUS\s+DOCKER ID\s+PORTS\s+REASON$`, lines[0])
 	assert.Regexp(t, `^static-web-0123456789ab\s+web:1\s+RUNNING\s+RUNNING\s+web\s+RUNNING\s+0123456789ab\s+8080->8080/tcp\s*$`, lines[1])
 	assert.Regexp(t, `^\s+init\s+STOPPED \(exit 0\)\s+-\s*$`, lines[2])
 	assert.Regexp(t, `^big\s+big:2\s+RUNNING\s+NONE\s+hog\s+NONE\s+-\s+waiting for host resources: memory$`, lines[3])
+}
+
+func TestPrintTasksUnknownContainers(t *testing.T) {
+	tasks := []handlers.TaskResponse{{Arn: "arn:aws:ecs:local:000000000000:task/default/web", Family: "web", Version: "1",
+		DesiredStatus: "RUNNING", KnownStatus: "RUNNING", Containers: []handlers.ContainerResponse{{Name: "web", KnownStatus: "RUNNING"}}}}
+	unknown := []handlers.UnknownContainerResponse{
+		{DockerID: "feedfacefeedface0001", DockerName: "ecs-ghost-1-app-9a8b", TaskArn: "arn:aws:ecs:local:000000000000:task/default/ghost",
+			Name: "app", Image: "testapp:latest", Since: time.Date(2026, 11, 30, 14, 0, 0, 0, time.FixedZone("CET", 3600))},
+		{DockerID: "feedfacefeedface0002", DockerName: "hand-made", Image: "busybox"},
+	}
+	var out bytes.Buffer
+	printTasks(&out, tasks, unknown)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 8, out.String())
+	assert.Regexp(t, `^web\s+web:1\s+RUNNING\s+RUNNING\s+web\s+RUNNING`, lines[1])
+	assert.Empty(t, lines[2], "a blank line after the task table")
+	assert.Regexp(t, `^UNKNOWN CONTAINERS \(2\): left running because the agent has no record of them`, lines[3])
+	assert.Contains(t, lines[4], "docker rm -f <id>")
+	assert.Regexp(t, `^DOCKER ID\s+NAME\s+TASK\s+CONTAINER\s+IMAGE\s+RUNNING SINCE$`, lines[5])
+	assert.Regexp(t, `^feedfacefeed\s+ecs-ghost-1-app-9a8b\s+ghost\s+app\s+testapp:latest\s+2026-11-30T13:00:00Z$`, lines[6])
+	assert.Regexp(t, `^feedfacefeed\s+hand-made\s+-\s+-\s+busybox\s+-$`, lines[7])
+
+	out.Reset()
+	printTasks(&out, tasks, nil)
+	assert.NotContains(t, out.String(), "UNKNOWN", "nothing about unknown containers when there are none")
+	assert.Len(t, strings.Split(strings.TrimSpace(out.String()), "\n"), 2)
 }
