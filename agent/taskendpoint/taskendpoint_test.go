@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -506,4 +507,21 @@ func FuzzServeHTTP(f *testing.F) {
 			t.Fatalf("%s %q: status %d", method, target, rec.Code)
 		}
 	})
+}
+
+// TestOverLoopback serves the handler on a real loopback listener, as the agent will, and checks that
+// the source address of a real connection finds its task.
+func TestOverLoopback(t *testing.T) {
+	e := newEnv(t, func(c *taskendpoint.Config) {
+		c.Tasks.(*fakeTasks).addrs[netip.MustParseAddr("127.0.0.1")] = bridgeTask()
+	})
+	srv := httptest.NewServer(e.h)
+	t.Cleanup(srv.Close)
+	for _, p := range []string{"/v2/metadata", "/v4/tok-web/task", "/v2/credentials/" + credsID} {
+		resp, err := srv.Client().Get(srv.URL + p)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, p)
+		assert.Equal(t, "40.00", resp.Header.Get("X-Rate-Limit-Limit"))
+	}
 }
