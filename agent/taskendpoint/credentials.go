@@ -1,0 +1,71 @@
+package taskendpoint
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/berth-agent/berth/agent/errdefs"
+)
+
+// The error codes of the credentials endpoints, as the ECS agent names them.
+const (
+	codeNoID          = "NoIdInRequest"
+	codeInvalidID     = "InvalidIdInRequest"
+	codeInternalError = "InternalServerError"
+)
+
+// credentialsBody is a 200 answer of the credentials endpoints. Expiration is RFC 3339 in UTC, to
+// the second, and is left out when the credentials have none.
+type credentialsBody struct {
+	RoleArn         string `json:"RoleArn"`
+	AccessKeyID     string `json:"AccessKeyId"`
+	SecretAccessKey string `json:"SecretAccessKey"`
+	Token           string `json:"Token"`
+	Expiration      string `json:"Expiration,omitempty"`
+}
+
+// credentialsError is an error answer of the credentials endpoints.
+type credentialsError struct {
+	Code          string `json:"code"`
+	Message       string `json:"message"`
+	HTTPErrorCode int    `json:"HTTPErrorCode"`
+}
+
+// serveCredentials answers /v1/credentials?id= (version 1) and /v2/credentials/ID (version 2).
+func (h *Handler) serveCredentials(w http.ResponseWriter, version int, id string) {
+	prefix := fmt.Sprintf("CredentialsV%dRequest: ", version)
+	fail := func(status int, code, msg string) {
+		writeJSON(w, status, credentialsError{Code: code, Message: prefix + msg, HTTPErrorCode: status})
+	}
+	if id == "" {
+		h.log.Debug("task credentials request without an ID", "api_version", version)
+		fail(http.StatusBadRequest, codeNoID, "No Credential ID in the request")
+		return
+	}
+	c, err := h.lookupCredentials(id)
+	switch {
+	case errdefs.IsNotFound(err):
+		h.log.Debug("task credentials not found", "credentials_id", short(id), "api_version", version)
+		fail(http.StatusBadRequest, codeInvalidID, "Credentials not found")
+		return
+	case err != nil:
+		h.log.Warn("task credentials unavailable", "credentials_id", short(id), "api_version", version, "error", err)
+		fail(http.StatusInternalServerError, codeInternalError, "Credentials unavailable: "+err.Error())
+		return
+	}
+	body := credentialsBody{RoleArn: c.RoleArn, AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, Token: c.SessionToken}
+	if !c.Expiration.IsZero() {
+		body.Expiration = c.Expiration.UTC().Truncate(time.Second).Format(time.RFC3339)
+	}
+	h.log.Debug("task credentials served", "credentials_id", short(id), "role_arn", c.RoleArn, "api_version", version)
+	writeJSON(w, http.StatusOK, body)
+}
+
+// lookupCredentials asks the source, treating a missing source as one that knows no credentials.
+func (h *Handler) lookupCredentials(id string) (Credentials, error) {
+	if h.creds == nil {
+		return Credentials{}, fmt.Errorf("credentials %s: %w", short(id), errdefs.ErrNotFound)
+	}
+	return h.creds.TaskCredentials(id)
+}

@@ -1,0 +1,332 @@
+// Package taskendpoint is the HTTP handler of the endpoints a task's containers call: task role
+// credentials and task metadata v2, v3 and v4, with the paths, JSON shapes, status codes and error
+// bodies of the Amazon ECS agent. The agent serves it on 127.0.0.1:51679, which containers reach as
+// 169.254.170.2:80 through a NAT redirect set up elsewhere.
+//
+//	GET /v1/credentials?id=ID        a task role's credentials (the older form)
+//	GET /v2/credentials/ID           a task role's credentials
+//	GET /v2/metadata                 the asking task (found by the request's source address)
+//	GET /v2/metadata/DOCKERID        one container of the asking task
+//	GET /v2/stats                    Docker stats of every container of the asking task, by Docker ID
+//	GET /v2/stats/DOCKERID           Docker stats of one container of the asking task
+//	GET /v3/TOKEN, /v4/TOKEN         the container whose metadata token is TOKEN
+//	GET /v{3,4}/TOKEN/task           its task, with every container
+//	GET /v{3,4}/TOKEN/taskWithTags   the same (Berth knows no tags, so none are added)
+//	GET /v{3,4}/TOKEN/stats          Docker stats of the container
+//	GET /v{3,4}/TOKEN/task/stats     Docker stats of every container of its task, by Docker ID
+//
+// Any other method is answered 405, any other path 404. Every answer carries X-Rate-Limit-Limit and
+// X-Rate-Limit-Duration; a caller over its rate (steady requests per second with a burst, the ECS
+// agent's ECS_TASK_METADATA_RPS_LIMIT) gets 429. v3 and v4 requests are counted per metadata token,
+// the others (and requests with a token nobody holds) per source address.
+//
+// # Use
+//
+//	h, err := taskendpoint.New(taskendpoint.Config{
+//		Instance:    taskendpoint.Instance{Cluster: "default", AvailabilityZone: "us-west-2a"},
+//		RateLimit:   limit, // from taskendpoint.ParseRateLimit(cfg.TaskMetadataRPSLimit); zero: 40,60
+//		Tasks:       tasks, // TaskSource
+//		Credentials: creds, // CredentialsSource; nil: no task has credentials
+//		Stats:       stats, // StatsSource; nil: stats requests fail
+//		Logger:      log,
+//	})
+//	srv := &http.Server{Addr: "127.0.0.1:51679", Handler: h}
+//
+// The Handler is safe for concurrent use; it calls its sources from the requests' goroutines, so they
+// must be too. It starts no goroutine and holds no resource beyond a bounded map of rate limiters.
+//
+// Secrets never reach the log: a credentials ID or metadata token is logged by its first 8
+// characters, and neither keys nor session tokens are logged at all.
+package taskendpoint
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// Credentials are one task role's credentials as served to a container.
+type Credentials struct {
+	RoleArn         string
+	AccessKeyID     string
+	SecretAccessKey string
+	SessionToken    string
+	Expiration      time.Time // zero: none is served
+}
+
+// CredentialsSource finds task role credentials by their credentials ID (the ID a container has in
+// AWS_CONTAINER_CREDENTIALS_RELATIVE_URI). It must be safe for concurrent use.
+type CredentialsSource interface {
+	// TaskCredentials returns the credentials with this ID. An error of class errdefs.ErrNotFound
+	// means there are none (the container is told the ID is invalid); any other error means they
+	// cannot be had now, and its text, which must hold no secret, is shown to the container.
+	TaskCredentials(id string) (Credentials, error)
+}
+
+// TaskSource finds the task a request comes from. It must be safe for concurrent use and return
+// copies the handler may read without locks.
+type TaskSource interface {
+	// ByToken returns the task, and the name of its container, whose metadata token (the last part of
+	// ECS_CONTAINER_METADATA_URI_V4) is token. It is called once for every v3 and v4 request, before
+	// rate limiting, so it should be cheap.
+	ByToken(token string) (t *task.Task, container string, ok bool)
+	// ByAddress returns the task that has this IPv4 address: a bridge container's address, or an
+	// awsvpc task's address on its ENI or on the task bridge. It serves v2, which has no token.
+	ByAddress(ip netip.Addr) (*task.Task, bool)
+}
+
+// StatsSource supplies Docker's stats of a container. It must be safe for concurrent use.
+type StatsSource interface {
+	// Stats returns the Docker stats JSON object of the container with this Docker ID, as v4 serves it
+	// (network_rate_stats included where known); the caller caches it, so this is cheap. An error
+	// makes the container's stats unavailable for this request.
+	Stats(ctx context.Context, dockerID string) (json.RawMessage, error)
+}
+
+// Instance is what the endpoints say about the host itself. It does not change while the agent runs.
+type Instance struct {
+	Cluster          string // the cluster's name or ARN, as the task's Cluster field and label
+	AvailabilityZone string // empty: not served
+	LaunchType       string // "EC2" (the default when empty) or "EXTERNAL"
+}
+
+// Config is what New needs. Tasks is required; the rest may be left zero.
+type Config struct {
+	Instance    Instance
+	RateLimit   RateLimit // zero: DefaultRateLimit()
+	Tasks       TaskSource
+	Credentials CredentialsSource // nil: every credentials ID is unknown
+	Stats       StatsSource       // nil: every stats request fails with 500
+	Logger      *logger.Logger    // nil: nothing is logged
+	Clock       clockwork.Clock   // nil: the real clock; it drives the rate limiters
+}
+
+// Handler answers the task endpoints. Build it with New; it is safe for concurrent use.
+type Handler struct {
+	instance Instance
+	tasks    TaskSource
+	creds    CredentialsSource
+	stats    StatsSource
+	log      *logger.Logger
+	limits   *limiter
+	limitHdr string
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New returns the handler. It fails with an errdefs.ErrInvalidArgument error when Tasks is nil or the
+// rate limit is not valid.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Tasks == nil {
+		return nil, fmt.Errorf("task endpoint: %w: no TaskSource", errdefs.ErrInvalidArgument)
+	}
+	rl := cfg.RateLimit
+	if rl == (RateLimit{}) {
+		rl = DefaultRateLimit()
+	}
+	if err := rl.validate(); err != nil {
+		return nil, fmt.Errorf("task endpoint: %w", err)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logger.Nop()
+	}
+	if cfg.Instance.LaunchType == "" {
+		cfg.Instance.LaunchType = "EC2"
+	}
+	return &Handler{
+		instance: cfg.Instance,
+		tasks:    cfg.Tasks,
+		creds:    cfg.Credentials,
+		stats:    cfg.Stats,
+		log:      cfg.Logger,
+		limits:   newLimiter(rl, cfg.Clock, maxLimiters),
+		limitHdr: fmt.Sprintf("%.2f", float64(rl.Steady)),
+	}, nil
+}
+
+// kind is what a request path asks for.
+type kind int
+
+const (
+	notFound kind = iota
+	credentialsV1
+	credentialsV2
+	v2Task
+	v2Container
+	v2TaskStats
+	v2ContainerStats
+	tokenContainer
+	tokenTask
+	tokenTaskWithTags
+	tokenContainerStats
+	tokenTaskStats
+)
+
+// route is a parsed request path.
+type route struct {
+	kind    kind
+	version int    // 3 or 4 for the token kinds, 1 or 2 for credentials, 2 for the v2 metadata kinds
+	arg     string // the token, the credentials ID (v2), or the Docker ID (v2)
+}
+
+// parse maps a path onto a route in one pass; it never fails, and what it does not know is notFound.
+func parse(path string) route {
+	switch {
+	case path == "/v1/credentials":
+		return route{kind: credentialsV1, version: 1}
+	case path == "/v2/credentials":
+		return route{kind: credentialsV2, version: 2}
+	case strings.HasPrefix(path, "/v2/credentials/"):
+		return route{kind: credentialsV2, version: 2, arg: path[len("/v2/credentials/"):]}
+	case path == "/v2/metadata" || path == "/v2/metadata/":
+		return route{kind: v2Task, version: 2}
+	case strings.HasPrefix(path, "/v2/metadata/"):
+		return route{kind: v2Container, version: 2, arg: path[len("/v2/metadata/"):]}
+	case path == "/v2/stats" || path == "/v2/stats/":
+		return route{kind: v2TaskStats, version: 2}
+	case strings.HasPrefix(path, "/v2/stats/"):
+		return route{kind: v2ContainerStats, version: 2, arg: path[len("/v2/stats/"):]}
+	}
+	var version int
+	var rest string
+	switch {
+	case strings.HasPrefix(path, "/v3/"):
+		version, rest = 3, path[len("/v3/"):]
+	case strings.HasPrefix(path, "/v4/"):
+		version, rest = 4, path[len("/v4/"):]
+	default:
+		return route{kind: notFound}
+	}
+	token, sub, hasSub := strings.Cut(rest, "/")
+	k := notFound
+	switch {
+	case !hasSub:
+		k = tokenContainer
+	case sub == "task":
+		k = tokenTask
+	case sub == "taskWithTags":
+		k = tokenTaskWithTags
+	case sub == "stats":
+		k = tokenContainerStats
+	case sub == "task/stats":
+		k = tokenTaskStats
+	}
+	if k == notFound {
+		return route{kind: notFound}
+	}
+	return route{kind: k, version: version, arg: token}
+}
+
+// ServeHTTP answers one request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Rate-Limit-Limit", h.limitHdr)
+	w.Header().Set("X-Rate-Limit-Duration", "1")
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
+		return
+	}
+	rt := parse(r.URL.Path)
+	if rt.kind == notFound {
+		http.NotFound(w, r)
+		return
+	}
+	src, srcOK := sourceAddr(r)
+	key := "addr " + src.String()
+	if !srcOK {
+		key = "remote " + r.RemoteAddr
+	}
+	var tk *task.Task
+	var container string
+	var found bool
+	if rt.kind >= tokenContainer {
+		if tk, container, found = h.tasks.ByToken(rt.arg); found {
+			key = "token " + rt.arg
+		}
+	}
+	if !h.limits.allow(key) {
+		h.log.Debug("task endpoint request throttled", "path_kind", rt.kind.String(), "source", src.String())
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte("You have reached maximum request limit."))
+		return
+	}
+	switch rt.kind {
+	case credentialsV1:
+		h.serveCredentials(w, 1, r.URL.Query().Get("id"))
+	case credentialsV2:
+		h.serveCredentials(w, 2, rt.arg)
+	case v2Task, v2Container, v2TaskStats, v2ContainerStats:
+		h.serveV2(w, r, rt, src, srcOK)
+	default:
+		h.serveToken(w, r, rt, tk, container, found)
+	}
+}
+
+// String names the kind in logs.
+func (k kind) String() string {
+	switch k {
+	case credentialsV1, credentialsV2:
+		return "credentials"
+	case v2Task, tokenTask:
+		return "task"
+	case v2Container, tokenContainer:
+		return "container"
+	case v2TaskStats, tokenTaskStats:
+		return "task_stats"
+	case v2ContainerStats, tokenContainerStats:
+		return "container_stats"
+	case tokenTaskWithTags:
+		return "task_with_tags"
+	}
+	return "not_found"
+}
+
+// sourceAddr returns the request's source IP address, IPv4-mapped addresses unmapped.
+func sourceAddr(r *http.Request) (netip.Addr, bool) {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
+		return a.Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+// writeJSON writes v as the JSON body with the given status; a value that does not encode is a 500.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal("failed to encode the response")
+	}
+	writeRaw(w, status, b)
+}
+
+// writeRaw writes an encoded JSON body with the given status.
+func writeRaw(w http.ResponseWriter, status int, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// short returns at most the first 8 characters of an ID or token, for logs.
+func short(id string) string {
+	if len(id) <= 8 {
+		return id
+	}
+	return id[:8]
+}

@@ -1,0 +1,527 @@
+package taskendpoint_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskendpoint"
+)
+
+const (
+	fromWeb    = "172.17.0.2:41234"
+	fromAWSVPC = "169.254.172.3:50000"
+	fromNobody = "172.17.0.99:41234"
+)
+
+// The v4 shapes of the fixtures' containers; v3 and v2 are derived from them by dropping fields.
+var (
+	webV4 = `{
+		"DockerId": "` + webID + `", "Name": "web", "DockerName": "ecs-web-3-web-0a1b2c3d4e5f",
+		"Image": "nginx:1.27", "ImageID": "sha256:1111",
+		"Ports": [{"ContainerPort": 80, "Protocol": "tcp", "HostPort": 32768, "HostIp": "0.0.0.0"}],
+		"Labels": {
+			"team": "infra",
+			"com.berth-agent.managed": "true",
+			"com.amazonaws.ecs.cluster": "prod",
+			"com.amazonaws.ecs.container-name": "web",
+			"com.amazonaws.ecs.task-arn": "` + bridgeARN + `",
+			"com.amazonaws.ecs.task-definition-family": "web",
+			"com.amazonaws.ecs.task-definition-version": "3"
+		},
+		"DesiredStatus": "RUNNING", "KnownStatus": "RUNNING",
+		"Limits": {"CPU": 256, "Memory": 512},
+		"StartedAt": "2026-11-30T14:00:01.123456789Z",
+		"Type": "NORMAL",
+		"LogDriver": "json-file", "LogOptions": {"max-size": "10m"},
+		"Networks": [{"NetworkMode": "bridge", "IPv4Addresses": ["172.17.0.2"]}],
+		"Health": {"status": "HEALTHY"}
+	}`
+	jobV4 = `{
+		"DockerId": "` + jobID + `", "Name": "job", "DockerName": "ecs-web-3-job-5f4e3d2c1b0a",
+		"Image": "busybox:1.36", "ImageID": "sha256:2222",
+		"Labels": {
+			"com.berth-agent.managed": "true",
+			"com.amazonaws.ecs.cluster": "prod",
+			"com.amazonaws.ecs.container-name": "job",
+			"com.amazonaws.ecs.task-arn": "` + bridgeARN + `",
+			"com.amazonaws.ecs.task-definition-family": "web",
+			"com.amazonaws.ecs.task-definition-version": "3"
+		},
+		"DesiredStatus": "RUNNING", "KnownStatus": "STOPPED", "ExitCode": 0,
+		"Limits": {"CPU": 0, "Memory": 0},
+		"StartedAt": "2026-11-30T14:00:01.123456789Z", "FinishedAt": "2026-11-30T14:00:09.123456789Z",
+		"Type": "NORMAL",
+		"Networks": [{"NetworkMode": "bridge", "IPv4Addresses": ["172.17.0.3"]}]
+	}`
+	eniNetworkV4 = `[{
+		"NetworkMode": "awsvpc", "IPv4Addresses": ["10.0.2.61"],
+		"AttachmentIndex": 0, "MACAddress": "0e:10:e2:01:bd:91",
+		"IPv4SubnetCIDRBlock": "10.0.2.0/24", "SubnetGatewayIpv4Address": "10.0.2.1/24",
+		"DomainNameServers": ["10.0.0.2"], "DomainNameSearchList": ["us-west-2.compute.internal"]
+	}]`
+	pauseV4 = `{
+		"DockerId": "` + pauseID + `", "Name": "~internal~ecs~pause", "DockerName": "ecs-api-7-internalecspause-9f8e7d6c5b4a",
+		"Image": "berth/pause:latest", "ImageID": "sha256:3333",
+		"Labels": {
+			"com.berth-agent.managed": "true",
+			"com.amazonaws.ecs.cluster": "prod",
+			"com.amazonaws.ecs.container-name": "~internal~ecs~pause",
+			"com.amazonaws.ecs.task-arn": "` + awsvpcARN + `",
+			"com.amazonaws.ecs.task-definition-family": "api",
+			"com.amazonaws.ecs.task-definition-version": "7"
+		},
+		"DesiredStatus": "RESOURCES_PROVISIONED", "KnownStatus": "RESOURCES_PROVISIONED",
+		"Limits": {"CPU": 0, "Memory": 0},
+		"StartedAt": "2026-11-30T14:00:03.123456789Z",
+		"Type": "CNI_PAUSE",
+		"Networks": ` + eniNetworkV4 + `
+	}`
+	apiV4 = `{
+		"DockerId": "` + apiID + `", "Name": "api", "DockerName": "ecs-api-7-api-1a2b3c4d5e6f",
+		"Image": "012345678901.dkr.ecr.us-west-2.amazonaws.com/api:v2", "ImageID": "sha256:4444",
+		"Ports": [{"ContainerPort": 8080, "Protocol": "tcp", "HostPort": 8080}],
+		"Labels": {
+			"com.berth-agent.managed": "true",
+			"com.amazonaws.ecs.cluster": "prod",
+			"com.amazonaws.ecs.container-name": "api",
+			"com.amazonaws.ecs.task-arn": "` + awsvpcARN + `",
+			"com.amazonaws.ecs.task-definition-family": "api",
+			"com.amazonaws.ecs.task-definition-version": "7"
+		},
+		"DesiredStatus": "RUNNING", "KnownStatus": "RUNNING",
+		"Limits": {"CPU": 0, "Memory": 256},
+		"StartedAt": "2026-11-30T14:00:04.123456789Z",
+		"Type": "NORMAL",
+		"Networks": ` + eniNetworkV4 + `
+	}`
+	bridgeTaskV4 = `{
+		"Cluster": "prod", "TaskARN": "` + bridgeARN + `", "Family": "web", "Revision": "3",
+		"DesiredStatus": "RUNNING", "KnownStatus": "RUNNING",
+		"Containers": [` + webV4 + `,` + jobV4 + `],
+		"Limits": {"CPU": 0.5, "Memory": 1024},
+		"AvailabilityZone": "us-west-2a",
+		"LaunchType": "EC2", "FaultInjectionEnabled": false
+	}`
+	awsvpcTaskV4 = `{
+		"Cluster": "prod", "TaskARN": "` + awsvpcARN + `", "Family": "api", "Revision": "7",
+		"DesiredStatus": "RUNNING", "KnownStatus": "RUNNING",
+		"Containers": [` + pauseV4 + `,` + apiV4 + `],
+		"AvailabilityZone": "us-west-2a",
+		"LaunchType": "EC2", "FaultInjectionEnabled": false
+	}`
+)
+
+// Fields v4 has and v3 has not.
+var v4Only = []string{"LogDriver", "LogOptions", "LaunchType", "FaultInjectionEnabled", "AttachmentIndex",
+	"MACAddress", "IPv4SubnetCIDRBlock", "SubnetGatewayIpv4Address", "DomainNameServers", "DomainNameSearchList"}
+
+// drop returns doc with every object member named in keys removed, at any depth.
+func drop(t *testing.T, doc string, keys ...string) string {
+	t.Helper()
+	var v any
+	require.NoError(t, json.Unmarshal([]byte(doc), &v))
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for _, k := range keys {
+				delete(v, k)
+			}
+			for _, e := range v {
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// dropBridgeNetworks removes the Networks of the bridge task's containers (v2 shows none for them).
+func dropBridgeNetworks(t *testing.T, doc string) string { return drop(t, doc, "Networks") }
+
+func TestMetadataShapes(t *testing.T) {
+	v3 := func(doc string) string { return drop(t, doc, v4Only...) }
+	tests := []struct {
+		name, path, from, want string
+	}{
+		{"v4 bridge container", "/v4/tok-web", fromWeb, webV4},
+		{"v4 bridge stopped container", "/v4/tok-job", fromWeb, jobV4},
+		{"v4 bridge task", "/v4/tok-web/task", fromWeb, bridgeTaskV4},
+		{"v4 bridge task with tags", "/v4/tok-web/taskWithTags", fromWeb, bridgeTaskV4},
+		{"v4 awsvpc container", "/v4/tok-api", fromAWSVPC, apiV4},
+		{"v4 awsvpc task", "/v4/tok-api/task", fromAWSVPC, awsvpcTaskV4},
+		{"v3 bridge container", "/v3/tok-web", fromWeb, v3(webV4)},
+		{"v3 bridge task", "/v3/tok-web/task", fromWeb, v3(bridgeTaskV4)},
+		{"v3 bridge task with tags", "/v3/tok-web/taskWithTags", fromWeb, v3(bridgeTaskV4)},
+		{"v3 awsvpc container", "/v3/tok-api", fromAWSVPC, v3(apiV4)},
+		{"v3 awsvpc task", "/v3/tok-api/task", fromAWSVPC, v3(awsvpcTaskV4)},
+		{"v2 bridge task", "/v2/metadata", fromWeb, dropBridgeNetworks(t, v3(bridgeTaskV4))},
+		{"v2 bridge task, trailing slash", "/v2/metadata/", fromWeb, dropBridgeNetworks(t, v3(bridgeTaskV4))},
+		{"v2 bridge container", "/v2/metadata/" + jobID, fromWeb, dropBridgeNetworks(t, v3(jobV4))},
+		{"v2 awsvpc task", "/v2/metadata", fromAWSVPC, v3(awsvpcTaskV4)},
+		{"v2 awsvpc container", "/v2/metadata/" + apiID, fromAWSVPC, v3(apiV4)},
+		{"v2 from an IPv4-mapped IPv6 address", "/v2/metadata", "[::ffff:172.17.0.2]:41234", dropBridgeNetworks(t, v3(bridgeTaskV4))},
+	}
+	e := newEnv(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := e.get(tt.path, tt.from)
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			assert.JSONEq(t, tt.want, rec.Body.String())
+		})
+	}
+}
+
+// TestTaskFieldsWhenTheyApply covers the fields the fixtures leave out: a stopped task's
+// ExecutionStoppedAt, a task without limits, an awsvpc task in local mode (no ENI), a container
+// whose health check has not reported yet, and an instance of ECS Anywhere.
+func TestTaskFieldsWhenTheyApply(t *testing.T) {
+	tk := awsvpcTask()
+	tk.ENI = nil
+	tk.KnownStatus, tk.DesiredStatus, tk.StoppedAt = task.TaskStopped, task.TaskStopped, at(30)
+	tk.Containers[1].HealthCheck = &task.HealthCheck{Command: []string{"CMD", "true"}}
+	e := newEnv(t, func(c *taskendpoint.Config) {
+		c.Instance = taskendpoint.Instance{Cluster: "edge", LaunchType: "EXTERNAL"}
+		c.Tasks.(*fakeTasks).tokens["tok-local"] = held{tk, "api"}
+	})
+	rec := e.get("/v4/tok-local/task", fromAWSVPC)
+	require.Equal(t, http.StatusOK, rec.Code)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+	assert.Equal(t, "2026-11-30T14:00:30.123456789Z", got["ExecutionStoppedAt"])
+	assert.Equal(t, "EXTERNAL", got["LaunchType"])
+	assert.Equal(t, "edge", got["Cluster"])
+	assert.NotContains(t, got, "Limits")
+	assert.NotContains(t, got, "AvailabilityZone")
+	api := got["Containers"].([]any)[1].(map[string]any)
+	assert.Equal(t, []any{map[string]any{"NetworkMode": "awsvpc", "IPv4Addresses": []any{"10.0.2.61"}}}, api["Networks"])
+	assert.Equal(t, map[string]any{"status": "UNKNOWN"}, api["Health"])
+
+	tk.AWSVPC = nil // not set up yet: no network at all
+	rec = e.get("/v4/tok-local", fromAWSVPC)
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.NotContains(t, rec.Body.String(), "Networks")
+}
+
+func TestUnknownToken(t *testing.T) {
+	const noContainer = "unable to get container ID from request: unable to get docker ID from v3 endpoint ID: "
+	const noTask = "unable to get task arn from request: unable to get task Arn from v3 endpoint ID: "
+	tests := []struct {
+		path       string
+		wantStatus int
+		wantBody   string
+	}{
+		{"/v4/bad", http.StatusNotFound, "V4 container metadata handler: " + noContainer + "bad"},
+		{"/v4/", http.StatusNotFound, "V4 container metadata handler: " + noContainer},
+		{"/v4/bad/task", http.StatusNotFound, "V4 task metadata handler: " + noTask + "bad"},
+		{"/v4/bad/taskWithTags", http.StatusNotFound, "V4 task metadata handler: " + noTask + "bad"},
+		{"/v4/bad/stats", http.StatusNotFound, "V4 container stats handler: " + noContainer + "bad"},
+		{"/v4/bad/task/stats", http.StatusNotFound, "V4 task stats handler: " + noTask + "bad"},
+		{"/v3/bad", http.StatusInternalServerError, "V3 container metadata handler: " + noContainer + "bad"},
+		{"/v3/bad/task", http.StatusInternalServerError, "V3 task metadata handler: " + noTask + "bad"},
+		{"/v3/bad/stats", http.StatusBadRequest, "V3 container stats handler: " + noContainer + "bad"},
+		{"/v3/bad/task/stats", http.StatusBadRequest, "V3 task stats handler: " + noTask + "bad"},
+	}
+	e := newEnv(t)
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			rec := e.get(tt.path, fromWeb)
+			assert.Equal(t, tt.wantStatus, rec.Code)
+			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			var body string
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), "the body is a JSON string")
+			assert.Equal(t, tt.wantBody, body)
+		})
+	}
+}
+
+func TestV2Errors(t *testing.T) {
+	tests := []struct {
+		name, path, from, wantBody string
+	}{
+		{"no task has the address", "/v2/metadata", fromNobody, "Unable to get task arn from request: unable to associate '172.17.0.99' with task"},
+		{"no task has the address (stats)", "/v2/stats", fromNobody, "Unable to get task arn from request: unable to associate '172.17.0.99' with task"},
+		{"unknown container", "/v2/metadata/nope", fromWeb, "Unable to generate metadata for container 'nope'"},
+		{"another task's container", "/v2/metadata/" + apiID, fromWeb, "Unable to generate metadata for container '" + apiID + "'"},
+		{"a container path with more", "/v2/metadata/" + webID + "/more", fromWeb, "Unable to generate metadata for container '" + webID + "/more'"},
+		{"another task's container stats", "/v2/stats/" + apiID, fromWeb, "Unable to get container stats for: " + apiID},
+	}
+	e := newEnv(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := e.get(tt.path, tt.from)
+			assert.Equal(t, http.StatusBadRequest, rec.Code)
+			var body string
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+			assert.Equal(t, tt.wantBody, body)
+		})
+	}
+}
+
+func TestStats(t *testing.T) {
+	webStats := `{"id":"` + webID + `","name":"/ecs-web-3-web-0a1b2c3d4e5f","read":"2026-11-30T14:00:10Z","cpu_stats":{"online_cpus":2}}`
+	apiStats := `{"id":"` + apiID + `","network_rate_stats":{"rx_bytes_per_sec":10,"tx_bytes_per_sec":20}}`
+	tests := []struct {
+		name, path, from string
+		wantStatus       int
+		wantBody         string
+	}{
+		{"v4 container", "/v4/tok-web/stats", fromWeb, http.StatusOK, webStats},
+		{"v4 awsvpc container", "/v4/tok-api/stats", fromAWSVPC, http.StatusOK, apiStats},
+		{"v4 task: a container without stats is null", "/v4/tok-web/task/stats", fromWeb, http.StatusOK,
+			`{"` + webID + `":` + webStats + `,"` + jobID + `":null}`},
+		{"v4 awsvpc task: no pause container", "/v4/tok-api/task/stats", fromAWSVPC, http.StatusOK, `{"` + apiID + `":` + apiStats + `}`},
+		{"v3 container", "/v3/tok-web/stats", fromWeb, http.StatusOK, webStats},
+		{"v3 task", "/v3/tok-api/task/stats", fromAWSVPC, http.StatusOK, `{"` + apiID + `":` + apiStats + `}`},
+		{"v2 task", "/v2/stats", fromAWSVPC, http.StatusOK, `{"` + apiID + `":` + apiStats + `}`},
+		{"v2 container", "/v2/stats/" + webID, fromWeb, http.StatusOK, webStats},
+		{"v4 container without stats", "/v4/tok-job/stats", fromWeb, http.StatusInternalServerError, `"Unable to get container stats for: ` + jobID + `"`},
+		{"v2 container without stats", "/v2/stats/" + jobID, fromWeb, http.StatusInternalServerError, `"Unable to get container stats for: ` + jobID + `"`},
+	}
+	e := newEnv(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := e.get(tt.path, tt.from)
+			require.Equal(t, tt.wantStatus, rec.Code, rec.Body.String())
+			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			assert.JSONEq(t, tt.wantBody, rec.Body.String())
+		})
+	}
+
+	t.Run("no stats source", func(t *testing.T) {
+		e := newEnv(t, func(c *taskendpoint.Config) { c.Stats = nil })
+		rec := e.get("/v4/tok-web/stats", fromWeb)
+		assert.Equal(t, http.StatusInternalServerError, rec.Code)
+		rec = e.get("/v4/tok-web/task/stats", fromWeb)
+		assert.Equal(t, http.StatusInternalServerError, rec.Code)
+		assert.JSONEq(t, `"Unable to get task stats for: `+bridgeARN+`"`, rec.Body.String())
+	})
+}
+
+func TestCredentials(t *testing.T) {
+	ok := `{
+		"RoleArn": "arn:aws:iam::012345678901:role/web",
+		"AccessKeyId": "` + accessKeyID + `",
+		"SecretAccessKey": "` + secretKey + `",
+		"Token": "` + sessionToken + `",
+		"Expiration": "2026-12-01T01:32:25Z"
+	}`
+	errBody := func(status int, code, msg string) string {
+		b, _ := json.Marshal(map[string]any{"code": code, "message": msg, "HTTPErrorCode": status})
+		return string(b)
+	}
+	tests := []struct {
+		name, path string
+		wantStatus int
+		wantBody   string
+	}{
+		{"v2", "/v2/credentials/" + credsID, http.StatusOK, ok},
+		{"v1", "/v1/credentials?id=" + credsID, http.StatusOK, ok},
+		{"v2 unknown", "/v2/credentials/nope", http.StatusBadRequest,
+			errBody(400, "InvalidIdInRequest", "CredentialsV2Request: Credentials not found")},
+		{"v1 unknown", "/v1/credentials?id=nope", http.StatusBadRequest,
+			errBody(400, "InvalidIdInRequest", "CredentialsV1Request: Credentials not found")},
+		{"v2 without an ID", "/v2/credentials/", http.StatusBadRequest,
+			errBody(400, "NoIdInRequest", "CredentialsV2Request: No Credential ID in the request")},
+		{"v2 without an ID or slash", "/v2/credentials", http.StatusBadRequest,
+			errBody(400, "NoIdInRequest", "CredentialsV2Request: No Credential ID in the request")},
+		{"v1 without an ID", "/v1/credentials", http.StatusBadRequest,
+			errBody(400, "NoIdInRequest", "CredentialsV1Request: No Credential ID in the request")},
+		{"v2 unavailable", "/v2/credentials/refused-id", http.StatusInternalServerError,
+			errBody(500, "InternalServerError", "CredentialsV2Request: Credentials unavailable: STS refused AssumeRole: AccessDenied: unavailable")},
+	}
+	e := newEnv(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := e.get(tt.path, fromWeb)
+			assert.Equal(t, tt.wantStatus, rec.Code)
+			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			assert.JSONEq(t, tt.wantBody, rec.Body.String())
+		})
+	}
+
+	t.Run("no credentials source: every ID is unknown", func(t *testing.T) {
+		e := newEnv(t, func(c *taskendpoint.Config) { c.Credentials = nil })
+		rec := e.get("/v2/credentials/"+credsID, fromWeb)
+		assert.Equal(t, http.StatusBadRequest, rec.Code)
+		assert.Contains(t, rec.Body.String(), "InvalidIdInRequest")
+	})
+	t.Run("no expiration: the field is left out", func(t *testing.T) {
+		e := newEnv(t, func(c *taskendpoint.Config) {
+			c.Credentials = &fakeCredentials{creds: map[string]taskendpoint.Credentials{"x": {AccessKeyID: "a"}}}
+		})
+		rec := e.get("/v2/credentials/x", fromWeb)
+		assert.JSONEq(t, `{"RoleArn":"","AccessKeyId":"a","SecretAccessKey":"","Token":""}`, rec.Body.String())
+	})
+}
+
+// TestNoSecretInLogs makes every kind of request, successful or not, and checks that the log names
+// no key, session token, full credentials ID or full metadata token, though it does log requests.
+func TestNoSecretInLogs(t *testing.T) {
+	e := newEnv(t)
+	paths := []string{
+		"/v2/credentials/" + credsID, "/v1/credentials?id=" + credsID, "/v2/credentials/refused-id",
+		"/v2/credentials/" + credsID + "-unknown", "/v4/tok-web-unknown-token", "/v4/tok-web", "/v4/tok-web/task",
+		"/v4/tok-job/stats", "/v2/metadata",
+	}
+	for _, p := range paths {
+		e.get(p, fromWeb)
+	}
+	logged := e.log.String()
+	require.Contains(t, logged, "credentials_id="+credsID[:8], "credentials requests are logged by ID prefix")
+	require.Contains(t, logged, "task credentials unavailable")
+	for _, secret := range []string{secretKey, sessionToken, accessKeyID, credsID, "tok-web-unknown-token", "hunter2"} {
+		assert.NotContains(t, logged, secret)
+	}
+	for _, part := range []string{secretKey[:12], sessionToken[:12]} {
+		assert.NotContains(t, logged, part)
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	e := newEnv(t, func(c *taskendpoint.Config) { c.RateLimit = taskendpoint.RateLimit{Steady: 2, Burst: 3} })
+	for i := range 3 {
+		rec := e.get("/v4/tok-web", fromWeb)
+		require.Equal(t, http.StatusOK, rec.Code, "request %d", i)
+		assert.Equal(t, "2.00", rec.Header().Get("X-Rate-Limit-Limit"))
+		assert.Equal(t, "1", rec.Header().Get("X-Rate-Limit-Duration"))
+	}
+	rec := e.get("/v4/tok-web", fromWeb)
+	require.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.Equal(t, "2.00", rec.Header().Get("X-Rate-Limit-Limit"))
+	assert.Equal(t, "1", rec.Header().Get("X-Rate-Limit-Duration"))
+	assert.Equal(t, "You have reached maximum request limit.", rec.Body.String())
+
+	// Another token of the same address, and the same address without a token, have their own limits.
+	assert.Equal(t, http.StatusOK, e.get("/v4/tok-job", fromWeb).Code)
+	assert.Equal(t, http.StatusOK, e.get("/v2/metadata", fromWeb).Code)
+
+	// Half a second refills one request at 2 a second.
+	e.clock.Advance(500 * time.Millisecond)
+	assert.Equal(t, http.StatusOK, e.get("/v4/tok-web", fromWeb).Code)
+	assert.Equal(t, http.StatusTooManyRequests, e.get("/v4/tok-web", fromWeb).Code)
+
+	// Credentials are limited by source address, and unknown tokens count against their address.
+	for range 3 {
+		require.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, fromAWSVPC).Code)
+	}
+	assert.Equal(t, http.StatusTooManyRequests, e.get("/v2/credentials/"+credsID, fromAWSVPC).Code)
+	assert.Equal(t, http.StatusTooManyRequests, e.get("/v4/unknown-1", fromAWSVPC).Code)
+	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, fromNobody).Code)
+}
+
+func TestMethodsAndPaths(t *testing.T) {
+	e := newEnv(t)
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead, http.MethodOptions} {
+		t.Run(m, func(t *testing.T) {
+			rec := e.do(m, "/v4/tok-web", fromWeb)
+			assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+			assert.Equal(t, "GET", rec.Header().Get("Allow"))
+			assert.Equal(t, "40.00", rec.Header().Get("X-Rate-Limit-Limit"))
+		})
+	}
+	for _, p := range []string{"/", "/v1/metadata", "/v4", "/v4/tok-web/", "/v4/tok-web/tasks", "/v4/tok-web/task/", "/v5/tok-web",
+		"/v4/tok-web/task/stats/more", "/v1/credentials/x", "/api/tok-web"} {
+		t.Run(p, func(t *testing.T) {
+			rec := e.get(p, fromWeb)
+			assert.Equal(t, http.StatusNotFound, rec.Code)
+		})
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	_, err := taskendpoint.New(taskendpoint.Config{})
+	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+	_, err = taskendpoint.New(taskendpoint.Config{Tasks: &fakeTasks{}, RateLimit: taskendpoint.RateLimit{Steady: 0, Burst: 5}})
+	assert.ErrorIs(t, err, taskendpoint.ErrInvalidRateLimit)
+}
+
+func TestParseRateLimit(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    taskendpoint.RateLimit
+		wantErr bool
+	}{
+		{"40,60", taskendpoint.RateLimit{Steady: 40, Burst: 60}, false},
+		{" 100 , 150 ", taskendpoint.RateLimit{Steady: 100, Burst: 150}, false},
+		{"5,1", taskendpoint.RateLimit{Steady: 5, Burst: 1}, false},
+		{"40", taskendpoint.RateLimit{}, true},
+		{"", taskendpoint.RateLimit{}, true},
+		{"0,60", taskendpoint.RateLimit{}, true},
+		{"40,-1", taskendpoint.RateLimit{}, true},
+		{"4.5,6", taskendpoint.RateLimit{}, true},
+		{"40,60,80", taskendpoint.RateLimit{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := taskendpoint.ParseRateLimit(tt.in)
+			if tt.wantErr {
+				assert.ErrorIs(t, err, taskendpoint.ErrInvalidRateLimit)
+				assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+	assert.Equal(t, taskendpoint.RateLimit{Steady: 40, Burst: 60}, taskendpoint.DefaultRateLimit())
+}
+
+// FuzzServeHTTP sends arbitrary paths and methods: the handler must never panic, and must answer with
+// one of the statuses it documents.
+func FuzzServeHTTP(f *testing.F) {
+	for _, s := range []string{"/v4/tok-web", "/v4/tok-web/task/stats", "/v3//task", "/v2/metadata/" + webID, "/v2/credentials/a/b",
+		"/v1/credentials?id=" + credsID, "/v4/tok-web/taskWithTags", "//v4/tok-web", "/v2/stats/", "/v4/%2F/task", ""} {
+		f.Add("GET", s)
+	}
+	f.Add("POST", "/v4/tok-web")
+	allowed := map[int]bool{200: true, 400: true, 404: true, 405: true, 429: true, 500: true}
+	f.Fuzz(func(t *testing.T, method, target string) {
+		e := newEnv(t)
+		req, err := http.NewRequest(http.MethodGet, "http://169.254.170.2/", nil)
+		require.NoError(t, err)
+		req.Method = method
+		path, query, _ := strings.Cut(target, "?")
+		req.URL.Path, req.URL.RawQuery = path, query
+		req.RemoteAddr = fromWeb
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, req)
+		if !allowed[rec.Code] {
+			t.Fatalf("%s %q: status %d", method, target, rec.Code)
+		}
+	})
+}
+
+// TestOverLoopback serves the handler on a real loopback listener, as the agent will, and checks that
+// the source address of a real connection finds its task.
+func TestOverLoopback(t *testing.T) {
+	e := newEnv(t, func(c *taskendpoint.Config) {
+		c.Tasks.(*fakeTasks).addrs[netip.MustParseAddr("127.0.0.1")] = bridgeTask()
+	})
+	srv := httptest.NewServer(e.h)
+	t.Cleanup(srv.Close)
+	for _, p := range []string{"/v2/metadata", "/v4/tok-web/task", "/v2/credentials/" + credsID} {
+		resp, err := srv.Client().Get(srv.URL + p)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, p)
+		assert.Equal(t, "40.00", resp.Header.Get("X-Rate-Limit-Limit"))
+	}
+}
