@@ -18,7 +18,15 @@
 // another one, call it inside ns.WithNetNSPath, as the tests do.
 //
 // Install, Remove and Check are not safe to run concurrently with each other on one namespace:
-// iptables serializes each command, not a sequence of them.
+// iptables serializes each command, not a sequence of them. A process killed in the middle of
+// Install leaves a part of the rules, all in our chains or jumping to them: the next Install
+// completes them, Remove deletes them.
+//
+// For the agent's wiring: call Install once the endpoint listens on 127.0.0.1:51679, and again
+// (it is cheap when everything is there: a few `iptables -C`) once a task bridge that did not exist
+// yet has been made, since Install needs every bridge it names to exist and route_localnet dies
+// with its interface; Check tells whether a container may rely on 169.254.170.2 now.
+// `berth cleanup-task-endpoint-nat` is Remove.
 package hostnat
 
 import (

@@ -294,6 +294,25 @@ func TestIntegrationInstallCheckRemove(t *testing.T) {
 	})
 }
 
+// TestIntegrationPrune: an Install with a smaller config removes the rules of a bridge no longer
+// named (restoring its route_localnet) and the host REDIRECT.
+func TestIntegrationPrune(t *testing.T) {
+	ctx := t.Context()
+	h := hostNS(t)
+	inNS(t, h, func() {
+		small := Config{DockerBridge: testBridge}
+		require.NoError(t, Install(ctx, small))
+		want := listRules(t)
+		require.NoError(t, Install(ctx, fullConfig))
+		require.NoError(t, Install(ctx, small))
+		assert.Equal(t, want, listRules(t))
+		assert.Equal(t, "1", localnetOf(t, testBridge))
+		assert.Equal(t, "0", localnetOf(t, testTaskBridge))
+		require.NoError(t, Check(ctx, small))
+		require.ErrorIs(t, Check(ctx, fullConfig), ErrNotInstalled)
+	})
+}
+
 // TestIntegrationRouteLocalnetNotOurs: a setting found on is left on by Remove.
 func TestIntegrationRouteLocalnetNotOurs(t *testing.T) {
 	ctx := t.Context()

@@ -14,7 +14,8 @@ const (
 )
 
 // Chains of ours, each jumped to from one built-in chain by one rule. Everything Berth adds is in
-// them or is one of those jumps, and every rule carries the comment label (or labelSetLocalnet).
+// them or is one of those jumps, and every rule carries the comment berth-task-endpoint (or, on a
+// DNAT rule, berth-task-endpoint:set-route_localnet).
 const (
 	// ChainNAT (nat, from PREROUTING) holds one DNAT rule per bridge.
 	ChainNAT = "BERTH-TASK-ENDPOINT"
