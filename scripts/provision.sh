@@ -14,7 +14,7 @@ say() { printf 'provision: %s\n' "$*"; }
 die() { printf 'provision: %s\n' "$*" >&2; exit 1; }
 
 missing=()
-for pkg in docker.io docker-registry iproute2 awscli curl; do
+for pkg in docker.io docker-registry iproute2 iptables awscli curl; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
