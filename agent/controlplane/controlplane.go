@@ -14,6 +14,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -313,6 +314,12 @@ func (c *ControlPlane) accept(ctx context.Context, a acs.Accepted) error {
 	for _, w := range a.Warnings {
 		c.log.Warn("task definition field ignored: "+w, "task", t.Arn)
 	}
+	if rc := a.RoleCredentials; rc != nil {
+		t.RoleArn, t.CredentialsID = cmp.Or(rc.RoleArn, t.RoleArn), rc.CredentialsID
+	}
+	if rc := a.ExecutionRoleCredentials; rc != nil {
+		t.ExecutionRoleArn, t.ExecutionCredentialsID = cmp.Or(rc.RoleArn, t.ExecutionRoleArn), rc.CredentialsID
+	}
 	c.putCredentials(t.Arn, acs.RoleTypeTaskApplication, a.RoleCredentials)
 	c.putCredentials(t.Arn, acs.RoleTypeTaskExecution, a.ExecutionRoleCredentials)
 	if err := c.eng.AddTask(ctx, t); err != nil {
@@ -321,9 +328,10 @@ func (c *ControlPlane) accept(ctx context.Context, a acs.Accepted) error {
 	return nil
 }
 
-// putCredentials stores credentials that came with a task, if any.
+// putCredentials stores credentials that came with a task, if any. A role without keys (the embedded
+// control plane sends only the role) is left to the engine's role credentials provider.
 func (c *ControlPlane) putCredentials(taskArn, roleType string, creds *acs.IAMRoleCredentials) {
-	if creds == nil {
+	if creds == nil || creds.CredentialsID == "" && creds.AccessKeyID == "" {
 		return
 	}
 	if err := c.creds.Put(taskArn, roleType, *creds); err != nil {

@@ -68,6 +68,7 @@ func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg
 	for _, kv := range c.Environment {
 		env = append(env, kv.Name+"="+kv.Value)
 	}
+	env = endpointEnv(t, c, cfg.TaskEndpoint, env)
 	stopTimeout := int(effectiveStopTimeout(c, cfg).Seconds())
 	conf := &docker.Config{
 		Image:       c.Image,

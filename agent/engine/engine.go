@@ -95,6 +95,8 @@ type Config struct {
 	// DisablePrivileged refuses privileged containers (ECS_DISABLE_PRIVILEGED): such a task stops
 	// before anything of it is created, with a reason naming the container.
 	DisablePrivileged bool
+	// TaskEndpoint tells containers where their credentials and metadata are.
+	TaskEndpoint TaskEndpointConfig
 }
 
 // Hook is called at a named step of a task's life with the task, which it must not keep or change.
@@ -144,6 +146,7 @@ type Engine struct {
 	workers   map[string]*worker               // task ARN → worker, including ones whose first save is in flight
 	byID      map[string]*worker               // Docker container ID → worker
 	unknown   map[string]task.UnknownContainer // Docker container ID → a running container of no known task
+	tokens    map[string]*worker               // metadata token → worker
 	listeners []Listener
 	wg        sync.WaitGroup
 }
@@ -158,7 +161,7 @@ func New(cfg Config, d Docker, p Puller, auth dockerclient.AuthSource, store Sto
 	}
 	return &Engine{cfg: cfg, docker: d, puller: p, auth: auth, store: store, log: log, clock: cfg.Clock, retryDelay: time.Second,
 		resources: newResourceQueue(cfg.Resources), workers: map[string]*worker{}, byID: map[string]*worker{},
-		unknown: map[string]task.UnknownContainer{},
+		unknown: map[string]task.UnknownContainer{}, tokens: map[string]*worker{},
 		spawn:   make(chan *worker), done: make(chan struct{})}
 }
 
@@ -235,6 +238,7 @@ func (e *Engine) AddTask(ctx context.Context, t *task.Task) error {
 func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
 	t = t.Clone() // the worker owns its task; the caller keeps its own
 	withPause(t, e.cfg.AWSVPC.PauseImage)
+	assignEndpointIDs(t)
 	e.mu.Lock()
 	if !e.started || e.stopping() {
 		e.mu.Unlock()
@@ -265,6 +269,9 @@ func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
 			if c.DockerID != "" {
 				e.byID[c.DockerID] = w
 			}
+			if c.MetadataToken != "" {
+				e.tokens[c.MetadataToken] = w
+			}
 		}
 	}
 	e.mu.Unlock()
@@ -272,6 +279,7 @@ func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
 	if w.acceptErr != nil {
 		return fmt.Errorf("save task %s: %w", t.Arn, w.acceptErr)
 	}
+	e.provideRoles(t)
 	select {
 	case e.spawn <- w:
 		return nil
@@ -465,8 +473,16 @@ func (e *Engine) forget(w *worker) {
 			delete(e.byID, id)
 		}
 	}
+	for token, x := range e.tokens {
+		if x == w {
+			delete(e.tokens, token)
+		}
+	}
 	ls := slices.Clone(e.listeners)
 	e.mu.Unlock()
+	if roles := e.cfg.TaskEndpoint.Roles; roles != nil {
+		roles.Forget(w.arn)
+	}
 	for _, l := range ls {
 		l.TaskRemoved(w.arn)
 	}

@@ -91,6 +91,14 @@ func acsTaskOf(t *taskRecord, desired task.TaskStatus) (*acs.Task, error) {
 		LaunchType:              "EC2",
 		TaskDefinitionAccountID: accountID,
 	}
+	// The roles travel as ACS sends them, without keys: the agent gets them itself (sts:AssumeRole
+	// with the host's credentials) and names them with IDs of its own.
+	if m.RoleArn != "" {
+		out.RoleCredentials = &acs.IAMRoleCredentials{RoleArn: m.RoleArn}
+	}
+	if m.ExecutionRoleArn != "" {
+		out.ExecutionRoleCredentials = &acs.IAMRoleCredentials{RoleArn: m.ExecutionRoleArn}
+	}
 	for _, v := range m.Volumes {
 		out.Volumes = append(out.Volumes, acsVolumeOf(v))
 	}

@@ -161,6 +161,9 @@ type Container struct {
 	InitProcessEnabled     bool              `json:"initProcessEnabled,omitempty"`
 	// Pause marks the pause container Berth adds to an awsvpc task; it is not in the definition.
 	Pause bool `json:"pause,omitempty"`
+	// MetadataToken identifies the container to the task metadata endpoint (the last part of
+	// ECS_CONTAINER_METADATA_URI_V4): random, given when the task reaches the engine, never changed.
+	MetadataToken string `json:"metadataToken,omitempty"`
 
 	// Runtime state.
 	DesiredStatus   ContainerStatus  `json:"desiredStatus"`
@@ -227,6 +230,15 @@ type Task struct {
 	ENI *ENI `json:"eni,omitempty"`
 	// AWSVPC is set once the task's network namespace is set up.
 	AWSVPC *AWSVPC `json:"awsvpc,omitempty"`
+	// RoleArn is the task role its containers get credentials of (taskRoleArn); ExecutionRoleArn the
+	// role the agent acts with for the task (executionRoleArn). Either may be empty.
+	RoleArn          string `json:"roleArn,omitempty"`
+	ExecutionRoleArn string `json:"executionRoleArn,omitempty"`
+	// CredentialsID and ExecutionCredentialsID name the roles' credentials at the task endpoint: the
+	// control plane's IDs in ecs mode, random ones otherwise. The credentials themselves are never
+	// part of the task (nor of berth.db).
+	CredentialsID          string `json:"credentialsId,omitempty"`
+	ExecutionCredentialsID string `json:"executionCredentialsId,omitempty"`
 
 	DesiredStatus TaskStatus `json:"desiredStatus"`
 	KnownStatus   TaskStatus `json:"knownStatus"`

@@ -23,6 +23,9 @@ func (d *Definition) NewTask(arn string) *task.Task {
 		Memory:        int(d.Memory),
 		Containers:    make([]*task.Container, 0, len(d.ContainerDefinitions)),
 		DesiredStatus: task.TaskRunning,
+
+		RoleArn:          d.TaskRoleArn,
+		ExecutionRoleArn: d.ExecutionRoleArn,
 	}
 	for _, v := range d.Volumes {
 		t.Volumes = append(t.Volumes, newVolume(v))

@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/netip"
+	"slices"
+
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// Role types, as ACS names them.
+const (
+	RoleTypeTask      = "TaskApplication"
+	RoleTypeExecution = "TaskExecution"
+)
+
+// TaskEndpointConfig tells containers where the task endpoint (credentials and metadata) is.
+type TaskEndpointConfig struct {
+	// URL is where containers reach the task endpoint, e.g. http://169.254.170.2. Empty: no variable is
+	// injected.
+	URL string
+	// Credentials injects AWS_CONTAINER_CREDENTIALS_RELATIVE_URI into the containers of a task with a
+	// role (ECS_ENABLE_TASK_IAM_ROLE); HostNetwork extends it to host-network tasks
+	// (ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST), whose requests reach the endpoint only when the host's
+	// own redirect is installed.
+	Credentials, HostNetwork bool
+	// Region goes into AWS_REGION and AWS_DEFAULT_REGION of those containers, unless their definition
+	// sets them.
+	Region string
+	// Roles, when set, provides the credentials of roles whose control plane sent no keys (local mode
+	// and static tasks).
+	Roles RoleCredentials
+}
+
+// RoleCredentials provides a task role's credentials under an ID the engine chose.
+type RoleCredentials interface {
+	// Provide starts providing the credentials of roleArn under id for the task. It is called when
+	// the task reaches the engine, again after an agent restart, and must not block.
+	Provide(taskArn, roleType, roleArn, id string)
+	// Forget stops providing every credentials of the task; it is called once the task is cleaned up.
+	Forget(taskArn string)
+}
+
+// newEndpointID returns 128 random bits in hex: a credentials ID or metadata token nobody can guess.
+func newEndpointID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// assignEndpointIDs gives every container a metadata token and every role a credentials ID, where
+// they have none yet; the task is saved with them, so they never change.
+func assignEndpointIDs(t *task.Task) {
+	for _, c := range t.Containers {
+		if c.MetadataToken == "" && !c.Pause {
+			c.MetadataToken = newEndpointID()
+		}
+	}
+	if t.RoleArn != "" && t.CredentialsID == "" {
+		t.CredentialsID = newEndpointID()
+	}
+	if t.ExecutionRoleArn != "" && t.ExecutionCredentialsID == "" {
+		t.ExecutionCredentialsID = newEndpointID()
+	}
+}
+
+// provideRoles asks the role credentials provider, if any, for the task's roles.
+func (e *Engine) provideRoles(t *task.Task) {
+	roles := e.cfg.TaskEndpoint.Roles
+	if roles == nil {
+		return
+	}
+	if t.RoleArn != "" {
+		roles.Provide(t.Arn, RoleTypeTask, t.RoleArn, t.CredentialsID)
+	}
+	if t.ExecutionRoleArn != "" {
+		roles.Provide(t.Arn, RoleTypeExecution, t.ExecutionRoleArn, t.ExecutionCredentialsID)
+	}
+}
+
+// ByToken returns a copy of the task, and the name of its container, whose metadata token is token.
+func (e *Engine) ByToken(token string) (*task.Task, string, bool) {
+	if token == "" {
+		return nil, "", false
+	}
+	e.mu.Lock()
+	w, ok := e.tokens[token]
+	ok = ok && w.listed
+	e.mu.Unlock()
+	if !ok {
+		return nil, "", false
+	}
+	t := w.snapshot()
+	for _, c := range t.Containers {
+		if c.MetadataToken == token {
+			return t, c.Name, true
+		}
+	}
+	return nil, "", false
+}
+
+// ByAddress returns a copy of the task one of whose containers has the IPv4 address ip (an awsvpc
+// task's address, or a container's on its network).
+func (e *Engine) ByAddress(ip netip.Addr) (*task.Task, bool) {
+	want := ip.Unmap().String()
+	for _, t := range e.Tasks() {
+		if t.KnownStatus == task.TaskStopped {
+			continue
+		}
+		if t.AWSVPC != nil && t.AWSVPC.IPv4 == want {
+			return t, true
+		}
+		for _, c := range t.Containers {
+			for _, n := range c.Networks {
+				if slices.Contains(n.IPv4Addresses, want) {
+					return t, true
+				}
+			}
+		}
+	}
+	return nil, false
+}
+
+// endpointEnv returns the variables that tell a container where the task endpoint is, merged into
+// the definition's environment env: the metadata URIs for every container and, for a task with a
+// role, the credentials URI and region. The endpoint's variables replace the definition's of the same
+// name; the region only fills in.
+func endpointEnv(t *task.Task, c *task.Container, cfg TaskEndpointConfig, env []string) []string {
+	if cfg.URL == "" || c.Pause {
+		return env
+	}
+	set := func(name, value string) {
+		for i, kv := range env {
+			if len(kv) > len(name) && kv[len(name)] == '=' && kv[:len(name)] == name {
+				env[i] = name + "=" + value
+				return
+			}
+		}
+		env = append(env, name+"="+value)
+	}
+	has := func(name string) bool {
+		return slices.ContainsFunc(env, func(kv string) bool { return len(kv) > len(name) && kv[len(name)] == '=' && kv[:len(name)] == name })
+	}
+	if c.MetadataToken != "" {
+		set("ECS_CONTAINER_METADATA_URI", cfg.URL+"/v3/"+c.MetadataToken)
+		set("ECS_CONTAINER_METADATA_URI_V4", cfg.URL+"/v4/"+c.MetadataToken)
+	}
+	if !cfg.Credentials || t.CredentialsID == "" || t.NetworkMode == task.NetworkHost && !cfg.HostNetwork {
+		return env
+	}
+	set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/"+t.CredentialsID)
+	if cfg.Region != "" {
+		for _, name := range []string{"AWS_REGION", "AWS_DEFAULT_REGION"} {
+			if !has(name) {
+				env = append(env, name+"="+cfg.Region)
+			}
+		}
+	}
+	return env
+}

@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// fakeRoles records what the engine asks of a role credentials provider.
+type fakeRoles struct {
+	mu        sync.Mutex
+	provided  []string // taskArn|roleType|roleArn|id
+	forgotten []string
+}
+
+func (f *fakeRoles) Provide(taskArn, roleType, roleArn, id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.provided = append(f.provided, strings.Join([]string{taskArn, roleType, roleArn, id}, "|"))
+}
+
+func (f *fakeRoles) Forget(taskArn string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgotten = append(f.forgotten, taskArn)
+}
+
+func (f *fakeRoles) state() ([]string, []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.provided), slices.Clone(f.forgotten)
+}
+
+func envOf(opts []string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range opts {
+		k, v, _ := strings.Cut(kv, "=")
+		out[k] = v
+	}
+	return out
+}
+
+// TestTaskEndpointIDsAndVariables runs a task with a role: every container gets its own metadata
+// token, the role one credentials ID, both saved with the task and injected into the containers;
+// ByToken finds the container, the provider is asked for the role, and everything is forgotten at
+// cleanup.
+func TestTaskEndpointIDsAndVariables(t *testing.T) {
+	roles := &fakeRoles{}
+	cfg := testConfig()
+	cfg.CleanupWait = 0
+	cfg.TaskEndpoint = TaskEndpointConfig{URL: "http://169.254.170.2", Credentials: true, Region: "eu-west-1", Roles: roles}
+	h := newHarness(t, cfg)
+
+	tk := newTask("arn:aws:ecs:r:1:task/c/role", ctr("app", func(c *task.Container) {
+		c.Environment = []task.KeyValue{{Name: "AWS_REGION", Value: "us-east-2"}, {Name: "ECS_CONTAINER_METADATA_URI_V4", Value: "spoofed"}}
+	}), ctr("side"))
+	tk.RoleArn = "arn:aws:iam::1:role/app"
+	h.add(tk)
+	running := h.waitStatus(tk.Arn, task.TaskRunning)
+
+	require.Len(t, running.CredentialsID, 32)
+	assert.Empty(t, running.ExecutionCredentialsID)
+	app, side := running.Container("app"), running.Container("side")
+	require.Len(t, app.MetadataToken, 32)
+	require.Len(t, side.MetadataToken, 32)
+	assert.NotEqual(t, app.MetadataToken, side.MetadataToken)
+	assert.NotEqual(t, app.MetadataToken, running.CredentialsID)
+	var saved *task.Task
+	for _, st := range h.store.snapshot() {
+		if st.Arn == tk.Arn {
+			saved = st
+		}
+	}
+	require.NotNil(t, saved)
+	assert.Equal(t, running.CredentialsID, saved.CredentialsID, "the ID is saved, so it survives a restart")
+	assert.Equal(t, app.MetadataToken, saved.Container("app").MetadataToken)
+
+	h.docker.mu.Lock()
+	creates := slices.Clone(h.docker.creates)
+	h.docker.mu.Unlock()
+	require.Len(t, creates, 2)
+	for _, opts := range creates {
+		env := envOf(opts.Config.Env)
+		c := running.Container(opts.Config.Labels[LabelContainerName])
+		assert.Equal(t, "http://169.254.170.2/v4/"+c.MetadataToken, env["ECS_CONTAINER_METADATA_URI_V4"], "the agent's value wins")
+		assert.Equal(t, "http://169.254.170.2/v3/"+c.MetadataToken, env["ECS_CONTAINER_METADATA_URI"])
+		assert.Equal(t, "/v2/credentials/"+running.CredentialsID, env["AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"])
+		assert.Equal(t, "eu-west-1", env["AWS_DEFAULT_REGION"])
+		if c.Name == "app" {
+			assert.Equal(t, "us-east-2", env["AWS_REGION"], "the definition's region wins")
+		} else {
+			assert.Equal(t, "eu-west-1", env["AWS_REGION"])
+		}
+	}
+
+	got, name, ok := h.engine.ByToken(side.MetadataToken)
+	require.True(t, ok)
+	assert.Equal(t, "side", name)
+	assert.Equal(t, tk.Arn, got.Arn)
+	_, _, ok = h.engine.ByToken("not-a-token")
+	assert.False(t, ok)
+
+	provided, _ := roles.state()
+	assert.Equal(t, []string{tk.Arn + "|TaskApplication|arn:aws:iam::1:role/app|" + running.CredentialsID}, provided)
+
+	require.NoError(t, h.engine.StopTask(context.Background(), tk.Arn, "done"))
+	require.True(t, pollUntil(func() bool { _, f := roles.state(); return len(f) == 1 }), "the provider forgets the task at cleanup")
+	_, _, ok = h.engine.ByToken(side.MetadataToken)
+	assert.False(t, ok, "a cleaned-up task's tokens are gone")
+}
+
+func TestEndpointEnv(t *testing.T) {
+	cfg := TaskEndpointConfig{URL: "http://169.254.170.2", Credentials: true, Region: "r"}
+	withRole := &task.Task{NetworkMode: task.NetworkBridge, CredentialsID: "id"}
+	host := &task.Task{NetworkMode: task.NetworkHost, CredentialsID: "id"}
+	noRole := &task.Task{NetworkMode: task.NetworkBridge}
+	c := &task.Container{Name: "c", MetadataToken: "tok"}
+
+	env := envOf(endpointEnv(withRole, c, cfg, nil))
+	assert.Equal(t, map[string]string{"ECS_CONTAINER_METADATA_URI": "http://169.254.170.2/v3/tok", "ECS_CONTAINER_METADATA_URI_V4": "http://169.254.170.2/v4/tok",
+		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/credentials/id", "AWS_REGION": "r", "AWS_DEFAULT_REGION": "r"}, env)
+
+	env = envOf(endpointEnv(noRole, c, cfg, nil))
+	assert.NotContains(t, env, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+	assert.NotContains(t, env, "AWS_REGION", "the region goes with credentials, as the ECS agent does")
+
+	assert.NotContains(t, envOf(endpointEnv(host, c, cfg, nil)), "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "host network needs its own switch")
+	hostCfg := cfg
+	hostCfg.HostNetwork = true
+	assert.Contains(t, envOf(endpointEnv(host, c, hostCfg, nil)), "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+
+	off := cfg
+	off.Credentials = false
+	assert.NotContains(t, envOf(endpointEnv(withRole, c, off, nil)), "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "ECS_ENABLE_TASK_IAM_ROLE=false")
+	assert.Empty(t, endpointEnv(withRole, c, TaskEndpointConfig{}, nil), "no endpoint, no variables")
+	assert.Empty(t, endpointEnv(withRole, &task.Container{Pause: true}, cfg, nil), "the pause container gets nothing")
+}
+
+func TestByAddress(t *testing.T) {
+	h := newHarness(t, testConfig())
+	tk := newTask("arn:aws:ecs:r:1:task/c/addr", ctr("app"))
+	h.add(tk)
+	h.waitStatus(tk.Arn, task.TaskRunning)
+	_, ok := h.engine.ByAddress(netip.MustParseAddr("10.9.8.7"))
+	assert.False(t, ok)
+}
