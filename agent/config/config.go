@@ -124,6 +124,13 @@ type Config struct {
 	// AvailableLoggingDrivers keeps the operator's order, for the registered capabilities.
 	AvailableLoggingDrivers []string
 	PrivilegedDisabled      bool
+	// TaskIAMRoleEnabled and TaskIAMRoleNetworkHost serve task role credentials to containers (the
+	// latter: of host-network tasks too); TaskMetadataRPS and TaskMetadataBurst bound each container's
+	// requests to the task endpoint.
+	TaskIAMRoleEnabled     bool
+	TaskIAMRoleNetworkHost bool
+	TaskMetadataRPS        int
+	TaskMetadataBurst      int
 
 	TaskENIEnabled                 bool
 	CNIPluginsPath                 string

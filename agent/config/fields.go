@@ -221,6 +221,23 @@ func (f setField) parse(v value) (string, error) {
 
 func (f setField) show() any { return set.Sorted(*f.p) }
 
+// rateField is "steady,burst": two positive request rates, burst at least steady.
+type rateField struct{ steady, burst *int }
+
+func (f rateField) parse(v value) (string, error) {
+	s := strings.TrimSpace(v.text)
+	a, b, ok := strings.Cut(s, ",")
+	steady, err1 := strconv.Atoi(strings.TrimSpace(a))
+	burst, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || steady < 1 || burst < steady || burst > 1_000_000 {
+		return "", fmt.Errorf("%q is not \"steady,burst\" with 1 <= steady <= burst <= 1000000", s)
+	}
+	*f.steady, *f.burst = steady, burst
+	return "", nil
+}
+
+func (f rateField) show() any { return fmt.Sprintf("%d,%d", *f.steady, *f.burst) }
+
 // hostName matches a DNS name or an IPv4 or IPv6 address, without port.
 var hostName = regexp.MustCompile(`^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$|^[0-9A-Fa-f:.]+$`)
 

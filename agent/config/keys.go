@@ -139,6 +139,12 @@ func keyTable() []key {
 		{name: "ECS_DISABLE_PRIVILEGED", jsonName: "PrivilegedDisabled", def: "false", doc: "refuse privileged containers",
 			field: func(c *Config) field { return boolField{p: &c.PrivilegedDisabled} }},
 
+		{name: "ECS_ENABLE_TASK_IAM_ROLE", jsonName: "TaskIAMRoleEnabled", def: "true", doc: "serve task role credentials to bridge and awsvpc tasks (true as on the ECS-optimized AMI)",
+			field: func(c *Config) field { return boolField{p: &c.TaskIAMRoleEnabled} }},
+		{name: "ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST", jsonName: "TaskIAMRoleEnabledForNetworkHost", def: "true", doc: "serve task role credentials to host-network tasks too (true as on the ECS-optimized AMI)",
+			field: func(c *Config) field { return boolField{p: &c.TaskIAMRoleNetworkHost} }},
+		{name: "ECS_TASK_METADATA_RPS_LIMIT", def: "40,60", doc: "requests per second (steady,burst) each container may make to the task endpoint",
+			field: func(c *Config) field { return rateField{steady: &c.TaskMetadataRPS, burst: &c.TaskMetadataBurst} }},
 		{name: "ECS_ENABLE_TASK_ENI", jsonName: "TaskENIEnabled", def: "false", doc: "enable awsvpc tasks and check the CNI plugins at start-up",
 			field: func(c *Config) field { return boolField{p: &c.TaskENIEnabled} }},
 		{name: "ECS_CNI_PLUGINS_PATH", jsonName: "CNIPluginsPath", def: "/usr/lib/berth/cni", doc: "directory of the CNI plugin binaries",
