@@ -10,7 +10,7 @@ LDFLAGS := -X $(PKG)/agent/version.GitHash=$(GIT_HASH)
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision images cni-plugins lint fmt vet staticcheck clean bench
+.PHONY: all build run test unit integration provision images cni-plugins lint fmt vet staticcheck clean bench fuzz
 
 all: build
 
@@ -57,6 +57,19 @@ bench: images cni-plugins
 # Unit tests only: no Docker, no root.
 unit:
 	$(GO) test -race -count=1 ./...
+
+# Every fuzz target of the repository (each func FuzzXxx in a *_test.go file, found by grep, so new
+# ones are picked up), one after the other, FUZZTIME each. Their seed corpora run in every go test; a
+# failing input is saved under the package's testdata/fuzz to become a seed.
+FUZZTIME ?= 30s
+
+fuzz:
+	@set -e; for file in $$(grep -rl --include='*_test.go' --exclude-dir=.git --exclude-dir=.run '^func Fuzz' . | sort); do \
+		for name in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$file"); do \
+			echo "$(GO) test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) $$(dirname "$$file")"; \
+			$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$(dirname "$$file")"; \
+		done; \
+	done
 
 lint: fmt vet staticcheck
 

@@ -186,8 +186,21 @@ type dockerHostConfig struct {
 // Definition builds the task definition of an ACS task without validating it, and returns the
 // ignored fields as warnings. Errors (matching taskdef.ErrInvalid) are for fields that cannot be
 // read or that Berth cannot honour.
+//
+// A task with more containers or volumes than taskdef allows is refused before any of them is
+// translated. CPU and memory outside what taskdef accepts are errors naming the field, never clamped
+// or wrapped into range.
 func Definition(t *Task) (*taskdef.Definition, []string, error) {
 	var errs fieldErrors
+	if len(t.Containers) > taskdef.MaxContainers {
+		errs.add("containerDefinitions", "%d entries; at most %d are allowed", len(t.Containers), taskdef.MaxContainers)
+	}
+	if len(t.Volumes) > taskdef.MaxEntries {
+		errs.add("volumes", "%d entries; at most %d are allowed", len(t.Volumes), taskdef.MaxEntries)
+	}
+	if err := errs.join(); err != nil {
+		return nil, nil, err
+	}
 	var warnings []string
 	def := &taskdef.Definition{
 		Family:      t.Family,
@@ -272,7 +285,7 @@ func containerDefinition(p string, c *Container, errs *fieldErrors) (taskdef.Con
 	cd := taskdef.ContainerDefinition{
 		Name:         c.Name,
 		Image:        c.Image,
-		CPU:          int(clamp(c.CPU)),
+		CPU:          errs.int32(p+".cpu", c.CPU, "CPU units"),
 		Essential:    c.Essential,
 		EntryPoint:   slices.Clone(c.EntryPoint),
 		Command:      slices.Clone(c.Command),
@@ -281,7 +294,7 @@ func containerDefinition(p string, c *Container, errs *fieldErrors) (taskdef.Con
 		Privileged:   c.Privileged,
 	}
 	if c.Memory != 0 {
-		m := int(clamp(c.Memory))
+		m := errs.int32(p+".memory", c.Memory, "MiB")
 		cd.Memory = &m
 	}
 	names := make([]string, 0, len(c.Environment))
@@ -333,7 +346,7 @@ func containerDefinition(p string, c *Container, errs *fieldErrors) (taskdef.Con
 		if err := json.Unmarshal([]byte(s), &hc); err != nil {
 			errs.add(p+".dockerConfig.hostConfig", "not a Docker host config: %s", jsonErrorKind(err))
 		} else {
-			applyHostConfig(&cd, &hc)
+			applyHostConfig(p, &cd, &hc, errs)
 		}
 	}
 	return cd, warnings
@@ -359,7 +372,7 @@ func applyConfig(cd *taskdef.ContainerDefinition, cfg *dockerContainerConfig) {
 	}
 }
 
-func applyHostConfig(cd *taskdef.ContainerDefinition, hc *dockerHostConfig) {
+func applyHostConfig(p string, cd *taskdef.ContainerDefinition, hc *dockerHostConfig, errs *fieldErrors) {
 	for _, u := range hc.Ulimits {
 		cd.Ulimits = append(cd.Ulimits, taskdef.Ulimit{Name: u.Name, SoftLimit: u.Soft, HardLimit: u.Hard})
 	}
@@ -372,7 +385,7 @@ func applyHostConfig(cd *taskdef.ContainerDefinition, hc *dockerHostConfig) {
 		cd.LinuxParameters = &taskdef.LinuxParameters{InitProcessEnabled: true}
 	}
 	if hc.MemoryReservation > 0 {
-		m := int(clamp(hc.MemoryReservation >> 20))
+		m := errs.int32(p+".memoryReservation", hc.MemoryReservation>>20, "MiB")
 		cd.MemoryReservation = &m
 	}
 }
@@ -388,9 +401,20 @@ func nsToSeconds(ns int64) *int {
 }
 
 // clamp bounds an ACS integer to an int32 so that validation sees out-of-range values as such
-// rather than wrapped.
+// rather than wrapped. Only for fields whose valid range validation bounds well inside an int32
+// (ports, timeouts); cpu and memory use fieldErrors.int32.
 func clamp(n int64) int64 {
 	return min(max(n, math.MinInt32), math.MaxInt32)
+}
+
+// int32 returns n when it fits an int32, else records an error naming path and returns 0. Clamping
+// would turn 2^44 MiB of memory into 2^31-1, which validation accepts.
+func (e *fieldErrors) int32(path string, n int64, unit string) int {
+	if n < math.MinInt32 || n > math.MaxInt32 {
+		e.add(path, "%d %s is out of range", n, unit)
+		return 0
+	}
+	return int(n)
 }
 
 type fieldErrors []error

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -262,6 +263,32 @@ func TestTranslateRejects(t *testing.T) {
 		{"efs volume", func(t *Task) { t.Volumes = []*Volume{{Name: "v", Type: "efs"}} }, "volumes[0].type"},
 		{"secrets", func(t *Task) { t.Containers[0].Secrets = []Secret{{Name: "S", ValueFrom: "arn:ssm"}} }, "secrets"},
 		{"missing arn", func(t *Task) { t.Arn = "" }, "arn"},
+		{"memory whose bytes overflow int64", func(t *Task) { t.Containers[0].Memory = 1 << 44 },
+			"containerDefinitions[0].memory: 17592186044416 MiB is out of range"},
+		{"memory just above an int32", func(t *Task) { t.Containers[0].Memory = 1 << 31 },
+			"containerDefinitions[0].memory: 2147483648 MiB is out of range"},
+		{"memory reservation of 2^63 bytes", func(t *Task) {
+			t.Containers[0].DockerConfig = &DockerConfig{HostConfig: `{"MemoryReservation":9223372036854775807}`}
+		}, "containerDefinitions[0].memoryReservation: 8796093022207 MiB is out of range"},
+		{"container cpu beyond an int32", func(t *Task) { t.Containers[0].CPU = 1 << 40 },
+			"containerDefinitions[0].cpu: 1099511627776 CPU units is out of range"},
+		{"container cpu above the kernel's cpu.shares", func(t *Task) { t.Containers[0].CPU = 262145 },
+			"containerDefinitions[0].cpu: 262145 CPU units is above the maximum of 262144"},
+		{"task cpu above 192 vCPU", func(t *Task) { t.CPU = 193 }, "cpu: 197632 CPU units is above the maximum of 196608"},
+		{"task memory beyond an int32", func(t *Task) { t.Memory = 1 << 44 }, "memory: 17592186044416 MiB is out of range"},
+		{"eleven containers", func(t *Task) {
+			for range 10 {
+				t.Containers = append(t.Containers, nil) // refused before any is looked at
+			}
+		}, "containerDefinitions: 11 entries; at most 10 are allowed"},
+		{"too many volumes", func(t *Task) { t.Volumes = make([]*Volume, taskdef.MaxEntries+1) },
+			"volumes: 4097 entries; at most 4096 are allowed"},
+		{"too many environment variables", func(t *Task) {
+			t.Containers[0].Environment = map[string]string{}
+			for i := range taskdef.MaxEntries + 1 {
+				t.Containers[0].Environment[strconv.Itoa(i)] = ""
+			}
+		}, "containerDefinitions[0].environment: 4097 entries; at most 4096 are allowed"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -107,14 +107,17 @@ func (f intField) parse(v value) (string, error) {
 func (f intField) show() any { return *f.p }
 
 type floatField struct {
-	p   *float64
-	min float64
+	p        *float64
+	min, max float64 // max 0: none
 }
 
 func (f floatField) parse(v value) (string, error) {
 	n, err := strconv.ParseFloat(strings.TrimSpace(v.text), 64)
 	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
 		return "", fmt.Errorf("%q is not a number", v.text)
+	}
+	if f.max != 0 && n > f.max {
+		return "", fmt.Errorf("%g is above the maximum %g", n, f.max)
 	}
 	*f.p = n
 	if n < f.min {

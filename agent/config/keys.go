@@ -24,6 +24,7 @@ const (
 	minImagesPerCycle        = 1
 	minPullTimeout           = time.Minute
 	minLogFileSizeMB         = 0.001
+	maxLogFileSizeMB         = 1<<43 - 1 // MiB whose byte value fits an int64
 	minLogRollCount          = 1
 )
 
@@ -78,7 +79,9 @@ func keyTable() []key {
 				return stringField{p: &c.Log.RolloverType, oneOf: []string{"size", "date", "none"}}
 			}},
 		{name: "ECS_LOG_MAX_FILE_SIZE_MB", jsonName: "LogMaxFileSizeMB", def: "10", doc: "log size that triggers a roll (size rollover)",
-			field: func(c *Config) field { return floatField{p: &c.Log.MaxFileSizeMB, min: minLogFileSizeMB} }},
+			field: func(c *Config) field {
+				return floatField{p: &c.Log.MaxFileSizeMB, min: minLogFileSizeMB, max: maxLogFileSizeMB}
+			}},
 		{name: "ECS_LOG_MAX_ROLL_COUNT", jsonName: "LogMaxRollCount", def: "24", doc: "rolled log files kept",
 			field: func(c *Config) field { return intField{p: &c.Log.MaxRollCount, min: minLogRollCount} }},
 		{name: "ECS_LOG_OUTPUT_FORMAT", jsonName: "LogOutputFormat", def: "logfmt", doc: "logfmt or json",

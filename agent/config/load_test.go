@@ -1311,3 +1311,18 @@ func TestLocalControlPlaneListensOnLoopbackUnlessAllowed(t *testing.T) {
 	res = f.mustLoad(t, nil, "ECS_LOCAL_CONTROL_PLANE_ADDR=0.0.0.0:51677", "ECS_CLUSTER=prod", "AWS_DEFAULT_REGION=us-east-1")
 	require.Equal(t, ModeECS, res.Config.Mode)
 }
+
+// TestLogFileSizeWhoseBytesOverflow: a size whose byte value does not fit an int64 used to reach the
+// logger, whose conversion made it 1 byte, rolling the log at every line.
+func TestLogFileSizeWhoseBytesOverflow(t *testing.T) {
+	f := newFiles(t, "", "")
+	_, err := f.load(nil, "ECS_LOG_MAX_FILE_SIZE_MB=1e300")
+	errs := requireConfigErrors(t, err)
+	require.Len(t, errs, 1)
+	assert.Equal(t, "ECS_LOG_MAX_FILE_SIZE_MB", errs[0].Key)
+	assert.Contains(t, errs[0].Error(), "1e+300 is above the maximum 8.796093022207e+12")
+
+	res, err := f.load(nil, "ECS_LOG_MAX_FILE_SIZE_MB=8796093022207")
+	require.NoError(t, err)
+	assert.Equal(t, float64(8796093022207), res.Config.Log.MaxFileSizeMB)
+}

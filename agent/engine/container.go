@@ -62,8 +62,17 @@ func volumeName(t *task.Task, v task.Volume) string {
 }
 
 // createOptions translates a task container into Docker's create request. pauseID is the pause
-// container of an awsvpc task, whose network namespace the container joins.
-func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg Config) docker.CreateContainerOptions {
+// container of an awsvpc task, whose network namespace the container joins. It fails, naming the
+// field, when a memory size in bytes does not fit an int64.
+func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg Config) (docker.CreateContainerOptions, error) {
+	memory, err := mibToBytes(c.Memory)
+	if err != nil {
+		return docker.CreateContainerOptions{}, fmt.Errorf("container %q: memory: %w", c.Name, err)
+	}
+	reservation, err := mibToBytes(c.MemoryReservation)
+	if err != nil {
+		return docker.CreateContainerOptions{}, fmt.Errorf("container %q: memoryReservation: %w", c.Name, err)
+	}
 	env := make([]string, 0, len(c.Environment))
 	for _, kv := range c.Environment {
 		env = append(env, kv.Name+"="+kv.Value)
@@ -84,10 +93,9 @@ func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg
 		Privileged:     c.Privileged,
 		ReadonlyRootfs: c.ReadonlyRootFilesystem,
 		CPUShares:      int64(max(c.CPU, 2)),
-		Memory:         int64(c.Memory) << 20,
-	}
-	if c.MemoryReservation > 0 {
-		host.MemoryReservation = int64(c.MemoryReservation) << 20
+		Memory:         memory,
+		// 0 when unset, which Docker reads as "no reservation".
+		MemoryReservation: reservation,
 	}
 	host.Init = c.InitProcessEnabled
 	if c.LogConfiguration != nil {
@@ -159,7 +167,7 @@ func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg
 		}
 		host.VolumesFrom = append(host.VolumesFrom, spec)
 	}
-	return docker.CreateContainerOptions{Name: c.DockerName, Config: conf, HostConfig: host}
+	return docker.CreateContainerOptions{Name: c.DockerName, Config: conf, HostConfig: host}, nil
 }
 
 func protocol(p string) string {

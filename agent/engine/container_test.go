@@ -204,7 +204,9 @@ func TestCreateOptions(t *testing.T) {
 			} else {
 				tk, c = base()
 			}
-			tc.check(t, createOptions(tk, c, "prod", tc.pauseID, cfg))
+			opts, err := createOptions(tk, c, "prod", tc.pauseID, cfg)
+			require.NoError(t, err)
+			tc.check(t, opts)
 		})
 	}
 }

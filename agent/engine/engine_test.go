@@ -524,7 +524,8 @@ func TestContainerRemovedOutsideBerth(t *testing.T) {
 func restoredContainer(t *testing.T, h *harness, arn string, c *task.Container) *task.Container {
 	t.Helper()
 	ctx := context.Background()
-	opts := createOptions(newTask(arn, c), c, "test-cluster", "", testConfig())
+	opts, err := createOptions(newTask(arn, c), c, "test-cluster", "", testConfig())
+	require.NoError(t, err)
 	opts.Name = "ecs-fam-3-" + c.Name + "-restored"
 	created, err := h.docker.CreateContainer(ctx, opts)
 	require.NoError(t, err)
@@ -650,6 +651,13 @@ func TestHostResources(t *testing.T) {
 		}), ctr("b", func(c *task.Container) {
 			c.PortMappings = []task.PortMapping{{ContainerPort: 81, HostPort: 8080, Protocol: "UDP"}}
 		})), "host port 8080/udp is bound twice"},
+		// Values no validated definition holds, from a damaged state record, say. They used to be
+		// admitted: the reservation's byte value wrapped to 0 (no reservation), and a negative cpu
+		// made room for every other task.
+		{"memoryReservation whose bytes overflow", newTask("arn:wrap", ctr("app", func(c *task.Container) { c.MemoryReservation = 1 << 44 })),
+			`container "app": memoryReservation: 17592186044416 MiB is out of range`},
+		{"negative cpu", newTask("arn:neg", ctr("app", func(c *task.Container) { c.CPU = -1 << 40 })),
+			`container "app": cpu -1099511627776 is negative`},
 	}
 	for _, tc := range tests {
 		t.Run("never fits: "+tc.name, func(t *testing.T) {

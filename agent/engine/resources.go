@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -36,14 +37,38 @@ func (p hostPort) String() string { return fmt.Sprintf("%d/%s", p.port, p.proto)
 
 // needOf computes a task's requirement: its task-level cpu and memory when set, else the sum over its
 // containers (memory, or memoryReservation when no hard limit is set), and the host ports it binds.
-func needOf(t *task.Task) need {
+// It fails, naming the container and field, for a negative cpu or memory, a memory whose byte value
+// does not fit an int64, or a sum that overflows: such a task must be refused, and a wrapped sum
+// would admit it.
+func needOf(t *task.Task) (need, error) {
 	var n need
+	if t.CPU < 0 {
+		return need{}, fmt.Errorf("task cpu %d is negative", t.CPU)
+	}
+	if _, err := mibToBytes(t.Memory); err != nil {
+		return need{}, fmt.Errorf("task memory: %w", err)
+	}
 	for _, c := range t.Containers {
-		n.cpu += c.CPU
-		if c.Memory > 0 {
-			n.mem += c.Memory
-		} else {
-			n.mem += c.MemoryReservation
+		if c.CPU < 0 {
+			return need{}, fmt.Errorf("container %q: cpu %d is negative", c.Name, c.CPU)
+		}
+		for _, f := range []struct {
+			name string
+			mib  int
+		}{{"memory", c.Memory}, {"memoryReservation", c.MemoryReservation}} {
+			if _, err := mibToBytes(f.mib); err != nil {
+				return need{}, fmt.Errorf("container %q: %s: %w", c.Name, f.name, err)
+			}
+		}
+		mem := c.Memory
+		if mem == 0 {
+			mem = c.MemoryReservation
+		}
+		var ok1, ok2 bool
+		n.cpu, ok1 = addInts(n.cpu, c.CPU)
+		n.mem, ok2 = addInts(n.mem, mem)
+		if !ok1 || !ok2 {
+			return need{}, fmt.Errorf("container %q: the task's cpu or memory summed over its containers overflows", c.Name)
 		}
 		for _, pm := range c.PortMappings {
 			port := pm.HostPort
@@ -65,7 +90,24 @@ func needOf(t *task.Task) need {
 	if t.Memory > 0 {
 		n.mem = t.Memory
 	}
-	return n
+	return n, nil
+}
+
+// addInts returns a+b for non-negative a and b, and false when the sum overflows.
+func addInts(a, b int) (int, bool) {
+	if b > math.MaxInt-a {
+		return 0, false
+	}
+	return a + b, true
+}
+
+// mibToBytes converts a size in MiB to bytes. It fails for a negative size or one whose byte value
+// does not fit an int64, never wrapping.
+func mibToBytes(mib int) (int64, error) {
+	if mib < 0 || int64(mib) > math.MaxInt64>>20 {
+		return 0, fmt.Errorf("%d MiB is out of range 0-%d MiB", mib, int64(math.MaxInt64>>20))
+	}
+	return int64(mib) << 20, nil
 }
 
 // resourceQueue hands out host resources in FIFO order: a task that does not fit waits, and so does
@@ -116,6 +158,8 @@ func newResourceQueue(total Resources) *resourceQueue {
 // impossible reports a need the host can never meet, so the task fails instead of waiting forever.
 func (q *resourceQueue) impossible(n need) error {
 	switch {
+	case n.cpu < 0 || n.mem < 0: // needOf never makes one; a negative need would free what others hold
+		return fmt.Errorf("task needs %d CPU units and %d MiB of memory: negative", n.cpu, n.mem)
 	case n.cpu > q.total.CPU:
 		return fmt.Errorf("task needs %d CPU units; the host has %d", n.cpu, q.total.CPU)
 	case n.mem > q.total.MemoryMiB:

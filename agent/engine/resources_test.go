@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -59,9 +60,56 @@ func TestNeedOf(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, needOf(&tc.tk))
+			got, err := needOf(&tc.tk)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
 		})
 	}
+}
+
+// TestNeedOfRefusesOverflow checks that values no validated definition holds, but a damaged state
+// record or a future caller might, are errors naming the field rather than sums or byte values that
+// wrap (2^44 MiB is 2^64 bytes, which wrapped to 0: no memory limit at all) or negative needs that
+// free what other tasks hold.
+func TestNeedOfRefusesOverflow(t *testing.T) {
+	tests := []struct {
+		name string
+		tk   task.Task
+		want string
+	}{
+		{"memory whose bytes overflow", task.Task{Containers: []*task.Container{{Name: "web", Memory: 1 << 44}}},
+			`container "web": memory: 17592186044416 MiB is out of range 0-8796093022207 MiB`},
+		{"reservation whose bytes overflow, under a hard limit", task.Task{Containers: []*task.Container{{Name: "web", Memory: 64, MemoryReservation: 1 << 50}}},
+			`container "web": memoryReservation: 1125899906842624 MiB is out of range`},
+		{"task memory whose bytes overflow", task.Task{Memory: math.MaxInt, Containers: []*task.Container{{Name: "web", Memory: 64}}},
+			"task memory: 9223372036854775807 MiB is out of range"},
+		{"negative memory", task.Task{Containers: []*task.Container{{Name: "web", Memory: -64}}},
+			`container "web": memory: -64 MiB is out of range`},
+		{"negative cpu", task.Task{Containers: []*task.Container{{Name: "a", CPU: 10}, {Name: "b", CPU: -1 << 62}}},
+			`container "b": cpu -4611686018427387904 is negative`},
+		{"negative task cpu", task.Task{CPU: -1, Containers: []*task.Container{{Name: "web"}}}, "task cpu -1 is negative"},
+		{"cpu sum overflows", task.Task{Containers: []*task.Container{{Name: "a", CPU: math.MaxInt}, {Name: "b", CPU: 1}}},
+			`container "b": the task's cpu or memory summed over its containers overflows`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := needOf(&tc.tk)
+			require.Error(t, err)
+			assert.True(t, strings.HasPrefix(err.Error(), tc.want), "error %q, want prefix %q", err, tc.want)
+		})
+	}
+}
+
+func TestCreateOptionsRefusesOverflow(t *testing.T) {
+	c := &task.Container{Name: "web", Image: "busybox", MemoryReservation: 1 << 44}
+	_, err := createOptions(&task.Task{Arn: "arn", Containers: []*task.Container{c}}, c, "prod", "", Config{})
+	require.EqualError(t, err, `container "web": memoryReservation: 17592186044416 MiB is out of range 0-8796093022207 MiB`)
+
+	c = &task.Container{Name: "web", Image: "busybox", Memory: 512, MemoryReservation: 256}
+	opts, err := createOptions(&task.Task{Arn: "arn", Containers: []*task.Container{c}}, c, "prod", "", Config{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(512<<20), opts.HostConfig.Memory)
+	assert.Equal(t, int64(256<<20), opts.HostConfig.MemoryReservation)
 }
 
 // acquireAsync runs Acquire on its own goroutine; the result arrives on the returned channel, and

@@ -315,11 +315,15 @@ func (w *worker) prepare(ctx context.Context) bool {
 		w.stopTask(err.Error())
 		return false
 	}
-	n := needOf(w.t)
+	n, err := needOf(w.t)
+	if err != nil {
+		w.stopTask(fmt.Sprintf("ResourceError: %v", err))
+		return false
+	}
 	if w.t.NetworkMode == task.NetworkAWSVPC && w.e.cfg.AWSVPC.BridgeIPv4 != nil {
 		n.exclusive = staticBridgeAddress
 	}
-	err := w.e.resources.Acquire(ctx, w.arn, n, func(reason string) {
+	err = w.e.resources.Acquire(ctx, w.arn, n, func(reason string) {
 		w.t.PendingReason = reason
 		w.log.Info("task waits", "reason", reason)
 		w.commit(ctx)
@@ -523,7 +527,10 @@ func (w *worker) create(ctx context.Context, c *task.Container) error {
 		w.commit(ctx)
 		w.e.hook(HookBeforeCreate, w.t)
 	}
-	opts := createOptions(w.t, c, w.e.cfg.Cluster, w.pauseID(), w.e.cfg)
+	opts, err := createOptions(w.t, c, w.e.cfg.Cluster, w.pauseID(), w.e.cfg)
+	if err != nil {
+		return fmt.Errorf("CannotCreateContainerError: %w", err)
+	}
 	created, err := w.e.docker.CreateContainer(ctx, opts)
 	if errors.Is(err, dockerclient.ErrNameInUse) && w.adopt(ctx, c) {
 		return nil

@@ -179,6 +179,11 @@ func (c Config) validate() (settings, error) {
 	if math.IsNaN(mb) || math.IsInf(mb, 0) || mb < 0 {
 		return s, fmt.Errorf("logger config: %w: MaxFileSizeMB %v (want a positive number)", ErrInvalidConfig, c.MaxFileSizeMB)
 	}
+	// A float too large for an int64 converts to an unspecified value (math.MinInt64 on amd64, which
+	// rolled the log at every line): refuse it instead.
+	if mb*1024*1024 >= math.MaxInt64 {
+		return s, fmt.Errorf("logger config: %w: MaxFileSizeMB %v (want at most %d)", ErrInvalidConfig, c.MaxFileSizeMB, math.MaxInt64>>20)
+	}
 	s.maxBytes = max(int64(mb*1024*1024), 1)
 
 	switch {

@@ -223,6 +223,7 @@ func TestBadConfig(t *testing.T) {
 		{"rollover", Config{RolloverType: "weekly"}, "RolloverType", "weekly"},
 		{"format", Config{OutputFormat: "xml"}, "OutputFormat", "xml"},
 		{"size", Config{MaxFileSizeMB: -1}, "MaxFileSizeMB", "-1"},
+		{"size whose bytes overflow", Config{MaxFileSizeMB: 1e300}, "MaxFileSizeMB", "1e+300"},
 		{"rolls", Config{MaxRollCount: -2}, "MaxRollCount", "-2"},
 	}
 	for _, tt := range tests {

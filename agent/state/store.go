@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/berth-agent/berth/agent/errdefs"
@@ -87,7 +88,8 @@ var (
 )
 
 // RecordError reports one stored record that could not be decoded. Its text names the bucket and
-// key, never the record's contents.
+// key, never the record's contents: Err, which may quote them (a time that does not parse, a status
+// name), is described by its kind only.
 type RecordError struct {
 	Bucket string
 	Key    string
@@ -95,8 +97,33 @@ type RecordError struct {
 }
 
 func (e *RecordError) Error() string {
-	return fmt.Sprintf("bad %s record %q: %v", e.Bucket, e.Key, e.Err)
+	return fmt.Sprintf("bad %s record %q: %s", e.Bucket, e.Key, describeDecodeError(e.Err))
 }
+
+// describeDecodeError says what kind of decoding error err is without quoting the input.
+func describeDecodeError(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	var pe *time.ParseError
+	var ne *strconv.NumError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("invalid JSON at offset %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q: want %s", te.Field, te.Type)
+	case errors.As(err, &pe):
+		return "a time is not in RFC 3339 format"
+	case errors.As(err, &ne):
+		return "not an integer in range"
+	case errors.Is(err, errKeyMismatch):
+		return err.Error()
+	default:
+		return "a value does not decode"
+	}
+}
+
+// errKeyMismatch is wrapped by the RecordError of a record whose key is not its ARN or ref.
+var errKeyMismatch = errors.New("key does not match")
 
 func (e *RecordError) Unwrap() error { return e.Err }
 
@@ -132,7 +159,7 @@ func decodeTask(key string, data []byte) (*task.Task, error) {
 		return nil, &RecordError{Bucket: bucketTasks, Key: key, Err: err}
 	}
 	if t.Arn != key {
-		return nil, &RecordError{Bucket: bucketTasks, Key: key, Err: errors.New("key does not match the task's ARN")}
+		return nil, &RecordError{Bucket: bucketTasks, Key: key, Err: fmt.Errorf("%w the task's ARN", errKeyMismatch)}
 	}
 	return &t, nil
 }
@@ -154,7 +181,7 @@ func decodeImage(key string, data []byte) (ImageRecord, error) {
 		return ImageRecord{}, &RecordError{Bucket: bucketImages, Key: key, Err: err}
 	}
 	if img.Ref != key {
-		return ImageRecord{}, &RecordError{Bucket: bucketImages, Key: key, Err: errors.New("key does not match the image's ref")}
+		return ImageRecord{}, &RecordError{Bucket: bucketImages, Key: key, Err: fmt.Errorf("%w the image's ref", errKeyMismatch)}
 	}
 	return img, nil
 }
@@ -179,7 +206,7 @@ func decodeSent(key string, data []byte) (SentRecord, error) {
 		return SentRecord{}, &RecordError{Bucket: bucketSent, Key: key, Err: err}
 	}
 	if r.TaskArn != key {
-		return SentRecord{}, &RecordError{Bucket: bucketSent, Key: key, Err: errors.New("key does not match the record's task ARN")}
+		return SentRecord{}, &RecordError{Bucket: bucketSent, Key: key, Err: fmt.Errorf("%w the record's task ARN", errKeyMismatch)}
 	}
 	return r, nil
 }

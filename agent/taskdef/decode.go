@@ -17,6 +17,18 @@ import (
 type decoder struct {
 	errs     []error
 	warnings []string
+	ignored  int // warnings not kept, past maxWarnings
+}
+
+// maxWarnings bounds the warnings Parse lists; the rest are counted in a last one.
+const maxWarnings = 50
+
+// summary returns the warnings kept, and one more counting those that were not.
+func (d *decoder) summary() []string {
+	if d.ignored == 0 {
+		return d.warnings
+	}
+	return append(d.warnings, fmt.Sprintf("and %d more ignored fields", d.ignored))
 }
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
@@ -111,12 +123,14 @@ func (d *decoder) decode(path string, v any, rv reflect.Value) {
 func (d *decoder) decodeStruct(path string, obj map[string]any, rv reflect.Value) {
 	t := rv.Type()
 	var known set.Set[string]
+	folded := make(map[string]string, t.NumField()) // lower-case name to name
 	for i := range t.NumField() {
 		name := jsonName(t.Field(i))
 		if name == "" {
 			continue
 		}
 		known.Add(name)
+		folded[strings.ToLower(name)] = name
 		if v, ok := obj[name]; ok {
 			d.decode(join(path, name), v, rv.Field(i))
 		}
@@ -126,10 +140,8 @@ func (d *decoder) decodeStruct(path string, obj map[string]any, rv reflect.Value
 			continue
 		}
 		reason := "unknown field, ignored"
-		for _, name := range set.Sorted(known) {
-			if strings.EqualFold(name, k) {
-				reason = fmt.Sprintf("unknown field (did you mean %q?), ignored", name)
-			}
+		if name, ok := folded[strings.ToLower(k)]; ok {
+			reason = fmt.Sprintf("unknown field (did you mean %q?), ignored", name)
 		}
 		d.ignore(join(path, k), obj[k], reason)
 	}
@@ -149,6 +161,10 @@ func (d *decoder) ignore(path string, v any, reason string) {
 		if len(v) == 0 {
 			return
 		}
+	}
+	if len(d.warnings) >= maxWarnings {
+		d.ignored++
+		return
 	}
 	d.warnings = append(d.warnings, path+": "+reason)
 }

@@ -160,7 +160,9 @@ type DockerVolumeConfiguration struct {
 // line and column, every other problem the path of the offending field; type errors are all reported,
 // and validation runs only when there are none. Unsupported fields are not errors; they are listed in
 // Definition.Warnings (except those whose value is null, [] or {}). Volume types Berth cannot provide
-// (EFS, FSx) are errors, since ignoring them would silently give the task an empty volume.
+// (EFS, FSx) are errors, since ignoring them would silently give the task an empty volume. A
+// definition over one of Validate's count limits is refused before it is decoded, with only those
+// errors; at most maxErrors errors and maxWarnings warnings are listed, the last one counting the rest.
 func Parse(data []byte) (*Definition, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -187,13 +189,16 @@ func Parse(data []byte) (*Definition, error) {
 			return nil, &FieldError{Path: "taskDefinition", Msg: "want an object, got " + describe(inner)}
 		}
 	}
+	if errs := countErrors(jsonCounts(obj)); len(errs) > 0 {
+		return nil, joinErrors(errs)
+	}
 	def := &Definition{}
 	d.decode("", obj, reflectValue(def))
 	d.errs = append(d.errs, unsupportedVolumes(obj)...)
 	if len(d.errs) > 0 {
-		return nil, errors.Join(d.errs...)
+		return nil, joinErrors(d.errs)
 	}
-	def.Warnings = d.warnings
+	def.Warnings = d.summary()
 	if err := def.Validate(); err != nil {
 		return nil, err
 	}

@@ -20,6 +20,11 @@ func FuzzParse(f *testing.F) {
 		`{"family": "f", "containerDefinitions": [null, {}, []]}`,
 		`{"family": "f", "cpu": "0.0001 vcpu", "memory": "1e9 GB", "containerDefinitions": [{"name": "a", "image": "i"}]}`,
 		`{"family": "f", "containerDefinitions": [{"name": "a", "image": "i", "memory": 8, "dependsOn": [{"containerName": "a", "condition": "START"}, null]}]}`,
+		// Limits: bytes of memory that overflow an int64, cpu above ECS's maximum, too many entries.
+		`{"family": "f", "cpu": "192 vcpu", "containerDefinitions": [{"name": "a", "image": "i", "memory": 17592186044416, "cpu": 262144}]}`,
+		`{"family": "f", "cpu": 196609, "containerDefinitions": [{"name": "a", "image": "i", "memoryReservation": 9223372036854775807}]}`,
+		`{"family": "f", "containerDefinitions": [{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}]}`,
+		`{"family": "f", "containerDefinitions": [{"name": "a", "image": "i", "memory": 8, "ulimits": [{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}]}]}`,
 	} {
 		f.Add([]byte(s))
 	}

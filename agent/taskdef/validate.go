@@ -41,6 +41,26 @@ const (
 	maxStopTimeout     = 120
 	maxStartTimeout    = 600
 
+	// MaxContainers is ECS's quota "Containers per task definition" (10, not adjustable).
+	MaxContainers = 10
+	// maxTaskCPU is the largest task-level cpu ECS accepts for EC2 and external instances: 192 vCPU.
+	maxTaskCPU = 196608
+	// maxContainerCPU is the largest cpu.shares the Linux kernel takes, which a container's cpu
+	// becomes; the ECS agent passes no more to Docker either.
+	maxContainerCPU = 262144
+	// maxMemory bounds every memory field in MiB. ECS's API holds them in 32-bit integers; in bytes
+	// the largest is 2^51, so a task's containers summed still fit an int64.
+	maxMemory = maxQuantity
+	// MaxEntries bounds each list and map of a task definition other than containerDefinitions and
+	// ulimits (volumes, and per container environment, portMappings, mountPoints, volumesFrom,
+	// dependsOn, dockerLabels). ECS caps a whole task definition at 64 KiB of JSON, which holds
+	// fewer entries than this in any one list; the bound keeps validation and memory small.
+	MaxEntries = 4096
+	// maxUlimits is the number of ulimit names; each may appear once.
+	maxUlimits = 15
+	// maxErrors bounds the errors one definition reports; the rest are counted in a last error.
+	maxErrors = 50
+
 	defaultHealthInterval    = 30
 	defaultHealthTimeout     = 5
 	defaultHealthRetries     = 3
@@ -49,23 +69,123 @@ const (
 
 // Validate reports every reason ECS would reject d, or Berth could not run it, as one *FieldError each
 // (all matching ErrInvalid), joined. It returns nil for a valid definition and does not modify d.
+//
+// A definition over a count limit (more than MaxContainers containers, a list longer than
+// MaxEntries, …) gets only those errors: nothing else is checked, so the cost of refusing it does
+// not grow with its size. At most maxErrors errors are reported; a last one says how many more there
+// were.
 func (d *Definition) Validate() error {
+	if errs := countErrors(goCounts(d)); len(errs) > 0 {
+		return joinErrors(errs)
+	}
 	v := &validator{def: d, index: make(map[string]int, len(d.ContainerDefinitions))}
 	v.task()
-	v.volumes()
+	v.checkVolumes()
 	for i := range d.ContainerDefinitions {
 		v.container(i)
 	}
 	v.essential()
 	v.dependencies()
 	v.hostPorts()
-	return errors.Join(v.errs...)
+	return joinErrors(v.errs)
+}
+
+// joinErrors joins errs, keeping the first maxErrors and counting the rest in a last *FieldError.
+func joinErrors(errs []error) error {
+	if len(errs) > maxErrors {
+		more := len(errs) - maxErrors
+		errs = append(errs[:maxErrors:maxErrors], &FieldError{Msg: fmt.Sprintf("and %d more problems", more)})
+	}
+	return errors.Join(errs...)
+}
+
+// counted is a list or map of a task definition whose length has a limit.
+type counted struct {
+	path     string
+	len, max int
+}
+
+// countErrors reports each count over its limit.
+func countErrors(counts []counted) []error {
+	var errs []error
+	for _, c := range counts {
+		if c.len > c.max {
+			errs = append(errs, &FieldError{Path: c.path, Msg: fmt.Sprintf("%d entries; at most %d are allowed", c.len, c.max)})
+		}
+	}
+	return errs
+}
+
+// containerLists names each limited list or map of a container definition with its limit.
+var containerLists = []struct {
+	name string
+	max  int
+	len  func(c *ContainerDefinition) int
+}{
+	{"environment", MaxEntries, func(c *ContainerDefinition) int { return len(c.Environment) }},
+	{"portMappings", MaxEntries, func(c *ContainerDefinition) int { return len(c.PortMappings) }},
+	{"mountPoints", MaxEntries, func(c *ContainerDefinition) int { return len(c.MountPoints) }},
+	{"volumesFrom", MaxEntries, func(c *ContainerDefinition) int { return len(c.VolumesFrom) }},
+	{"dependsOn", MaxEntries, func(c *ContainerDefinition) int { return len(c.DependsOn) }},
+	{"ulimits", maxUlimits, func(c *ContainerDefinition) int { return len(c.Ulimits) }},
+	{"dockerLabels", MaxEntries, func(c *ContainerDefinition) int { return len(c.DockerLabels) }},
+}
+
+// goCounts returns the limited counts of d. The containers' lists are counted only when the number
+// of containers is within its limit.
+func goCounts(d *Definition) []counted {
+	counts := []counted{
+		{"containerDefinitions", len(d.ContainerDefinitions), MaxContainers},
+		{"volumes", len(d.Volumes), MaxEntries},
+	}
+	if len(d.ContainerDefinitions) > MaxContainers {
+		return counts
+	}
+	for i := range d.ContainerDefinitions {
+		for _, l := range containerLists {
+			counts = append(counts, counted{fmt.Sprintf("containerDefinitions[%d].%s", i, l.name), l.len(&d.ContainerDefinitions[i]), l.max})
+		}
+	}
+	return counts
+}
+
+// jsonCounts returns the limited counts of a task definition still in its generic JSON form, so
+// that Parse refuses an oversized one before decoding it. Values of the wrong type count 0; decoding
+// reports them.
+func jsonCounts(obj map[string]any) []counted {
+	containers, _ := obj["containerDefinitions"].([]any)
+	counts := []counted{
+		{"containerDefinitions", size(containers), MaxContainers},
+		{"volumes", size(obj["volumes"]), MaxEntries},
+	}
+	if len(containers) > MaxContainers {
+		return counts
+	}
+	for i, c := range containers {
+		m, _ := c.(map[string]any)
+		for _, l := range containerLists {
+			counts = append(counts, counted{fmt.Sprintf("containerDefinitions[%d].%s", i, l.name), size(m[l.name]), l.max})
+		}
+	}
+	return counts
+}
+
+// size returns the length of a JSON array or object, else 0.
+func size(v any) int {
+	switch v := v.(type) {
+	case []any:
+		return len(v)
+	case map[string]any:
+		return len(v)
+	}
+	return 0
 }
 
 type validator struct {
-	def   *Definition
-	errs  []error
-	index map[string]int // container name to the index of its first definition
+	def     *Definition
+	errs    []error
+	index   map[string]int  // container name to the index of its first definition
+	volumes set.Set[string] // names of the task's volumes
 }
 
 func (v *validator) fail(path, format string, args ...any) {
@@ -83,11 +203,17 @@ func (v *validator) task() {
 	default:
 		v.fail("networkMode", "unknown network mode %q (want bridge, host, none or awsvpc)", d.NetworkMode)
 	}
-	if d.CPU < 0 {
+	switch {
+	case d.CPU < 0:
 		v.fail("cpu", "%d is negative", d.CPU)
+	case d.CPU > maxTaskCPU:
+		v.fail("cpu", "%d CPU units is above the maximum of %d (192 vCPU)", d.CPU, maxTaskCPU)
 	}
-	if d.Memory < 0 {
+	switch {
+	case d.Memory < 0:
 		v.fail("memory", "%d is negative", d.Memory)
+	case d.Memory > maxMemory:
+		v.fail("memory", "%d MiB is above the maximum of %d MiB", d.Memory, maxMemory)
 	}
 	if len(d.ContainerDefinitions) == 0 {
 		v.fail("containerDefinitions", "at least one container is required")
@@ -118,9 +244,10 @@ func (v *validator) name(path, name string) bool {
 	return true
 }
 
-func (v *validator) volumes() {
+func (v *validator) checkVolumes() {
 	var seen set.Set[string]
 	for i, vol := range v.def.Volumes {
+		v.volumes.Add(vol.Name)
 		p := fmt.Sprintf("volumes[%d]", i)
 		if v.name(p+".name", vol.Name) {
 			if seen.Has(vol.Name) {
@@ -157,8 +284,11 @@ func (v *validator) container(i int) {
 	if c.Image == "" {
 		v.fail(p+".image", "required")
 	}
-	if c.CPU < 0 {
+	switch {
+	case c.CPU < 0:
 		v.fail(p+".cpu", "%d is negative", c.CPU)
+	case c.CPU > maxContainerCPU:
+		v.fail(p+".cpu", "%d CPU units is above the maximum of %d", c.CPU, maxContainerCPU)
 	}
 	v.memory(p, c)
 	for j, kv := range c.Environment {
@@ -172,7 +302,7 @@ func (v *validator) container(i int) {
 		switch {
 		case m.SourceVolume == "":
 			v.fail(mp+".sourceVolume", "required")
-		case !slices.ContainsFunc(v.def.Volumes, func(vol Volume) bool { return vol.Name == m.SourceVolume }):
+		case !v.volumes.Has(m.SourceVolume):
 			v.fail(mp+".sourceVolume", "no volume named %q", m.SourceVolume)
 		}
 		switch {
@@ -201,11 +331,17 @@ func (v *validator) container(i int) {
 }
 
 func (v *validator) memory(p string, c *ContainerDefinition) {
-	if c.Memory != nil && *c.Memory < minContainerMemory {
-		v.fail(p+".memory", "%d MiB is below the minimum of %d MiB", *c.Memory, minContainerMemory)
-	}
-	if c.MemoryReservation != nil && *c.MemoryReservation < minContainerMemory {
-		v.fail(p+".memoryReservation", "%d MiB is below the minimum of %d MiB", *c.MemoryReservation, minContainerMemory)
+	for _, f := range []struct {
+		name string
+		mib  *int
+	}{{"memory", c.Memory}, {"memoryReservation", c.MemoryReservation}} {
+		switch {
+		case f.mib == nil:
+		case *f.mib < minContainerMemory:
+			v.fail(p+"."+f.name, "%d MiB is below the minimum of %d MiB", *f.mib, minContainerMemory)
+		case *f.mib > maxMemory:
+			v.fail(p+"."+f.name, "%d MiB is above the maximum of %d MiB", *f.mib, maxMemory)
+		}
 	}
 	if c.Memory != nil && c.MemoryReservation != nil && *c.MemoryReservation > *c.Memory {
 		v.fail(p+".memoryReservation", "%d MiB exceeds memory (%d MiB)", *c.MemoryReservation, *c.Memory)

@@ -220,6 +220,24 @@ func invalidCases() []invalidCase {
 		{name: "environment variable without name", json: doc("", ctr("a", `"environment": [{"value": "x"}]`)),
 			want: []string{"containerDefinitions[0].environment[0].name: required"}},
 
+		// Limits.
+		{name: "task cpu above 192 vCPU", json: doc(`"cpu": "196609"`, ctr("a", "")),
+			want: []string{"cpu: 196609 CPU units is above the maximum of 196608 (192 vCPU)"}},
+		{name: "container cpu above the kernel's cpu.shares", json: doc("", ctr("a", `"cpu": 262145`)),
+			want: []string{"containerDefinitions[0].cpu: 262145 CPU units is above the maximum of 262144"}},
+		{name: "memory whose bytes overflow int64", json: doc("", ctr("a", ""), `{"name": "b", "image": "i", "memory": 17592186044416}`),
+			want: []string{"containerDefinitions[1].memory: 17592186044416 MiB is above the maximum of 2147483647 MiB"}},
+		{name: "memory reservation whose bytes overflow int64", json: doc("", `{"name": "a", "image": "i", "memoryReservation": 17592186044416}`),
+			want: []string{"containerDefinitions[0].memoryReservation: 17592186044416 MiB is above the maximum of 2147483647 MiB"}},
+		{name: "eleven containers", json: doc("", ctr("a", ""), ctr("b", ""), ctr("c", ""), ctr("d", ""), ctr("e", ""), ctr("f", ""),
+			ctr("g", ""), ctr("h", ""), ctr("i", ""), ctr("j", ""), ctr("k", "")),
+			want: []string{"containerDefinitions: 11 entries; at most 10 are allowed"}},
+		{name: "sixteen ulimits", json: doc("", ctr("a", `"ulimits": [`+strings.Repeat(`{"name": "nofile", "softLimit": 1, "hardLimit": 1}, `, 15)+`{}]`)),
+			want: []string{"containerDefinitions[0].ulimits: 16 entries; at most 15 are allowed"}},
+		{name: "count limits are checked before anything else", json: doc(`"volumes": [`+strings.Repeat(`{"name": "v"}, `, MaxEntries)+`{}]`,
+			ctr("a", `"environment": [`+strings.Repeat(`{}, `, MaxEntries)+`{}], "memory": 1, "dependsOn": [{"containerName": "x"}]`)),
+			want: []string{"volumes: 4097 entries; at most 4096 are allowed", "containerDefinitions[0].environment: 4097 entries; at most 4096 are allowed"}},
+
 		// Many at once.
 		{
 			name: "every problem is reported",
@@ -265,6 +283,33 @@ func TestParseInvalid(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestValidateGoLimits(t *testing.T) {
+	// The ACS translation builds Definitions in Go; its values are not bounded by JSON decoding.
+	mem, huge := 64, 1<<44
+	d := &Definition{Family: "go", Memory: maxMemory + 1, ContainerDefinitions: []ContainerDefinition{
+		{Name: "a", Image: "i", Memory: &mem, MemoryReservation: &huge},
+	}}
+	got := fieldErrors(t, d.Validate())
+	require.Len(t, got, 3)
+	assert.Equal(t, "memory: 2147483648 MiB is above the maximum of 2147483647 MiB", got[0].Error())
+	assert.Equal(t, "containerDefinitions[0].memoryReservation", got[1].Path)
+	assert.Equal(t, "containerDefinitions[0].memoryReservation", got[2].Path, "and it exceeds memory")
+
+	d = &Definition{Family: "go", ContainerDefinitions: make([]ContainerDefinition, 1000)}
+	got = fieldErrors(t, d.Validate())
+	require.Len(t, got, 1, "only the count is reported, not a thousand missing names")
+	assert.Equal(t, "containerDefinitions: 1000 entries; at most 10 are allowed", got[0].Error())
+}
+
+func TestValidateReportsAtMostMaxErrors(t *testing.T) {
+	mounts := strings.Repeat(`{"sourceVolume": "nope", "containerPath": "/x"}, `, 199) + `{"sourceVolume": "nope", "containerPath": "/x"}`
+	_, err := Parse([]byte(doc("", ctr("a", `"mountPoints": [`+mounts+`]`))))
+	got := fieldErrors(t, err)
+	require.Len(t, got, maxErrors+1)
+	assert.Equal(t, `containerDefinitions[0].mountPoints[49].sourceVolume: no volume named "nope"`, got[maxErrors-1].Error())
+	assert.Equal(t, "and 150 more problems", got[maxErrors].Error())
 }
 
 func TestFieldError(t *testing.T) {

@@ -1,0 +1,94 @@
+package taskdef
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// bigDefinition is a task definition with n volumes and ten containers, each mounting every volume
+// once (n mount points each): the shape whose validation used to compare every mount point with every
+// volume. With n = MaxEntries it is legal.
+func bigDefinition(n int) []byte {
+	var vols, mounts []string
+	for i := range n {
+		vols = append(vols, fmt.Sprintf(`{"name": "v%d"}`, i))
+		mounts = append(mounts, fmt.Sprintf(`{"sourceVolume": "v%d", "containerPath": "/m/%d"}`, n-1-i, i))
+	}
+	containers := make([]string, MaxContainers)
+	for i := range containers {
+		containers[i] = ctr(fmt.Sprintf("c%d", i), `"mountPoints": [`+strings.Join(mounts, ", ")+`]`)
+	}
+	return []byte(doc(`"volumes": [`+strings.Join(vols, ", ")+`]`, containers...))
+}
+
+// TestHugeDefinitionRefusedByCounts sends a 5 MB definition (80 000 volumes and mount points, which
+// took 13 s of CPU to validate when every mount point was looked up among the volumes) and checks
+// that it is refused by the count limits alone: the unknown volume and the missing image, which only
+// validation would find, are not reported, so no per-entry check ran.
+func TestHugeDefinitionRefusedByCounts(t *testing.T) {
+	const n = 80000
+	var vols, mounts []string
+	for i := range n {
+		vols = append(vols, fmt.Sprintf(`{"name":"v%d"}`, i))
+		mounts = append(mounts, fmt.Sprintf(`{"sourceVolume":"v%d","containerPath":"/x"}`, n-1-i))
+	}
+	mounts = append(mounts, `{"sourceVolume":"unknown","containerPath":"/x"}`)
+	data := fmt.Sprintf(`{"family":"f","volumes":[%s],"containerDefinitions":[{"name":"a","memory":64,"mountPoints":[%s]}]}`,
+		strings.Join(vols, ","), strings.Join(mounts, ","))
+	require.Greater(t, len(data), 5_000_000)
+
+	_, err := Parse([]byte(data))
+	got := fieldErrors(t, err)
+	texts := make([]string, len(got))
+	for i, e := range got {
+		texts[i] = e.Error()
+	}
+	assert.Equal(t, []string{
+		"volumes: 80000 entries; at most 4096 are allowed",
+		"containerDefinitions[0].mountPoints: 80001 entries; at most 4096 are allowed",
+	}, texts)
+}
+
+// TestValidationIsLinear validates the largest legal definition of the shape that used to be
+// quadratic, and one an eighth of its size, and compares the fastest of several runs of each: linear
+// work grows about 8 times, quadratic work 64 times (70 measured). The bound (32) leaves room for noise; taking
+// the fastest run keeps a loaded machine from making the test flaky.
+func TestValidationIsLinear(t *testing.T) {
+	if testing.Short() {
+		t.Skip("times validation")
+	}
+	fastest := func(n int) time.Duration {
+		d, err := Parse(bigDefinition(n))
+		require.NoError(t, err)
+		best := time.Duration(1<<63 - 1)
+		for range 7 {
+			runtime.GC() // a collection started by the previous run would count against this one
+			start := time.Now()
+			require.NoError(t, d.Validate())
+			best = min(best, time.Since(start))
+		}
+		return best
+	}
+	small, large := fastest(MaxEntries/8), fastest(MaxEntries)
+	t.Logf("n=%d: %v, n=%d: %v", MaxEntries/8, small, MaxEntries, large)
+	assert.Less(t, large, 32*small, "validation time grows faster than its input")
+	assert.Less(t, large, 2*time.Second)
+}
+
+func TestWarningsAreBounded(t *testing.T) {
+	var extra []string
+	for i := range 200 {
+		extra = append(extra, fmt.Sprintf(`"x%03d": 1`, i))
+	}
+	d, err := Parse([]byte(doc(strings.Join(extra, ", "), ctr("a", ""))))
+	require.NoError(t, err)
+	require.Len(t, d.Warnings, maxWarnings+1)
+	assert.Equal(t, "x049: unknown field, ignored", d.Warnings[maxWarnings-1])
+	assert.Equal(t, "and 150 more ignored fields", d.Warnings[maxWarnings])
+}
