@@ -75,6 +75,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	defer servers.close()
+	installTaskEndpointNAT(ctx, cfg, log)
 	cp, err := newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, opts.Hook, log)
 	if err != nil {
 		return err
@@ -104,7 +105,9 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	defer stopEngine()
 
 	g, gctx := errgroup.WithContext(ctx)
-	servers.serve(gctx, g, eng, m, cp, cfg)
+	if err := servers.serve(gctx, g, eng, m, cp, cfg); err != nil {
+		return err
+	}
 	g.Go(func() error { connect(gctx, cp, log); return nil })
 	g.Go(func() error {
 		newImageCleaner(cfg, store, eng, client, diskUsage(ctx, client, log), log).Run(gctx)
@@ -161,7 +164,9 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		}
 	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
-		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: hook, DisablePrivileged: cfg.PrivilegedDisabled},
+		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: hook, DisablePrivileged: cfg.PrivilegedDisabled,
+		TaskEndpoint: engine.TaskEndpointConfig{URL: taskEndpointURL, Credentials: cfg.TaskIAMRoleEnabled,
+			HostNetwork: cfg.TaskIAMRoleNetworkHost, Region: cfg.AWSRegion}},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
 		auth, store, log)
 	m.CountTasks(eng.Tasks)

@@ -15,11 +15,26 @@ import (
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/hostnat"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/metrics"
+	"github.com/berth-agent/berth/agent/taskendpoint"
 )
+
+// installTaskEndpointNAT makes the task endpoint reachable from bridge containers (and, with
+// ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST, from the host's own) at 169.254.170.2. Without it the agent
+// still runs tasks; their containers cannot reach their credentials or metadata, and the log says so.
+func installTaskEndpointNAT(ctx context.Context, cfg *config.Config, log *logger.Logger) {
+	nat := hostnat.Config{HostNetwork: cfg.TaskIAMRoleNetworkHost}
+	if err := hostnat.Install(ctx, nat); err != nil {
+		log.Error("containers cannot reach the task endpoint at 169.254.170.2 (credentials, metadata)", "error", err)
+		return
+	}
+	log.Info("task endpoint reachable from containers", "address", "169.254.170.2:80", "listen", taskEndpointAddr,
+		"host_network", cfg.TaskIAMRoleNetworkHost, "remove_with", "berth cleanup-task-endpoint-nat")
+}
 
 // shutdownGrace bounds how long a server gets to finish in-flight requests after SIGTERM, well inside
 // the 5 s the agent has to exit.
@@ -29,16 +44,29 @@ const shutdownGrace = 3 * time.Second
 type servers struct {
 	log           *logger.Logger
 	introspection net.Listener
+	taskEndpoint  net.Listener    // credentials and metadata for containers (127.0.0.1:51679)
 	local         net.Listener    // the embedded control plane, local mode only
 	localCP       *localcp.Server // its state, local mode only
 }
 
-// listen opens the introspection port and, in local mode, the embedded control plane's.
+// taskEndpointAddr is where the task endpoint listens; containers reach it as 169.254.170.2:80
+// through the host's NAT (agent/hostnat).
+var taskEndpointAddr = fmt.Sprintf("127.0.0.1:%d", hostnat.ListenPort)
+
+// taskEndpointURL is the task endpoint as containers reach it.
+const taskEndpointURL = "http://" + hostnat.EndpointIP
+
+// listen opens the introspection port, the task endpoint's and, in local mode, the embedded control
+// plane's.
 func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 	s := &servers{log: log}
 	var err error
 	if s.introspection, err = net.Listen("tcp", cfg.IntrospectionAddr); err != nil {
 		return nil, fmt.Errorf("introspection API on %s: %w", cfg.IntrospectionAddr, err)
+	}
+	if s.taskEndpoint, err = net.Listen("tcp", taskEndpointAddr); err != nil {
+		s.close()
+		return nil, fmt.Errorf("task endpoint on %s: %w", taskEndpointAddr, err)
 	}
 	if cfg.Mode != config.ModeLocal {
 		return s, nil
@@ -64,17 +92,25 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 }
 
 // serve serves every listener in g until ctx ends.
-func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, m *metrics.Metrics, cp *controlplane.ControlPlane, cfg *config.Config) {
+func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, m *metrics.Metrics, cp *controlplane.ControlPlane, cfg *config.Config) error {
+	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: taskendpoint.Instance{Cluster: cfg.Cluster},
+		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
+		Tasks:     eng, Credentials: cp.Credentials(), Logger: s.log.With("component", "task_endpoint")})
+	if err != nil {
+		return fmt.Errorf("task endpoint: %w", err)
+	}
 	intro := handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng}, eng, m.Handler())
 	g.Go(func() error { return serveHTTP(ctx, s.introspection, intro, "introspection API", s.log) })
+	g.Go(func() error { return serveHTTP(ctx, s.taskEndpoint, endpoint, "task endpoint", s.log) })
 	if s.local != nil {
 		g.Go(func() error { return serveHTTP(ctx, s.local, s.localCP.Handler(), "embedded control plane", s.log) })
 	}
+	return nil
 }
 
 // close closes what listen opened and serve did not take over.
 func (s *servers) close() {
-	for _, ln := range []net.Listener{s.introspection, s.local} {
+	for _, ln := range []net.Listener{s.introspection, s.taskEndpoint, s.local} {
 		if ln != nil {
 			_ = ln.Close()
 		}

@@ -8,6 +8,8 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/taskendpoint"
 )
 
 // TaskCredentials are the credentials of one task role, as the control plane sent them.
@@ -84,6 +86,22 @@ func (s *CredentialsStore) Get(id string) (TaskCredentials, bool) {
 		return TaskCredentials{}, false
 	}
 	return tc, true
+}
+
+// ErrNoCredentials is what TaskCredentials answers for an ID it does not serve: unknown, expired, of a
+// removed task, or of an execution role. An errdefs.ErrNotFound.
+var ErrNoCredentials = errdefs.New(errdefs.ErrNotFound, "no such task role credentials")
+
+// TaskCredentials serves the task endpoint: the unexpired task role credentials with this ID.
+// Execution role credentials are the agent's own and are never served to containers.
+func (s *CredentialsStore) TaskCredentials(id string) (taskendpoint.Credentials, error) {
+	tc, ok := s.Get(id)
+	if !ok || tc.RoleType != acs.RoleTypeTaskApplication {
+		return taskendpoint.Credentials{}, ErrNoCredentials
+	}
+	c := tc.Credentials
+	return taskendpoint.Credentials{RoleArn: c.RoleArn, AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey,
+		SessionToken: c.SessionToken, Expiration: tc.Expiration}, nil
 }
 
 // TaskRemoved drops every set of the task's credentials.

@@ -53,5 +53,6 @@ func NewRegistration(cfg *config.Config, resources engine.Resources, dockerVersi
 		ReservedPorts: resources.ReservedTCP, ReservedPortsUDP: resources.ReservedUDP,
 		AgentVersion: version.Get().Version, AgentHash: version.Get().GitHash, DockerVersion: dockerVersion,
 		DockerAPIVersion: dockerAPIVersion, LoggingDrivers: cfg.AvailableLoggingDrivers, TaskENI: cfg.TaskENIEnabled,
-		Privileged: !cfg.PrivilegedDisabled, Attributes: cfg.InstanceAttributes}
+		Privileged: !cfg.PrivilegedDisabled, Attributes: cfg.InstanceAttributes,
+		TaskIAMRole: cfg.TaskIAMRoleEnabled, TaskIAMRoleNetworkHost: cfg.TaskIAMRoleNetworkHost}
 }

@@ -28,6 +28,8 @@ const (
 	AttrContainerOrdering     = "ecs.capability.container-ordering"
 	AttrDockerPluginLocal     = "ecs.capability.docker-plugin.local"
 	AttrPrivilegedContainer   = "com.amazonaws.ecs.capability.privileged-container"
+	AttrTaskIAMRole           = "com.amazonaws.ecs.capability.task-iam-role"
+	AttrTaskIAMRoleHost       = "com.amazonaws.ecs.capability.task-iam-role-network-host"
 	AttrOSType                = "ecs.os-type"
 	AttrOSFamily              = "ecs.os-family"
 	AttrCPUArchitecture       = "ecs.cpu-architecture"
@@ -68,6 +70,9 @@ type Registration struct {
 	TaskENI bool
 	// Privileged registers the privileged-container capability (unless ECS_DISABLE_PRIVILEGED).
 	Privileged bool
+	// TaskIAMRole and TaskIAMRoleNetworkHost register the task-iam-role capabilities: containers get
+	// their task role's credentials (of host-network tasks too, for the second).
+	TaskIAMRole, TaskIAMRoleNetworkHost bool
 	// Attributes are the operator's ECS_INSTANCE_ATTRIBUTES; they win over Berth's on a name clash.
 	Attributes map[string]string
 }
@@ -173,6 +178,12 @@ func Attributes(r Registration, goarch string) (map[string]string, error) {
 	}
 	if r.TaskENI {
 		attrs[AttrTaskENI] = ""
+	}
+	if r.TaskIAMRole {
+		attrs[AttrTaskIAMRole] = ""
+		if r.TaskIAMRoleNetworkHost {
+			attrs[AttrTaskIAMRoleHost] = ""
+		}
 	}
 	if r.Privileged {
 		attrs[AttrPrivilegedContainer] = ""

@@ -20,6 +20,7 @@ import (
 	"github.com/berth-agent/berth/agent/app"
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/hostnat"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/version"
 )
@@ -36,6 +37,8 @@ commands:
   stop TASK    stop a task (ARN or ID) through the embedded control plane, follow it to STOPPED
   pull IMAGE   pull an image through the agent's pull path and print each attempt; exit 1 on failure
   version      print version, git hash and Go version
+  cleanup-task-endpoint-nat
+               remove the iptables rules (and route_localnet) that send 169.254.170.2:80 to the agent
 
 Run "berth agent -h" for the configuration flags.
 `
@@ -84,6 +87,13 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return runControlCommand(ctx, "stop", args, environ, stdout, stderr, stopTask)
 	case "version":
 		fmt.Fprintln(stdout, version.Get().String())
+		return 0
+	case "cleanup-task-endpoint-nat":
+		if err := hostnat.Remove(ctx, hostnat.Config{}); err != nil {
+			fmt.Fprintf(stderr, "berth cleanup-task-endpoint-nat: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, "task endpoint NAT removed: containers no longer reach 169.254.170.2")
 		return 0
 	case "help":
 		fmt.Fprint(stdout, usage)
