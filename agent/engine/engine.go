@@ -162,7 +162,7 @@ func New(cfg Config, d Docker, p Puller, auth dockerclient.AuthSource, store Sto
 	return &Engine{cfg: cfg, docker: d, puller: p, auth: auth, store: store, log: log, clock: cfg.Clock, retryDelay: time.Second,
 		resources: newResourceQueue(cfg.Resources), workers: map[string]*worker{}, byID: map[string]*worker{},
 		unknown: map[string]task.UnknownContainer{}, tokens: map[string]*worker{},
-		spawn:   make(chan *worker), done: make(chan struct{})}
+		spawn: make(chan *worker), done: make(chan struct{})}
 }
 
 func (e *Engine) hook(point string, t *task.Task) {
