@@ -246,6 +246,27 @@ func TestStreamFailuresReachReadersAndTheStreamReopens(t *testing.T) {
 	assert.Equal(t, 3, f.streamCount("abc"))
 }
 
+func TestDroppedStreamNobodyReadsIsNotReopened(t *testing.T) {
+	c, f, clock := newTestCache(t, Config{IdleTimeout: 10 * time.Second, BackoffMin: time.Minute, BackoffMax: time.Minute})
+	ctx := t.Context()
+	ch := statsAsync(ctx, c, "abc")
+	st := f.nextStream(t)
+	st.send(t, sample("abc", t0, 1, 1))
+	require.NoError(t, await(t, ch).err)
+
+	st.end(t, fmt.Errorf("stats of container %q: %w", "abc", dockerclient.ErrConnection))
+	require.NoError(t, clock.BlockUntilContext(ctx, 2), "the idle check and the backoff")
+	clock.Advance(10 * time.Second)
+	requireEventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.entries) == 0
+	}, "the idle entry to go")
+	clock.Advance(2 * time.Minute)
+	c.Close()
+	assert.Equal(t, 1, f.streamCount("abc"), "no stream reopened for nobody")
+}
+
 func TestCloseEndsEverything(t *testing.T) {
 	c, f, _ := newTestCache(t, Config{})
 	ctx := t.Context()
