@@ -18,7 +18,8 @@
 // inactivity watchdog, one overall deadline, shared pulls of one image, a
 // bound on concurrent pulls, ECS pull behaviours and progress logging.
 // Events (events.go) re-subscribes after a dropped stream and tells the
-// consumer with a synthetic event.
+// consumer with a synthetic event. ContainerStats (stats.go) streams a
+// container's stats and ends, with ErrNotRunning, when the container stops.
 package dockerclient
 
 import (
@@ -54,6 +55,7 @@ type Timeouts struct {
 	Version     time.Duration // version (30 s)
 	LoadImage   time.Duration // load image (10 m)
 	RemoveImage time.Duration // remove image (3 m)
+	Stats       time.Duration // the wait for a stats stream's headers, and its longest silence (30 s)
 }
 
 // DefaultTimeouts returns the ECS agent's time limits.
@@ -68,6 +70,7 @@ func DefaultTimeouts() Timeouts {
 		Version:     30 * time.Second,
 		LoadImage:   10 * time.Minute,
 		RemoveImage: 3 * time.Minute,
+		Stats:       30 * time.Second,
 	}
 }
 
@@ -78,6 +81,7 @@ func (t Timeouts) withDefaults() Timeouts {
 		{&t.Create, &d.Create}, {&t.Start, &d.Start}, {&t.Inspect, &d.Inspect},
 		{&t.Remove, &d.Remove}, {&t.StopMargin, &d.StopMargin}, {&t.List, &d.List},
 		{&t.Version, &d.Version}, {&t.LoadImage, &d.LoadImage}, {&t.RemoveImage, &d.RemoveImage},
+		{&t.Stats, &d.Stats},
 	} {
 		if *f.v <= 0 {
 			*f.v = *f.def
