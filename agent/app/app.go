@@ -105,7 +105,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	defer stopEngine()
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := servers.serve(gctx, g, eng, m, cp, cfg); err != nil {
+	if err := servers.serve(gctx, g, eng, client, m, cp, cfg); err != nil {
 		return err
 	}
 	g.Go(func() error { connect(gctx, cp, log); return nil })

@@ -12,7 +12,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/containerstats"
 	"github.com/berth-agent/berth/agent/controlplane"
+	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/hostnat"
@@ -92,13 +94,21 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 }
 
 // serve serves every listener in g until ctx ends.
-func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, m *metrics.Metrics, cp *controlplane.ControlPlane, cfg *config.Config) error {
+func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, docker *dockerclient.Client, m *metrics.Metrics,
+	cp *controlplane.ControlPlane, cfg *config.Config) error {
+	stats := containerstats.New(docker, containerstats.Config{Logger: s.log.With("component", "container_stats")})
 	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: taskendpoint.Instance{Cluster: cfg.Cluster},
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
-		Tasks:     eng, Credentials: cp.Credentials(), Logger: s.log.With("component", "task_endpoint")})
+		Tasks:     eng, Credentials: cp.Credentials(), Stats: stats, Logger: s.log.With("component", "task_endpoint")})
 	if err != nil {
+		stats.Close()
 		return fmt.Errorf("task endpoint: %w", err)
 	}
+	g.Go(func() error {
+		<-ctx.Done()
+		stats.Close()
+		return nil
+	})
 	intro := handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng}, eng, m.Handler())
 	g.Go(func() error { return serveHTTP(ctx, s.introspection, intro, "introspection API", s.log) })
 	g.Go(func() error { return serveHTTP(ctx, s.taskEndpoint, endpoint, "task endpoint", s.log) })

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/netip"
+	"sync"
 
 	"github.com/berth-agent/berth/agent/task"
 )
@@ -94,12 +95,30 @@ func (h *Handler) serveTaskStats(w http.ResponseWriter, r *http.Request, t *task
 		writeJSON(w, http.StatusInternalServerError, "Unable to get task stats for: "+t.Arn)
 		return
 	}
+	// Each container's first sample may take Docker about a second: they are asked for together, and
+	// a container that is not running is not asked (its stats are null).
 	out := make(map[string]json.RawMessage, len(t.Containers))
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
 	for _, c := range t.Containers {
 		if c.Pause || c.DockerID == "" {
 			continue
 		}
-		out[c.DockerID] = h.containerStats(r, c.DockerID)
+		out[c.DockerID] = nil
+		if c.KnownStatus != task.ContainerRunning {
+			continue
+		}
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			raw := h.containerStats(r, id)
+			mu.Lock()
+			out[id] = raw
+			mu.Unlock()
+		}(c.DockerID)
 	}
+	wg.Wait()
 	writeJSON(w, http.StatusOK, out)
 }
