@@ -162,6 +162,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		if err != nil {
 			return nil, resources, err
 		}
+		awsvpc.TaskBridgeReady = func(ctx context.Context) error { return installTaskBridgeNAT(ctx, cfg) }
 	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: hook, DisablePrivileged: cfg.PrivilegedDisabled,

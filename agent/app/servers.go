@@ -15,6 +15,7 @@ import (
 	"github.com/berth-agent/berth/agent/containerstats"
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/hostnat"
@@ -25,11 +26,20 @@ import (
 	"github.com/berth-agent/berth/agent/taskendpoint"
 )
 
+// installTaskBridgeNAT adds the awsvpc task bridge, which CNI makes with the first awsvpc task, to
+// the task endpoint's NAT; it is cheap when the bridge is in already.
+func installTaskBridgeNAT(ctx context.Context, cfg *config.Config) error {
+	return hostnat.Install(ctx, hostnat.Config{HostNetwork: cfg.TaskIAMRoleNetworkHost, TaskBridges: []string{ecscni.DefaultTaskBridge}})
+}
+
 // installTaskEndpointNAT makes the task endpoint reachable from bridge containers (and, with
 // ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST, from the host's own) at 169.254.170.2. Without it the agent
 // still runs tasks; their containers cannot reach their credentials or metadata, and the log says so.
 func installTaskEndpointNAT(ctx context.Context, cfg *config.Config, log *logger.Logger) {
 	nat := hostnat.Config{HostNetwork: cfg.TaskIAMRoleNetworkHost}
+	if _, err := net.InterfaceByName(ecscni.DefaultTaskBridge); err == nil && cfg.TaskENIEnabled {
+		nat.TaskBridges = []string{ecscni.DefaultTaskBridge}
+	}
 	if err := hostnat.Install(ctx, nat); err != nil {
 		log.Error("containers cannot reach the task endpoint at 169.254.170.2 (credentials, metadata)", "error", err)
 		return

@@ -43,6 +43,9 @@ type AWSVPCConfig struct {
 	AdditionalLocalRoutes []cnitypes.IPNet // routed through the task bridge
 	BlockIMDS             bool             // ECS_AWSVPC_BLOCK_IMDS
 	LocalSubnet           *cnitypes.IPNet  // local mode's stand-in for the ENI subnet (nil: ecscni's default)
+	// TaskBridgeReady, if set, is called after each task network is set up and before the task's
+	// containers start: the task bridge exists then, and its route to the task endpoint must work.
+	TaskBridgeReady func(ctx context.Context) error
 }
 
 // LeftoverRemover deletes the task networking whose task ID keep refuses, and names what it deleted;
@@ -113,6 +116,12 @@ func (w *worker) setupNetwork(ctx context.Context, pause *task.Container) error 
 		return fmt.Errorf("CNI setup of the task network: %w", err)
 	}
 	w.t.AWSVPC = &task.AWSVPC{NetNS: tn.NetNS, IPv4: res.ENIIPv4, BridgeIPv4: res.BridgeIPv4}
+	if ready := w.e.cfg.AWSVPC.TaskBridgeReady; ready != nil {
+		if err := ready(ctx); err != nil {
+			// The task runs; its containers cannot reach their credentials or metadata.
+			w.log.Error("the task endpoint is not reachable through the task bridge", "error", err)
+		}
+	}
 	pause.KnownStatus = task.ContainerResourcesProvisioned
 	w.log.Info("task network set up", "ipv4", res.ENIIPv4, "bridge_ipv4", res.BridgeIPv4)
 	w.commit(ctx)

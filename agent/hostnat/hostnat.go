@@ -17,8 +17,8 @@
 // thread, and /proc/sys/net is that thread's. The agent calls it from the host namespace; to act on
 // another one, call it inside ns.WithNetNSPath, as the tests do.
 //
-// Install, Remove and Check are not safe to run concurrently with each other on one namespace:
-// iptables serializes each command, not a sequence of them. A process killed in the middle of
+// Install, Remove and Check of one process run one at a time; two processes must not run them on
+// one namespace at once: iptables serializes each command, not a sequence of them. A process killed in the middle of
 // Install leaves a part of the rules, all in our chains or jumping to them: the next Install
 // completes them, Remove deletes them.
 //
@@ -37,11 +37,16 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"sync"
 
 	goiptables "github.com/coreos/go-iptables/iptables"
 
 	"github.com/berth-agent/berth/agent/errdefs"
 )
+
+// serial runs one Install, Remove or Check of this process at a time: awsvpc tasks set up
+// concurrently each ask for their bridge.
+var serial sync.Mutex
 
 // DefaultDockerBridge is the Docker bridge when Config.DockerBridge is empty.
 const DefaultDockerBridge = "docker0"
@@ -141,6 +146,8 @@ func newHost(cfg Config) (*host, error) {
 // names the step (and any undo that failed too). Stale rules it had already removed stay removed.
 // Every bridge must exist; a missing one wraps errdefs.ErrNotFound and changes nothing.
 func Install(ctx context.Context, cfg Config) error {
+	serial.Lock()
+	defer serial.Unlock()
 	h, err := newHost(cfg)
 	if err != nil {
 		return fmt.Errorf("install task endpoint NAT: %w", err)
@@ -155,6 +162,8 @@ func Install(ctx context.Context, cfg Config) error {
 //
 // It is meant for `berth cleanup-task-endpoint-nat`.
 func Remove(ctx context.Context, cfg Config) error {
+	serial.Lock()
+	defer serial.Unlock()
 	h, err := newHost(cfg)
 	if err != nil {
 		return fmt.Errorf("remove task endpoint NAT: %w", err)
@@ -169,6 +178,8 @@ func Remove(ctx context.Context, cfg Config) error {
 // ErrNotInstalled naming the first one missing, or another error when it could not look.
 // Rules of ours that cfg does not ask for do not count.
 func Check(ctx context.Context, cfg Config) error {
+	serial.Lock()
+	defer serial.Unlock()
 	h, err := newHost(cfg)
 	if err != nil {
 		return fmt.Errorf("check task endpoint NAT: %w", err)
