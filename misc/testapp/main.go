@@ -23,6 +23,18 @@
 //	                                           -read also requires one line from the peer and prints it
 //	listen      [-addr :9000] [-msg TEXT]      accept TCP connections, answer each with one line
 //	                                           (default "testapp host=<hostname>") and close it
+//	aws-identity [-creds-only] [-timeout 10s]  resolve credentials with the AWS SDK's default chain (in a
+//	                                           task: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI, the container
+//	                                           credentials provider) and print AccessKeyId= and
+//	                                           CredentialsSource=; then call sts:GetCallerIdentity
+//	                                           (AWS_ENDPOINT_URL_STS applies; region AWS_REGION, else
+//	                                           us-east-1) and print Account= and Arn=. -creds-only stops
+//	                                           after the credentials. Never prints the secret key or the
+//	                                           session token. Exit 1 (error on stderr) on failure. The
+//	                                           image has no CA certificates: STS must be an http:// stand-in
+//	metadata    [-path P] [-timeout 5s]        GET $ECS_CONTAINER_METADATA_URI_V4, or P below it (task,
+//	                                           stats, task/stats), and print the body; exit 1 (status and
+//	                                           body on stderr) unless it answers 200
 //	help                                       print this usage on stdout and exit 0
 //
 // Signals: in sleep, http, env -stay, write -stay and listen, SIGTERM or SIGINT
@@ -73,6 +85,10 @@ modes:
   connect     -addr HOST:PORT [-timeout 5s] [-read]
                                             exit 0 if a TCP connection succeeds, 1 otherwise
   listen      [-addr :9000] [-msg TEXT]     answer each TCP connection with one line
+  aws-identity [-creds-only] [-timeout 10s] print the AWS SDK's credentials (AccessKeyId only) and
+                                            sts:GetCallerIdentity's Account and Arn; exit 1 on failure
+  metadata    [-path task|stats|task/stats] [-timeout 5s]
+                                            print $ECS_CONTAINER_METADATA_URI_V4[/P]; exit 1 unless 200
   help                                      print this usage
 
 Run "testapp <mode> -h" for a mode's flags.
@@ -91,9 +107,11 @@ type options struct {
 	Content      string        // write -content
 	Wait         time.Duration // read -wait; 0 is forever
 	URL          string        // health -url
-	Timeout      time.Duration // health, connect -timeout
+	Timeout      time.Duration // health, connect, aws-identity, metadata -timeout
 	Read         bool          // connect -read
 	Msg          string        // listen -msg; "" is "testapp host=<hostname>"
+	CredsOnly    bool          // aws-identity -creds-only
+	MetaPath     string        // metadata -path
 }
 
 // errUsage reports arguments that cannot be run; the message says why.
@@ -169,6 +187,16 @@ var modeFlags = map[string]func(fs *flag.FlagSet, o *options) func() error{
 		fs.StringVar(&o.Addr, "addr", ":9000", "address to listen on")
 		fs.StringVar(&o.Msg, "msg", "", `line to answer with (default "testapp host=<hostname>")`)
 		return func() error { return required("-addr", o.Addr) }
+	},
+	"aws-identity": func(fs *flag.FlagSet, o *options) func() error {
+		fs.BoolVar(&o.CredsOnly, "creds-only", false, "only resolve the credentials and print their AccessKeyId")
+		fs.DurationVar(&o.Timeout, "timeout", 10*time.Second, "time for resolving the credentials and calling STS")
+		return func() error { return positive("-timeout", o.Timeout) }
+	},
+	"metadata": func(fs *flag.FlagSet, o *options) func() error {
+		fs.StringVar(&o.MetaPath, "path", "", "path below the endpoint: task, stats or task/stats (default: the container)")
+		fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "request timeout")
+		return func() error { return positive("-timeout", o.Timeout) }
 	},
 }
 
@@ -338,6 +366,16 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "testapp: listening on %s\n", ln.Addr())
 		if err := answerLines(ctx, ln, msg); err != nil {
+			return fail(err)
+		}
+		return 0
+	case "aws-identity":
+		if err := awsIdentity(ctx, stdout, o.CredsOnly, o.Timeout); err != nil {
+			return fail(err)
+		}
+		return 0
+	case "metadata":
+		if err := getMetadata(ctx, stdout, o.MetaPath, o.Timeout); err != nil {
 			return fail(err)
 		}
 		return 0

@@ -45,6 +45,12 @@ func TestParseArgs(t *testing.T) {
 			options{Mode: "connect", Addr: "db:5432", Timeout: 250 * time.Millisecond, Read: true}},
 		{[]string{"listen"}, options{Mode: "listen", Addr: ":9000"}},
 		{[]string{"listen", "-addr", ":7000", "-msg", "pong"}, options{Mode: "listen", Addr: ":7000", Msg: "pong"}},
+		{[]string{"aws-identity"}, options{Mode: "aws-identity", Timeout: 10 * time.Second}},
+		{[]string{"aws-identity", "-creds-only", "-timeout", "2s"},
+			options{Mode: "aws-identity", CredsOnly: true, Timeout: 2 * time.Second}},
+		{[]string{"metadata"}, options{Mode: "metadata", Timeout: 5 * time.Second}},
+		{[]string{"metadata", "-path", "task/stats", "-timeout", "1s"},
+			options{Mode: "metadata", MetaPath: "task/stats", Timeout: time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -81,6 +87,10 @@ func TestParseArgsRefuses(t *testing.T) {
 		{"connect", "-addr", "a:1", "-timeout", "0s"},
 		{"listen", "-addr", ""},
 		{"ignore-term", "now"},
+		{"aws-identity", "-timeout", "0"},
+		{"aws-identity", "sts"},
+		{"metadata", "-timeout", "-1s"},
+		{"metadata", "task"},
 	} {
 		if _, err := parseArgs(args, io.Discard); err == nil || errors.Is(err, flag.ErrHelp) {
 			t.Errorf("parseArgs(%q) = %v, want a usage error", args, err)
