@@ -26,6 +26,7 @@ import (
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/metrics"
 	"github.com/berth-agent/berth/agent/registryauth"
+	"github.com/berth-agent/berth/agent/rolecreds"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/statictasks"
 	"github.com/berth-agent/berth/agent/version"
@@ -66,7 +67,14 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err // nil when stopped while waiting: nothing was started
 	}
 	m := metrics.New()
-	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, opts.Hook, log)
+	// In local mode the agent assumes task roles itself (sts:AssumeRole with the host's credentials);
+	// in ecs mode ACS sends their credentials.
+	var roles *rolecreds.Provider
+	if cfg.Mode == config.ModeLocal {
+		roles = rolecreds.New(ctx, rolecreds.Config{Region: cfg.AWSRegion}, log.With("component", "role_credentials"))
+		defer roles.Close()
+	}
+	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, opts.Hook, log)
 	if err != nil {
 		return err
 	}
@@ -105,7 +113,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	defer stopEngine()
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := servers.serve(gctx, g, eng, client, m, cp, cfg); err != nil {
+	if err := servers.serve(gctx, g, eng, client, m, cp, roles, cfg); err != nil {
 		return err
 	}
 	g.Go(func() error { connect(gctx, cp, log); return nil })
@@ -149,7 +157,7 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 // newEngine builds the task engine with the host's resources and, with ECS_ENABLE_TASK_ENI, awsvpc
 // support (without it the engine refuses awsvpc tasks, saying how to enable them).
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
-	m *metrics.Metrics, hook engine.Hook, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
+	m *metrics.Metrics, roles *rolecreds.Provider, hook engine.Hook, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
 	resources, err := hostResources(cfg)
 	if err != nil {
 		return nil, resources, err
@@ -164,10 +172,14 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		}
 		awsvpc.TaskBridgeReady = func(ctx context.Context) error { return installTaskBridgeNAT(ctx, cfg) }
 	}
+	endpoint := engine.TaskEndpointConfig{URL: taskEndpointURL, Credentials: cfg.TaskIAMRoleEnabled,
+		HostNetwork: cfg.TaskIAMRoleNetworkHost, Region: cfg.AWSRegion}
+	if roles != nil {
+		endpoint.Roles = roles
+	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: hook, DisablePrivileged: cfg.PrivilegedDisabled,
-		TaskEndpoint: engine.TaskEndpointConfig{URL: taskEndpointURL, Credentials: cfg.TaskIAMRoleEnabled,
-			HostNetwork: cfg.TaskIAMRoleNetworkHost, Region: cfg.AWSRegion}},
+		TaskEndpoint: endpoint},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
 		auth, store, log)
 	m.CountTasks(eng.Tasks)

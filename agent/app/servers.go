@@ -23,6 +23,7 @@ import (
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/metrics"
+	"github.com/berth-agent/berth/agent/rolecreds"
 	"github.com/berth-agent/berth/agent/taskendpoint"
 )
 
@@ -105,11 +106,15 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 
 // serve serves every listener in g until ctx ends.
 func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, docker *dockerclient.Client, m *metrics.Metrics,
-	cp *controlplane.ControlPlane, cfg *config.Config) error {
+	cp *controlplane.ControlPlane, roles *rolecreds.Provider, cfg *config.Config) error {
 	stats := containerstats.New(docker, containerstats.Config{Logger: s.log.With("component", "container_stats")})
+	creds := taskendpoint.Sources{cp.Credentials()}
+	if roles != nil {
+		creds = append(creds, roles)
+	}
 	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: taskendpoint.Instance{Cluster: cfg.Cluster},
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
-		Tasks:     eng, Credentials: cp.Credentials(), Stats: stats, Logger: s.log.With("component", "task_endpoint")})
+		Tasks:     eng, Credentials: creds, Stats: stats, Logger: s.log.With("component", "task_endpoint")})
 	if err != nil {
 		stats.Close()
 		return fmt.Errorf("task endpoint: %w", err)

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -94,7 +95,7 @@ var ErrNoCredentials = errdefs.New(errdefs.ErrNotFound, "no such task role crede
 
 // TaskCredentials serves the task endpoint: the unexpired task role credentials with this ID.
 // Execution role credentials are the agent's own and are never served to containers.
-func (s *CredentialsStore) TaskCredentials(id string) (taskendpoint.Credentials, error) {
+func (s *CredentialsStore) TaskCredentials(_ context.Context, id string) (taskendpoint.Credentials, error) {
 	tc, ok := s.Get(id)
 	if !ok || tc.RoleType != acs.RoleTypeTaskApplication {
 		return taskendpoint.Credentials{}, ErrNoCredentials

@@ -33,13 +33,13 @@ type TaskEndpointConfig struct {
 	Roles RoleCredentials
 }
 
-// RoleCredentials provides a task role's credentials under an ID the engine chose.
+// RoleCredentials provides a task role's credentials under an ID the engine chose (*rolecreds.Provider).
 type RoleCredentials interface {
 	// Provide starts providing the credentials of roleArn under id for the task. It is called when
 	// the task reaches the engine, again after an agent restart, and must not block.
-	Provide(taskArn, roleType, roleArn, id string)
-	// Forget stops providing every credentials of the task; it is called once the task is cleaned up.
-	Forget(taskArn string)
+	Provide(taskArn, roleType, roleArn, id string) error
+	// Remove stops providing every credentials of the task; it is called once the task is cleaned up.
+	Remove(taskArn string)
 }
 
 // newEndpointID returns 128 random bits in hex: a credentials ID or metadata token nobody can guess.
@@ -71,11 +71,14 @@ func (e *Engine) provideRoles(t *task.Task) {
 	if roles == nil {
 		return
 	}
-	if t.RoleArn != "" {
-		roles.Provide(t.Arn, RoleTypeTask, t.RoleArn, t.CredentialsID)
-	}
-	if t.ExecutionRoleArn != "" {
-		roles.Provide(t.Arn, RoleTypeExecution, t.ExecutionRoleArn, t.ExecutionCredentialsID)
+	for _, r := range []struct{ roleType, arn, id string }{
+		{RoleTypeTask, t.RoleArn, t.CredentialsID}, {RoleTypeExecution, t.ExecutionRoleArn, t.ExecutionCredentialsID}} {
+		if r.arn == "" {
+			continue
+		}
+		if err := roles.Provide(t.Arn, r.roleType, r.arn, r.id); err != nil {
+			e.log.Error("the task's role gets no credentials", "task", t.Arn, "role_type", r.roleType, "role_arn", r.arn, "error", err)
+		}
 	}
 }
 

@@ -21,13 +21,14 @@ type fakeRoles struct {
 	forgotten []string
 }
 
-func (f *fakeRoles) Provide(taskArn, roleType, roleArn, id string) {
+func (f *fakeRoles) Provide(taskArn, roleType, roleArn, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.provided = append(f.provided, strings.Join([]string{taskArn, roleType, roleArn, id}, "|"))
+	return nil
 }
 
-func (f *fakeRoles) Forget(taskArn string) {
+func (f *fakeRoles) Remove(taskArn string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.forgotten = append(f.forgotten, taskArn)

@@ -481,7 +481,7 @@ func (e *Engine) forget(w *worker) {
 	ls := slices.Clone(e.listeners)
 	e.mu.Unlock()
 	if roles := e.cfg.TaskEndpoint.Roles; roles != nil {
-		roles.Forget(w.arn)
+		roles.Remove(w.arn)
 	}
 	for _, l := range ls {
 		l.TaskRemoved(w.arn)

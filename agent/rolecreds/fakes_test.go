@@ -237,3 +237,19 @@ func assertNoSecrets(t *testing.T, what, s string, ids ...string) {
 		require.NotContains(t, s, secret, "%s leaks a secret", what)
 	}
 }
+
+// Add, for the tests, makes the task's role of roleType (RoleTypeTaskApplication or RoleTypeTaskExecution) the role
+// roleArn and returns its credentials ID at once; the role is assumed in the background and kept
+// fresh until Remove. Adding the same role again returns the same ID; adding another roleArn for
+// the same task and role type replaces the old role (its ID is forgotten). It returns "" and does
+// nothing when roleArn is empty or the Provider is closed.
+func (p *Provider) Add(taskArn, roleType, roleArn string) string {
+	if roleArn == "" {
+		return ""
+	}
+	id, err := p.add(taskArn, roleType, roleArn, "")
+	if err != nil {
+		return ""
+	}
+	return id
+}

@@ -42,6 +42,7 @@ import (
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/taskendpoint"
 )
 
 // Role types, the same strings ACS uses for the two roles of a task.
@@ -186,33 +187,20 @@ func New(ctx context.Context, cfg Config, log *logger.Logger) *Provider {
 	return &Provider{cfg: cfg, log: log, ctx: ctx, byID: map[string]*role{}, byTask: map[string]map[string]*role{}}
 }
 
-// Add makes the task's role of roleType (RoleTypeTaskApplication or RoleTypeTaskExecution) the role
-// roleArn and returns its credentials ID at once; the role is assumed in the background and kept
-// fresh until Remove. Adding the same role again returns the same ID; adding another roleArn for
-// the same task and role type replaces the old role (its ID is forgotten). It returns "" and does
-// nothing when roleArn is empty or the Provider is closed.
-func (p *Provider) Add(taskArn, roleType, roleArn string) string {
-	if roleArn == "" {
-		return ""
-	}
-	id, err := p.add(taskArn, roleType, roleArn, "")
-	if err != nil {
-		return ""
-	}
-	return id
-}
-
-// Restore is Add with the ID the role had before the agent restarted, so that the containers
-// already running, which carry that ID, keep getting credentials. If the role is already added
-// under another ID, Restore replaces it. It fails, adding nothing, for an ID that is not 32 hex
+// Provide makes the task's role of roleType (RoleTypeTaskApplication or RoleTypeTaskExecution) the
+// role roleArn, served under id, and returns at once; the role is assumed in the background and kept
+// fresh until Remove. The caller chooses the ID and keeps it with the task, so that after an agent
+// restart the containers already running, which carry it, keep getting credentials. Providing the
+// same role again changes nothing; another role or ID for the same task and role type replaces the
+// old one. It fails, adding nothing, for an ID that is not 32 hex
 // digits (errdefs.ErrInvalidArgument), an ID in use by another task or role
 // (errdefs.ErrConflict), or a closed Provider (errdefs.ErrFailedPrecondition).
-func (p *Provider) Restore(taskArn, roleType, roleArn, id string) error {
+func (p *Provider) Provide(taskArn, roleType, roleArn, id string) error {
 	if roleArn == "" {
-		return fmt.Errorf("restore credentials of task %s (%s): %w: no role ARN", taskArn, roleType, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("provide credentials of task %s (%s): %w: no role ARN", taskArn, roleType, errdefs.ErrInvalidArgument)
 	}
 	if b, err := hex.DecodeString(id); err != nil || len(b) != 16 {
-		return fmt.Errorf("restore credentials of task %s (%s): %w: the ID is not 32 hex digits", taskArn, roleType, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("provide credentials of task %s (%s): %w: the ID is not 32 hex digits", taskArn, roleType, errdefs.ErrInvalidArgument)
 	}
 	_, err := p.add(taskArn, roleType, roleArn, strings.ToLower(id))
 	return err
@@ -337,6 +325,24 @@ func (p *Provider) Get(ctx context.Context, id string) (Credentials, error) {
 		return Credentials{}, fmt.Errorf("task role credentials %s of task %s (%s): %w: they expired at %s and are being refreshed",
 			short(id), r.taskArn, r.roleType, ErrNotReady, creds.Expiration.UTC().Format(time.RFC3339))
 	}
+}
+
+// TaskCredentials serves the task endpoint: the credentials of the task role with this ID, as Get
+// returns them. Execution roles are the agent's own and are never served to containers: their IDs
+// are unknown here.
+func (p *Provider) TaskCredentials(ctx context.Context, id string) (taskendpoint.Credentials, error) {
+	p.mu.Lock()
+	r := p.byID[id]
+	p.mu.Unlock()
+	if r == nil || r.roleType != RoleTypeTaskApplication {
+		return taskendpoint.Credentials{}, fmt.Errorf("task role credentials %s: %w", short(id), ErrUnknownID)
+	}
+	c, err := p.Get(ctx, id)
+	if err != nil {
+		return taskendpoint.Credentials{}, err
+	}
+	return taskendpoint.Credentials{RoleArn: c.RoleArn, AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey,
+		SessionToken: c.SessionToken, Expiration: c.Expiration}, nil
 }
 
 // keepFresh assumes r's role, then again before each set of credentials expires, and after a

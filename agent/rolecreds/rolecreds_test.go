@@ -323,7 +323,7 @@ func TestAddingAnotherRoleReplacesTheOld(t *testing.T) {
 func TestRestoreKeepsTheID(t *testing.T) {
 	p, _, _, _ := newProvider(t, Config{})
 	const id = "0123456789abcdef0123456789abcdef"
-	require.NoError(t, p.Restore(taskArn, RoleTypeTaskApplication, taskRole, id))
+	require.NoError(t, p.Provide(taskArn, RoleTypeTaskApplication, taskRole, id))
 	c, err := get(t, p, id)
 	require.NoError(t, err)
 	assert.Equal(t, taskRole, c.RoleArn)
@@ -339,7 +339,7 @@ func TestRestoreKeepsTheID(t *testing.T) {
 		{"ID of another role", taskArn, RoleTypeTaskExecution, execRole, id, errdefs.ErrConflict},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := p.Restore(tt.task, tt.roleType, tt.roleArn, tt.id)
+			err := p.Provide(tt.task, tt.roleType, tt.roleArn, tt.id)
 			assert.ErrorIs(t, err, tt.class)
 			assert.Equal(t, 1, p.Len())
 		})
@@ -442,7 +442,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	p.Close()
 	p.Close()
 	assert.Zero(t, p.Len())
-	assert.True(t, errdefs.IsFailedPrecondition(p.Restore(taskArn, RoleTypeTaskApplication, taskRole, id)))
+	assert.True(t, errdefs.IsFailedPrecondition(p.Provide(taskArn, RoleTypeTaskApplication, taskRole, id)))
 }
 
 func TestSessionName(t *testing.T) {

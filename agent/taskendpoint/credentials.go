@@ -1,6 +1,7 @@
 package taskendpoint
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -33,7 +34,7 @@ type credentialsError struct {
 }
 
 // serveCredentials answers /v1/credentials?id= (version 1) and /v2/credentials/ID (version 2).
-func (h *Handler) serveCredentials(w http.ResponseWriter, version int, id string) {
+func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, version int, id string) {
 	prefix := fmt.Sprintf("CredentialsV%dRequest: ", version)
 	fail := func(status int, code, msg string) {
 		writeJSON(w, status, credentialsError{Code: code, Message: prefix + msg, HTTPErrorCode: status})
@@ -43,7 +44,7 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, version int, id string
 		fail(http.StatusBadRequest, codeNoID, "No Credential ID in the request")
 		return
 	}
-	c, err := h.lookupCredentials(id)
+	c, err := h.lookupCredentials(r.Context(), id)
 	switch {
 	case errdefs.IsNotFound(err):
 		h.log.Debug("task credentials not found", "credentials_id", short(id), "api_version", version)
@@ -63,9 +64,9 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, version int, id string
 }
 
 // lookupCredentials asks the source, treating a missing source as one that knows no credentials.
-func (h *Handler) lookupCredentials(id string) (Credentials, error) {
+func (h *Handler) lookupCredentials(ctx context.Context, id string) (Credentials, error) {
 	if h.creds == nil {
 		return Credentials{}, fmt.Errorf("credentials %s: %w", short(id), errdefs.ErrNotFound)
 	}
-	return h.creds.TaskCredentials(id)
+	return h.creds.TaskCredentials(ctx, id)
 }

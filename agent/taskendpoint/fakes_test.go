@@ -57,7 +57,7 @@ type fakeCredentials struct {
 
 var _ taskendpoint.CredentialsSource = (*fakeCredentials)(nil)
 
-func (f *fakeCredentials) TaskCredentials(id string) (taskendpoint.Credentials, error) {
+func (f *fakeCredentials) TaskCredentials(_ context.Context, id string) (taskendpoint.Credentials, error) {
 	if err, ok := f.errs[id]; ok {
 		return taskendpoint.Credentials{}, err
 	}

@@ -70,7 +70,24 @@ type CredentialsSource interface {
 	// TaskCredentials returns the credentials with this ID. An error of class errdefs.ErrNotFound
 	// means there are none (the container is told the ID is invalid); any other error means they
 	// cannot be had now, and its text, which must hold no secret, is shown to the container.
-	TaskCredentials(id string) (Credentials, error)
+	TaskCredentials(ctx context.Context, id string) (Credentials, error)
+}
+
+// Sources serves credentials from the first of its sources that knows the ID: the control plane's
+// (ecs mode) and the agent's own (roles it assumes itself).
+type Sources []CredentialsSource
+
+// TaskCredentials asks each source in turn; an ID none knows is errdefs.ErrNotFound.
+func (s Sources) TaskCredentials(ctx context.Context, id string) (Credentials, error) {
+	err := errdefs.New(errdefs.ErrNotFound, "no such task role credentials")
+	for _, src := range s {
+		c, serr := src.TaskCredentials(ctx, id)
+		if serr == nil || !errdefs.IsNotFound(serr) {
+			return c, serr
+		}
+		err = serr
+	}
+	return Credentials{}, err
 }
 
 // TaskSource finds the task a request comes from. It must be safe for concurrent use and return
@@ -266,9 +283,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch rt.kind {
 	case credentialsV1:
-		h.serveCredentials(w, 1, r.URL.Query().Get("id"))
+		h.serveCredentials(w, r, 1, r.URL.Query().Get("id"))
 	case credentialsV2:
-		h.serveCredentials(w, 2, rt.arg)
+		h.serveCredentials(w, r, 2, rt.arg)
 	case v2Task, v2Container, v2TaskStats, v2ContainerStats:
 		h.serveV2(w, r, rt, src, srcOK)
 	default:
