@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	docker "github.com/fsouza/go-dockerclient"
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -108,9 +109,20 @@ func endpointGet(t *testing.T, path string) (int, map[string]any) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	out := map[string]any{}
-	require.NoError(t, json.Unmarshal(body, &out), "%s", body)
+	var v any
+	require.NoError(t, json.Unmarshal(body, &v), "%s", body)
+	out, _ := v.(map[string]any) // error answers of the metadata endpoints are JSON strings
 	return resp.StatusCode, out
+}
+
+// dockerInspect is what Docker says of a container.
+func dockerInspect(t *testing.T, id string) *docker.Container {
+	t.Helper()
+	dc, err := docker.NewClientFromEnv()
+	require.NoError(t, err)
+	c, err := dc.InspectContainerWithOptions(docker.InspectContainerOptions{ID: id})
+	require.NoError(t, err)
+	return c
 }
 
 // runContainer runs a throwaway container of the test image on the default bridge and returns its
@@ -238,4 +250,305 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 		assert.False(t, bytes.Contains(stateFile, []byte(secret)), "berth.db holds a secret")
 	}
 	assert.True(t, strings.Contains(string(logged), "task endpoint"), "the log is the agent's")
+}
+
+// stsStandIn answers sts:AssumeRole in STS's query protocol: credentials for any role but the one it
+// refuses (AccessDenied), each AccessKeyId it issued recorded.
+type stsStandIn struct {
+	refused string
+
+	mu     sync.Mutex
+	issued map[string]string // AccessKeyId → RoleArn
+}
+
+func (s *stsStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil || r.Form.Get("Action") != "AssumeRole" {
+		http.Error(w, "want AssumeRole", http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "text/xml")
+	role := r.Form.Get("RoleArn")
+	if role == s.refused || !strings.Contains(r.Header.Get("Authorization"), "Credential=AKIAHOSTHOSTHOST0000/") {
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, `<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type>Sender</Type>`+
+			`<Code>AccessDenied</Code><Message>User: host is not authorized to perform: sts:AssumeRole on resource: `+role+`</Message></Error>`+
+			`<RequestId>denied</RequestId></ErrorResponse>`)
+		return
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	key := "ASIALOCAL" + strings.ToUpper(hex.EncodeToString(b[:]))
+	s.mu.Lock()
+	s.issued[key] = role
+	s.mu.Unlock()
+	_, _ = io.WriteString(w, `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult><Credentials>`+
+		`<AccessKeyId>`+key+`</AccessKeyId><SecretAccessKey>local-secret-`+key+`</SecretAccessKey><SessionToken>local-token-`+key+`</SessionToken>`+
+		`<Expiration>`+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`</Expiration></Credentials>`+
+		`<AssumedRoleUser><AssumedRoleId>AROA:`+r.Form.Get("RoleSessionName")+`</AssumedRoleId><Arn>arn:aws:sts::000000000000:assumed-role/app/x</Arn></AssumedRoleUser>`+
+		`</AssumeRoleResult><ResponseMetadata><RequestId>ok</RequestId></ResponseMetadata></AssumeRoleResponse>`)
+}
+
+func (s *stsStandIn) roleOf(key string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.issued[key]
+}
+
+// probeTask is a static task whose essential container sleeps while a non-essential one, a real AWS
+// SDK, resolves its credentials through the container credentials provider and prints the key ID.
+func probeTask(t *testing.T, dir, family, networkMode, role string) {
+	t.Helper()
+	def := map[string]any{"family": family, "networkMode": networkMode, "taskRoleArn": role, "containerDefinitions": []map[string]any{
+		{"name": "app", "image": testappImage, "memory": 16, "command": []string{"sleep"}},
+		{"name": "probe", "image": testappImage, "memory": 32, "essential": false, "command": []string{"aws-identity", "-creds-only", "-timeout", "30s"}},
+	}}
+	data, err := json.Marshal(def)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, family+".json"), data, 0o600))
+}
+
+// probeDone returns the probe container of family once it has exited.
+func probeDone(ts []handlers.TaskResponse, family string) (handlers.ContainerResponse, bool) {
+	for _, tk := range ts {
+		if tk.Family != family {
+			continue
+		}
+		for _, c := range tk.Containers {
+			if c.Name == "probe" && c.KnownStatus == "STOPPED" && c.ExitCode != nil {
+				return c, true
+			}
+		}
+	}
+	return handlers.ContainerResponse{}, false
+}
+
+// TestIntegrationTaskRoleCredentialsLocalMode: in local mode the agent assumes each task's role with
+// the host's credentials (an STS stand-in reached through AWS_ENDPOINT_URL_STS), and a real SDK in a
+// bridge, a host-network and an awsvpc task gets them through 169.254.170.2. A role STS refuses
+// leaves its task running, the endpoint says why, and the log says it once.
+func TestIntegrationTaskRoleCredentialsLocalMode(t *testing.T) {
+	const allowed, refused = "arn:aws:iam::000000000000:role/app", "arn:aws:iam::000000000000:role/denied"
+	sts := &stsStandIn{refused: refused, issued: map[string]string{}}
+	stsServer := &http.Server{Handler: sts}
+	stsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = stsServer.Serve(stsLn) }()
+	t.Cleanup(func() { _ = stsServer.Close() })
+
+	env := newRecoveryEnv(t, buildBerth(t))
+	logFile := filepath.Join(t.TempDir(), "berth.log")
+	agent := env.start("AWS_ENDPOINT_URL_STS=http://"+stsLn.Addr().String(), "AWS_ACCESS_KEY_ID=AKIAHOSTHOSTHOST0000",
+		"AWS_SECRET_ACCESS_KEY=host-secret", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "ECS_LOGFILE="+logFile,
+		"ECS_ENABLE_TASK_ENI=true", "ECS_CNI_PLUGINS_PATH="+cniPlugins(t), "ECS_PAUSE_IMAGE_TARBALL="+os.Getenv("BERTH_PAUSE_TARBALL"),
+		"ECS_LOCAL_CONTROL_PLANE_ADDR="+freeAddr(t))
+	// Containers reach 169.254.170.2 only through the redirect: no task is written before it is in.
+	require.Eventually(t, func() bool {
+		return hostnat.Check(context.Background(), hostnat.Config{HostNetwork: true}) == nil
+	}, 30*time.Second, 100*time.Millisecond, "the agent installs the NAT redirect; log:\n%s", agent.out.String())
+
+	families := map[string]string{"role-bridge": "bridge", "role-host": "host", "role-awsvpc": "awsvpc"}
+	for family, mode := range families {
+		probeTask(t, env.tasksDir, family, mode, allowed)
+	}
+	probeTask(t, env.tasksDir, "role-denied", "bridge", refused)
+
+	ts := agent.waitTasks(3*time.Minute, "every probe has run", func(ts []handlers.TaskResponse) bool {
+		for _, f := range []string{"role-bridge", "role-host", "role-awsvpc", "role-denied"} {
+			if _, ok := probeDone(ts, f); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for family := range families {
+		probe, _ := probeDone(ts, family)
+		logs, err := exec.Command("docker", "logs", probe.DockerID).CombinedOutput()
+		require.NoError(t, err)
+		require.Equal(t, 0, *probe.ExitCode, "%s: the SDK got credentials: %s", family, logs)
+		key := ""
+		for line := range strings.SplitSeq(string(logs), "\n") {
+			if v, ok := strings.CutPrefix(line, "AccessKeyId="); ok {
+				key = v
+			}
+		}
+		assert.Equal(t, allowed, sts.roleOf(key), "%s: the key (%q) is one STS issued for the task's role", family, key)
+		assert.Contains(t, string(logs), "CredentialsSource=", family)
+	}
+
+	// The refused role: the task runs on, the endpoint says why, the log says it once.
+	denied, _ := probeDone(ts, "role-denied")
+	assert.NotEqual(t, 0, *denied.ExitCode, "no credentials for a refused role")
+	var deniedApp string
+	for _, tk := range ts {
+		if tk.Family == "role-denied" {
+			assert.Equal(t, "RUNNING", tk.KnownStatus, "the task still runs")
+			deniedApp = tk.Containers[0].DockerID
+		}
+	}
+	out, err := exec.Command("docker", "inspect", "--format", "{{json .Config.Env}}", deniedApp).Output()
+	require.NoError(t, err)
+	var envVars []string
+	require.NoError(t, json.Unmarshal(out, &envVars))
+	var uri string
+	for _, kv := range envVars {
+		if v, ok := strings.CutPrefix(kv, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI="); ok {
+			uri = v
+		}
+	}
+	require.NotEmpty(t, uri)
+	resp, err := http.Get("http://127.0.0.1:51679" + uri)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.GreaterOrEqual(t, resp.StatusCode, 400)
+	assert.Contains(t, string(body), "AccessDenied", "the endpoint says why")
+	agent.stop()
+	logged, err := os.ReadFile(logFile)
+	require.NoError(t, err)
+	assert.Equal(t, 1, strings.Count(string(logged), "AccessDenied"), "the refusal is logged once:\n%s", logged)
+	for key := range sts.issued {
+		assert.NotContains(t, string(logged), "local-secret-"+key, "no secret in the log")
+		assert.NotContains(t, string(logged), "local-token-"+key, "no session token in the log")
+	}
+}
+
+// TestIntegrationTaskMetadata checks the metadata endpoints field by field against Docker, for a
+// bridge and an awsvpc task: v4 and v3 by each container's token (from inside the containers and
+// from the host), v2 by the awsvpc task's address, and stats from one shared Docker stream.
+func TestIntegrationTaskMetadata(t *testing.T) {
+	env := newRecoveryEnv(t, buildBerth(t))
+	agent := env.start("AWS_EC2_METADATA_DISABLED=true", "ECS_ENABLE_TASK_ENI=true", "ECS_CNI_PLUGINS_PATH="+cniPlugins(t),
+		"ECS_PAUSE_IMAGE_TARBALL="+os.Getenv("BERTH_PAUSE_TARBALL"), "ECS_LOCAL_CONTROL_PLANE_ADDR="+freeAddr(t))
+	require.Eventually(t, func() bool {
+		return hostnat.Check(context.Background(), hostnat.Config{HostNetwork: true}) == nil
+	}, 30*time.Second, 100*time.Millisecond, "the agent installs the NAT redirect; log:\n%s", agent.out.String())
+
+	for family, mode := range map[string]string{"md-bridge": "bridge", "md-awsvpc": "awsvpc"} {
+		containers := []map[string]any{
+			{"name": "app", "image": testappImage, "memory": 16, "cpu": 64, "command": []string{"sleep"}},
+			{"name": "probe", "image": testappImage, "memory": 16, "essential": false, "command": []string{"metadata", "-path", "task"},
+				"dependsOn": []map[string]string{{"containerName": "app", "condition": "START"}}},
+		}
+		if mode == "awsvpc" {
+			containers = append(containers, map[string]any{"name": "v2", "image": testappImage, "memory": 16, "essential": false,
+				"command": []string{"health", "-url", "http://169.254.170.2/v2/metadata"}, "dependsOn": []map[string]string{{"containerName": "app", "condition": "START"}}})
+		}
+		data, err := json.Marshal(map[string]any{"family": family, "networkMode": mode, "containerDefinitions": containers})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(env.tasksDir, family+".json"), data, 0o600))
+	}
+	ts := agent.waitTasks(3*time.Minute, "the probes have run", func(ts []handlers.TaskResponse) bool {
+		_, a := probeDone(ts, "md-bridge")
+		_, b := probeDone(ts, "md-awsvpc")
+		return a && b
+	})
+
+	for _, family := range []string{"md-bridge", "md-awsvpc"} {
+		var tk handlers.TaskResponse
+		for _, x := range ts {
+			if x.Family == family {
+				tk = x
+			}
+		}
+		mode := strings.TrimPrefix(family, "md-")
+		app := tk.Containers[0]
+		require.Equal(t, "app", app.Name)
+		inspect := dockerInspect(t, app.DockerID)
+		token := ""
+		for _, kv := range inspect.Config.Env {
+			if v, ok := strings.CutPrefix(kv, "ECS_CONTAINER_METADATA_URI_V4=http://169.254.170.2/v4/"); ok {
+				token = v
+			}
+		}
+		require.Len(t, token, 32, "%s: the container has its metadata URI", family)
+		assert.Contains(t, inspect.Config.Env, "ECS_CONTAINER_METADATA_URI=http://169.254.170.2/v3/"+token)
+
+		// From inside: the probe printed its task.
+		probe, _ := probeDone(ts, family)
+		logs, err := exec.Command("docker", "logs", probe.DockerID).Output()
+		require.NoError(t, err)
+		require.Equal(t, 0, *probe.ExitCode, "%s: %s", family, logs)
+		var fromInside map[string]any
+		require.NoError(t, json.Unmarshal(logs, &fromInside), "%s", logs)
+		assert.Equal(t, tk.Arn, fromInside["TaskARN"], family)
+
+		// From the host, field by field.
+		status, c := endpointGet(t, "/v4/"+token)
+		require.Equal(t, http.StatusOK, status, "%v", c)
+		assert.Equal(t, app.DockerID, c["DockerId"])
+		assert.Equal(t, "app", c["Name"])
+		assert.Equal(t, strings.TrimPrefix(inspect.Name, "/"), c["DockerName"])
+		assert.Equal(t, testappImage, c["Image"])
+		assert.Equal(t, inspect.Image, c["ImageID"])
+		assert.Equal(t, tk.Arn, c["Labels"].(map[string]any)["com.amazonaws.ecs.task-arn"])
+		assert.Equal(t, "RUNNING", c["DesiredStatus"])
+		assert.Equal(t, "RUNNING", c["KnownStatus"])
+		assert.Equal(t, map[string]any{"CPU": float64(64), "Memory": float64(16)}, c["Limits"])
+		started, err := time.Parse(time.RFC3339Nano, c["StartedAt"].(string))
+		require.NoError(t, err)
+		assert.WithinDuration(t, inspect.State.StartedAt, started, time.Second)
+		assert.Equal(t, "NORMAL", c["Type"])
+		networks := c["Networks"].([]any)
+		require.Len(t, networks, 1)
+		network := networks[0].(map[string]any)
+		assert.Equal(t, mode, network["NetworkMode"])
+		addrs := network["IPv4Addresses"].([]any)
+		require.Len(t, addrs, 1)
+		if mode == "bridge" {
+			assert.Equal(t, inspect.NetworkSettings.IPAddress, addrs[0])
+		} else {
+			assert.NotEmpty(t, addrs[0])
+		}
+
+		status, task := endpointGet(t, "/v4/"+token+"/task")
+		require.Equal(t, http.StatusOK, status)
+		assert.Equal(t, "default", task["Cluster"])
+		assert.Equal(t, tk.Arn, task["TaskARN"])
+		assert.Equal(t, family, task["Family"])
+		assert.Equal(t, "1", task["Revision"])
+		assert.Equal(t, "RUNNING", task["DesiredStatus"])
+		assert.Equal(t, "RUNNING", task["KnownStatus"])
+		assert.Equal(t, "EC2", task["LaunchType"])
+		assert.NotEmpty(t, task["Containers"])
+
+		status, v3 := endpointGet(t, "/v3/"+token)
+		require.Equal(t, http.StatusOK, status)
+		assert.Equal(t, app.DockerID, v3["DockerId"])
+		assert.NotContains(t, v3, "LogDriver", "v3 has v3's shape")
+
+		// Stats: the first answer waits for Docker's first sample; later ones come from the shared stream.
+		for i, bound := range []time.Duration{2 * time.Second, time.Second, time.Second} {
+			start := time.Now()
+			status, stats := endpointGet(t, "/v4/"+token+"/stats")
+			took := time.Since(start)
+			require.Equal(t, http.StatusOK, status)
+			t.Logf("%s: /stats answer %d took %s", family, i+1, took.Round(time.Millisecond))
+			assert.Less(t, took, bound)
+			for _, k := range []string{"read", "preread", "pids_stats", "blkio_stats", "num_procs", "storage_stats", "cpu_stats", "precpu_stats", "memory_stats", "name", "id"} {
+				assert.Contains(t, stats, k)
+			}
+		}
+		status, taskStats := endpointGet(t, "/v4/"+token+"/task/stats")
+		require.Equal(t, http.StatusOK, status)
+		assert.Contains(t, taskStats, app.DockerID)
+	}
+
+	// v2 answered the awsvpc task's own container, found by its address.
+	v2, ok := func() (handlers.ContainerResponse, bool) {
+		for _, tk := range ts {
+			for _, c := range tk.Containers {
+				if tk.Family == "md-awsvpc" && c.Name == "v2" && c.ExitCode != nil {
+					return c, true
+				}
+			}
+		}
+		return handlers.ContainerResponse{}, false
+	}()
+	if assert.True(t, ok, "the v2 probe ran") {
+		logs, _ := exec.Command("docker", "logs", v2.DockerID).CombinedOutput()
+		assert.Equal(t, 0, *v2.ExitCode, "v2 metadata from the awsvpc task: %s", logs)
+	}
+	status, _ := endpointGet(t, "/v4/"+randomHex(t, 16))
+	assert.Equal(t, http.StatusNotFound, status, "an unknown token")
 }
