@@ -148,7 +148,6 @@ func TestRegisterContainerInstance(t *testing.T) {
 				AttrLoggingDriverPrefix + "awslogs":   "",
 				AttrContainerHealthCheck:              "",
 				AttrECRAuth:                           "",
-				AttrExecutionRoleECRPull:              "",
 				AttrContainerOrdering:                 "",
 				AttrDockerPluginLocal:                 "",
 				AttrOSType:                            "linux",
@@ -162,7 +161,8 @@ func TestRegisterContainerInstance(t *testing.T) {
 					t.Errorf("attribute %s = %q (present %v), want %q", k, got, ok, v)
 				}
 			}
-			for _, absent := range []string{AttrDockerRemoteAPIPrefix + "1.16", AttrDockerRemoteAPIPrefix + "1.42"} {
+			// Pulls with the execution role are not done yet: ECS must not place such tasks here.
+			for _, absent := range []string{AttrDockerRemoteAPIPrefix + "1.16", AttrDockerRemoteAPIPrefix + "1.42", "ecs.capability.execution-role-ecr-pull"} {
 				if _, ok := attrs[absent]; ok {
 					t.Errorf("attribute %s registered", absent)
 				}
