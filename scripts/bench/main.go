@@ -24,6 +24,9 @@
 //	        process and over the wire; its containers and the bare ones carry a per-run label, and
 //	        only those are removed. -ecs-keep keeps the agent's log and the bench's timeline;
 //	        -ecs-datadir-tmpfs (diagnostic) puts the agent's state on tmpfs to show what its fsyncs cost.
+//	endpoint the task endpoint: the agent's CPU while 50 containers each GET their /v4/<token>/task/stats
+//	        once a second, against the same agent idle (goal: < 5 % of one core more), the latency of
+//	        those answers and of /v4/<token>/task, next to Docker's own one-shot stats.
 package main
 
 import (
@@ -46,16 +49,17 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "run one section: pull, engine, memory, awsvpc, cp or ecs")
+	only := flag.String("only", "", "run one section: pull, engine, memory, awsvpc, cp, ecs or endpoint")
 	rounds := flag.Int("pull-rounds", 7, "measured pulls per side")
 	faultPulls := flag.Int("fault-pulls", 100, "pulls through the faulty proxy")
 	ecsRounds := flag.String("ecs-rounds", "1:15,20:8,50:5", "ecs section: tasks:rounds per size, comma-separated")
 	ecsKeep := flag.Bool("ecs-keep", false, "ecs section: keep the temp dir (agent log, state, bench timeline) and print its path")
 	ecsLogLevel := flag.String("ecs-loglevel", "info", "ecs section: the agent's ECS_LOGLEVEL")
 	ecsDataTmpfs := flag.Bool("ecs-datadir-tmpfs", false, "ecs section, diagnostic: the agent's ECS_DATADIR on tmpfs (/dev/shm), to see what its fsyncs cost")
+	endpointWindow := flag.Duration("endpoint-window", 30*time.Second, "endpoint section: how long CPU is measured, idle and polled")
 	flag.Parse()
-	if !slices.Contains([]string{"", "pull", "engine", "memory", "awsvpc", "cp", "ecs"}, *only) {
-		fail("-only %q: not a section (pull, engine, memory, awsvpc, cp, ecs)", *only)
+	if !slices.Contains([]string{"", "pull", "engine", "memory", "awsvpc", "cp", "ecs", "endpoint"}, *only) {
+		fail("-only %q: not a section (pull, engine, memory, awsvpc, cp, ecs, endpoint)", *only)
 	}
 	sizes, err := parseECSRounds(*ecsRounds)
 	if err != nil {
@@ -89,6 +93,9 @@ func main() {
 	}
 	if *only == "" || *only == "ecs" {
 		b.ecsMode(ctx, ecsOptions{sizes: sizes, keep: *ecsKeep, logLevel: *ecsLogLevel, dataTmpfs: *ecsDataTmpfs})
+	}
+	if *only == "" || *only == "endpoint" {
+		b.taskEndpoint(ctx, *endpointWindow)
 	}
 }
 
