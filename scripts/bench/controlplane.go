@@ -16,15 +16,15 @@ import (
 
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/ecsclient"
-	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/scripts/internal/ecsstandin"
 )
 
 // ecsCall sends one ECS JSON 1.1 operation to a control plane and decodes the answer.
 func ecsCall(endpoint, op string, in, out any) error {
-	return localcp.Call(context.Background(), http.DefaultClient, endpoint, op, in, out)
+	return ecsstandin.Call(context.Background(), endpoint, op, in, out)
 }
 
 // controlPlane measures the control plane's overhead: the real agent in local mode, a task run with
@@ -134,7 +134,7 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 		fail("%v", err)
 	}
 	defer os.RemoveAll(dir)
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(dir, "cp.db")}, logger.Nop())
+	srv, err := ecsstandin.NewControlPlane(filepath.Join(dir, "cp.db"))
 	if err != nil {
 		fail("%v", err)
 	}
@@ -147,8 +147,8 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	endpoint := "http://" + ln.Addr().String()
-	client, err := ecsclient.New(ctx, ecsclient.Config{Region: "us-east-1", Endpoint: endpoint,
-		Credentials: credentials.NewStaticCredentialsProvider("x", "x", ""), Cluster: benchCluster})
+	client, err := ecsclient.New(ctx, ecsclient.Config{Region: ecsstandin.Region, Endpoint: endpoint,
+		Credentials: credentials.NewStaticCredentialsProvider(ecsstandin.AccessKeyID, ecsstandin.SecretAccessKey, ""), Cluster: benchCluster})
 	if err != nil {
 		fail("%v", err)
 	}
