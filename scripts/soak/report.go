@@ -257,10 +257,10 @@ func (r *report) print(w io.Writer) {
 		if must == "0" && fmt.Sprint(v) != "0" {
 			mark = "  <-- FAIL"
 		}
-		fmt.Fprintf(w, "| %-62s | %10v | %-6s |%s\n", name, v, must, mark)
+		fmt.Fprintf(w, "| %-64s | %14v | %-4s |%s\n", name, v, must, mark)
 	}
-	fmt.Fprintf(w, "| %-62s | %10s | %-6s |\n", "check", "value", "must")
-	fmt.Fprintf(w, "|%s|%s|%s|\n", strings.Repeat("-", 64), strings.Repeat("-", 12), strings.Repeat("-", 8))
+	fmt.Fprintf(w, "| %-64s | %14s | %-4s |\n", "check", "value", "must")
+	fmt.Fprintf(w, "|%s|%s|%s|\n", strings.Repeat("-", 66), strings.Repeat("-", 16), strings.Repeat("-", 6))
 	row("tasks launched", r.tasks, "")
 	row("  stopped by the soak (StopTask)", r.stoppedBySoak, "")
 	row("  stopped by the agent first (e.g. dockerd restart killed them)", r.stoppedByAgent, "")

@@ -217,6 +217,19 @@ func (s *soak) run(ctx context.Context) (*report, error) {
 		return nil, err
 	}
 	go func() { defer bgWG.Done(); s.supervise(bg, first) }()
+	// Whatever happens, no agent outlives the run (the normal path has stopped it already).
+	defer func() {
+		stopBG()
+		bgWG.Wait()
+		s.mu.Lock()
+		cur := s.cur
+		s.mu.Unlock()
+		select {
+		case <-cur.exited:
+		default:
+			_ = cur.stop()
+		}
+	}()
 	if err := s.waitRegistered(ctx); err != nil {
 		return nil, err
 	}
