@@ -33,7 +33,10 @@ var statusNames = []string{"PENDING", "RUNNING", "STOPPED"}
 //     submission's containers;
 //   - a runtime ID change: a container reported with a Docker ID other than the one already accepted
 //     for it (ECS would take it for a replaced container);
-//   - an exit-code change: a STOPPED container reported again with another exit code.
+//   - an exit-code change: a STOPPED container reported again with another exit code;
+//   - RUNNING after an essential stop: a task first reported RUNNING when one of its containers (all
+//     the soak's are essential) has been reported STOPPED, in that submission or before: ECS would
+//     count a task whose essential container never ran, or already exited, as started.
 //
 // ECS takes an idempotent resend (the status it already has, nothing newer) without harm, so those
 // are counted apart (resends), split by whether the answer to the earlier acceptance was dropped by
@@ -49,6 +52,7 @@ type ledger struct {
 	contRegressions    int
 	runtimeIDChanges   int
 	exitCodeChanges    int
+	runningAfterStop   int
 	confusing          []string // details of the above, for the report
 	submissionsSeen    int
 	taskSubmissions    int
@@ -102,7 +106,7 @@ func (l *ledger) observe(s ecsstandin.Submission) {
 		t = &taskLedger{max: -1, containers: map[string]*containerLedger{}}
 		l.tasks[req.Task] = t
 	}
-	newer := false
+	newer, firstRunning := false, false
 	containers := req.Containers
 	if s.Op == "SubmitContainerStateChange" {
 		l.contSubmissions++
@@ -111,6 +115,7 @@ func (l *ledger) observe(s ecsstandin.Submission) {
 		l.taskSubmissions++
 		r := rank(req.Status)
 		t.ever[r] = true
+		firstRunning = r == 1 && r > t.max
 		switch {
 		case r < t.max:
 			l.taskRegressions++
@@ -146,6 +151,15 @@ func (l *ledger) observe(s ecsstandin.Submission) {
 				l.note("container %s of task %s reported STOPPED with exit code %d after %d was accepted", cc.ContainerName, ecsstandin.TaskID(req.Task), *cc.ExitCode, *c.exitCode)
 			}
 			c.exitCode = new(*cc.ExitCode)
+		}
+	}
+	if firstRunning {
+		for name, c := range t.containers {
+			if c.max == 2 {
+				l.runningAfterStop++
+				l.note("task %s first reported RUNNING with its essential container %s already STOPPED", ecsstandin.TaskID(req.Task), name)
+				break
+			}
 		}
 	}
 	if !newer {
@@ -191,7 +205,7 @@ func (l *ledger) everAccepted(arn string, r int) bool {
 func (l *ledger) repeated() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.taskRegressions + l.contRegressions + l.runtimeIDChanges + l.exitCodeChanges
+	return l.taskRegressions + l.contRegressions + l.runtimeIDChanges + l.exitCodeChanges + l.runningAfterStop
 }
 
 // statusChangeRE finds the engine's "task status changed" log lines (logfmt).

@@ -27,6 +27,9 @@ func TestLedger(t *testing.T) {
 			sub(`{"task":"`+arn+`","status":"RUNNING","containers":[{"containerName":"app","status":"RUNNING","runtimeId":"bbb"}]}`, false)}, 1, 0, 1},
 		{"another exit code", []ecsstandin.Submission{sub(stopped, false),
 			sub(`{"task":"`+arn+`","status":"STOPPED","containers":[{"containerName":"app","status":"STOPPED","exitCode":1}]}`, false)}, 1, 0, 1},
+		{"RUNNING with an essential container STOPPED", []ecsstandin.Submission{
+			sub(`{"task":"`+arn+`","status":"PENDING","containers":[{"containerName":"app","status":"RUNNING","runtimeId":"aaa"}]}`, false),
+			sub(`{"task":"`+arn+`","status":"RUNNING","containers":[{"containerName":"side","status":"STOPPED"}]}`, false)}, 1, 0, 0},
 		{"container change re-stating the task", []ecsstandin.Submission{sub(running, false),
 			sub(`{"task":"`+arn+`","status":"RUNNING","containers":[{"containerName":"app","status":"STOPPED","exitCode":1}]}`, false)}, 0, 0, 0},
 	}
