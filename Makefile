@@ -10,7 +10,7 @@ LDFLAGS := -X $(PKG)/agent/version.GitHash=$(GIT_HASH)
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision images cni-plugins lint fmt vet staticcheck clean bench fuzz
+.PHONY: all build run test unit integration provision images cni-plugins lint fmt vet staticcheck clean bench fuzz soak
 
 all: build
 
@@ -53,6 +53,12 @@ test: images cni-plugins lint
 # go run ./scripts/bench -only ecs (pull, engine, memory, awsvpc, cp, ecs; see scripts/bench/main.go).
 bench: images cni-plugins
 	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) $(GO) run ./scripts/bench
+
+# The chaos soak (10 minutes; SOAK_FLAGS="-duration 30m" to change it): the real agent SIGKILLed and
+# restarted, dockerd restarted twice, control-plane connections cut, while tasks come and go; prints a
+# table and fails when a row that must be 0 is not. Not part of test, which runs a one-minute version.
+soak: images
+	$(GO) run ./scripts/soak $(SOAK_FLAGS)
 
 # Unit tests only: no Docker, no root.
 unit:

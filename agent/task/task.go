@@ -292,15 +292,20 @@ func (t *Task) RefusePrivileged() error {
 }
 
 // DeriveKnownStatus computes the task's known status from its containers: the lowest status every
-// container has reached, counting a stopped container as having passed every earlier status; STOPPED
-// once every container is stopped. It never moves the task's status backwards.
+// container has reached, counting a stopped non-essential container as having passed every earlier
+// status; STOPPED once every container is stopped. Once an essential container is stopped the task
+// does not move until every container is stopped (as in the ECS agent): a task whose essential
+// container never ran is not RUNNING. It never moves the task's status backwards.
 func (t *Task) DeriveKnownStatus() TaskStatus {
 	if len(t.Containers) == 0 {
 		return t.KnownStatus
 	}
-	allStopped := true
+	allStopped, essentialStopped := true, false
 	lowest := TaskRunning
 	for _, c := range t.Containers {
+		if c.KnownStatus == ContainerStopped && c.Essential {
+			essentialStopped = true
+		}
 		if c.KnownStatus != ContainerStopped {
 			allStopped = false
 			if s := taskStatusOf(c.KnownStatus); s < lowest {
@@ -309,8 +314,11 @@ func (t *Task) DeriveKnownStatus() TaskStatus {
 		}
 	}
 	derived := lowest
-	if allStopped {
+	switch {
+	case allStopped:
 		derived = TaskStopped
+	case essentialStopped:
+		return t.KnownStatus
 	}
 	if derived < t.KnownStatus {
 		return t.KnownStatus

@@ -44,25 +44,29 @@ func mustJSON(t *testing.T, v any) string {
 
 func TestDeriveKnownStatus(t *testing.T) {
 	tests := []struct {
-		name     string
-		current  TaskStatus
-		statuses []ContainerStatus
-		pause    int // index of the pause container, -1 for none
-		want     TaskStatus
+		name      string
+		current   TaskStatus
+		statuses  []ContainerStatus
+		pause     int // index of the pause container, -1 for none
+		essential int // index of an essential container, -1 for none
+		want      TaskStatus
 	}{
-		{name: "all none", statuses: []ContainerStatus{ContainerNone, ContainerNone}, pause: -1, want: TaskNone},
-		{name: "lowest wins", statuses: []ContainerStatus{ContainerRunning, ContainerCreated}, pause: -1, want: TaskCreated},
-		{name: "all running", statuses: []ContainerStatus{ContainerRunning, ContainerRunning}, pause: -1, want: TaskRunning},
-		{name: "pause provisioned counts as running", statuses: []ContainerStatus{ContainerResourcesProvisioned, ContainerRunning}, pause: 0, want: TaskRunning},
-		{name: "a stopped container does not hold the task back", statuses: []ContainerStatus{ContainerStopped, ContainerRunning}, pause: -1, want: TaskRunning},
-		{name: "all stopped", statuses: []ContainerStatus{ContainerStopped, ContainerStopped}, pause: -1, want: TaskStopped},
-		{name: "never backwards", current: TaskRunning, statuses: []ContainerStatus{ContainerCreated, ContainerRunning}, pause: -1, want: TaskRunning},
+		{name: "all none", statuses: []ContainerStatus{ContainerNone, ContainerNone}, pause: -1, essential: -1, want: TaskNone},
+		{name: "lowest wins", statuses: []ContainerStatus{ContainerRunning, ContainerCreated}, pause: -1, essential: -1, want: TaskCreated},
+		{name: "all running", statuses: []ContainerStatus{ContainerRunning, ContainerRunning}, pause: -1, essential: -1, want: TaskRunning},
+		{name: "pause provisioned counts as running", statuses: []ContainerStatus{ContainerResourcesProvisioned, ContainerRunning}, pause: 0, essential: -1, want: TaskRunning},
+		{name: "a stopped container does not hold the task back", statuses: []ContainerStatus{ContainerStopped, ContainerRunning}, pause: -1, essential: -1, want: TaskRunning},
+		{name: "all stopped", statuses: []ContainerStatus{ContainerStopped, ContainerStopped}, pause: -1, essential: -1, want: TaskStopped},
+		{name: "never backwards", current: TaskRunning, statuses: []ContainerStatus{ContainerCreated, ContainerRunning}, pause: -1, essential: -1, want: TaskRunning},
+		{name: "a stopped essential container holds the task where it is", current: TaskPulled, statuses: []ContainerStatus{ContainerStopped, ContainerRunning}, pause: -1, essential: 0, want: TaskPulled},
+		{name: "a stopped essential container does not move a running task back", current: TaskRunning, statuses: []ContainerStatus{ContainerStopped, ContainerRunning}, pause: -1, essential: 0, want: TaskRunning},
+		{name: "all stopped with an essential one", current: TaskPulled, statuses: []ContainerStatus{ContainerStopped, ContainerStopped}, pause: -1, essential: 0, want: TaskStopped},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tk := &Task{KnownStatus: tt.current}
 			for i, s := range tt.statuses {
-				tk.Containers = append(tk.Containers, &Container{Name: string(rune('a' + i)), KnownStatus: s, Pause: i == tt.pause})
+				tk.Containers = append(tk.Containers, &Container{Name: string(rune('a' + i)), KnownStatus: s, Pause: i == tt.pause, Essential: i == tt.essential})
 			}
 			assert.Equal(t, tt.want, tk.DeriveKnownStatus())
 		})

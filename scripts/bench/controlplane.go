@@ -15,18 +15,15 @@ import (
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/localauth"
-	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/scripts/internal/ecsstandin"
 )
 
-// benchKeys sign the bench's requests to the control planes it hosts, and the agent's in ecs mode.
-var benchKeys = localauth.Keys{AccessKeyID: "BKIABENCHBENCHBENCH0", SecretAccessKey: "berth-bench-secret-berth-bench-secret-00"}
-
-// ecsCall sends one ECS JSON 1.1 operation, signed with keys, to a control plane and decodes the answer.
+// ecsCall sends one ECS JSON 1.1 operation to a control plane and decodes the answer.
 func ecsCall(endpoint string, keys localauth.Keys, op string, in, out any) error {
-	return localcp.Call(context.Background(), http.DefaultClient, endpoint, keys, op, in, out)
+	return ecsstandin.Call(context.Background(), endpoint, keys, op, in, out)
 }
 
 // controlPlane measures the control plane's overhead: the real agent in local mode, a task run with
@@ -138,7 +135,7 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 		fail("%v", err)
 	}
 	defer os.RemoveAll(dir)
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(dir, "cp.db"), Keys: benchKeys}, logger.Nop())
+	srv, err := ecsstandin.NewControlPlane(filepath.Join(dir, "cp.db"))
 	if err != nil {
 		fail("%v", err)
 	}
@@ -151,8 +148,8 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	endpoint := "http://" + ln.Addr().String()
-	client, err := ecsclient.New(ctx, ecsclient.Config{Region: "us-east-1", Endpoint: endpoint,
-		Credentials: benchKeys.Provider(), Cluster: benchCluster})
+	client, err := ecsclient.New(ctx, ecsclient.Config{Region: ecsstandin.Region, Endpoint: endpoint,
+		Credentials: ecsstandin.Keys.Provider(), Cluster: benchCluster})
 	if err != nil {
 		fail("%v", err)
 	}
@@ -160,7 +157,7 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 		fail("register: %v", err)
 	}
 	def := map[string]any{"family": "ratebench", "containerDefinitions": []map[string]any{{"name": "c", "image": testImage, "memory": 16}}}
-	if err := ecsCall(endpoint, benchKeys, "RegisterTaskDefinition", def, nil); err != nil {
+	if err := ecsCall(endpoint, ecsstandin.Keys, "RegisterTaskDefinition", def, nil); err != nil {
 		fail("%v", err)
 	}
 	var arns []string
@@ -170,7 +167,7 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 				TaskArn string `json:"taskArn"`
 			} `json:"tasks"`
 		}
-		if err := ecsCall(endpoint, benchKeys, "RunTask", map[string]any{"cluster": benchCluster, "taskDefinition": "ratebench", "count": 10}, &ran); err != nil {
+		if err := ecsCall(endpoint, ecsstandin.Keys, "RunTask", map[string]any{"cluster": benchCluster, "taskDefinition": "ratebench", "count": 10}, &ran); err != nil {
 			fail("%v", err)
 		}
 		for _, t := range ran.Tasks {

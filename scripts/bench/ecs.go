@@ -18,6 +18,8 @@ import (
 
 	docker "github.com/fsouza/go-dockerclient"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/berth-agent/berth/scripts/internal/ecsstandin"
 )
 
 // The ecs section drives the real berth binary as a process and talks to it only the way ECS does
@@ -69,7 +71,7 @@ type ecsOptions struct {
 // ecsRun is one run of the ecs section.
 type ecsRun struct {
 	dc       *docker.Client
-	cp       *ecsStandIn
+	cp       *ecsstandin.StandIn
 	agent    *berthProcess
 	cluster  string
 	runID    string
@@ -130,7 +132,7 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 	if err := buildAgent(ctx, bin); err != nil {
 		return err
 	}
-	cp, err := startStandIn(dir)
+	cp, err := ecsstandin.Start(dir, ecsstandin.Options{})
 	if err != nil {
 		return fmt.Errorf("stand-in ECS endpoint: %w", err)
 	}
@@ -154,7 +156,7 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 		defer os.RemoveAll(d)
 		dataDir, dataWhere = d, "ON TMPFS (diagnostic: no fsync cost)"
 	}
-	env := agentEnv(dir, dataDir, r.cluster, cp.endpoint, opts.logLevel)
+	env := agentEnv(dir, dataDir, r.cluster, cp.Endpoint, opts.logLevel)
 	if err := checkECSMode(ctx, bin, env); err != nil {
 		return err
 	}
@@ -187,12 +189,12 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 	def := map[string]any{"family": ecsFamily, "containerDefinitions": []map[string]any{{
 		"name": "c", "image": testImage, "memory": 16, "essential": true, "command": []string{"sleep"}, "stopTimeout": 5,
 		"dockerLabels": map[string]string{labelBenchRun: r.runID}}}}
-	if err := cp.call(ctx, "RegisterTaskDefinition", def, nil); err != nil {
+	if err := cp.Call(ctx, "RegisterTaskDefinition", def, nil); err != nil {
 		return err
 	}
 
 	where := "on tmpfs"
-	if cp.tmpfs == "" {
+	if cp.Tmpfs == "" {
 		where = "on disk (no /dev/shm)"
 	}
 	fmt.Printf("ecs: berth in ecs mode (pid %d, ECS_DATADIR %s) against a stand-in ECS endpoint on 127.0.0.1 (localcp, state %s,\n",
@@ -268,7 +270,7 @@ func (r *ecsRun) waitReady(ctx context.Context) error {
 		var list struct {
 			ContainerInstanceArns []string `json:"containerInstanceArns"`
 		}
-		err := r.cp.call(ctx, "ListContainerInstances", map[string]any{"cluster": r.cluster}, &list)
+		err := r.cp.Call(ctx, "ListContainerInstances", map[string]any{"cluster": r.cluster}, &list)
 		if err == nil && len(list.ContainerInstanceArns) > 0 {
 			break
 		}
@@ -278,7 +280,7 @@ func (r *ecsRun) waitReady(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return r.cp.relay.waitSession(ctx)
+	return r.cp.Relay.WaitSession(ctx)
 }
 
 // berthRound runs n tasks through the agent, stops them and removes their containers. res, if
@@ -289,7 +291,7 @@ func (r *ecsRun) berthRound(ctx context.Context, n int, res *ecsResult) (time.Du
 	if err != nil {
 		return 0, err
 	}
-	r.cp.relay.hold()
+	r.cp.Relay.Hold()
 	start := time.Now()
 	var arns, ids []string
 	for len(arns) < n {
@@ -302,24 +304,24 @@ func (r *ecsRun) berthRound(ctx context.Context, n int, res *ecsResult) (time.Du
 			} `json:"failures"`
 		}
 		count := min(10, n-len(arns)) // RunTask starts at most 10 tasks per call, as in ECS
-		if err := r.cp.call(ctx, "RunTask", map[string]any{"cluster": r.cluster, "taskDefinition": ecsFamily, "count": count}, &ran); err != nil {
+		if err := r.cp.Call(ctx, "RunTask", map[string]any{"cluster": r.cluster, "taskDefinition": ecsFamily, "count": count}, &ran); err != nil {
 			return 0, err
 		}
 		if len(ran.Tasks) != count {
 			return 0, fmt.Errorf("RunTask started %d of %d tasks: %+v", len(ran.Tasks), count, ran.Failures)
 		}
 		for _, t := range ran.Tasks {
-			arns, ids = append(arns, t.TaskArn), append(ids, taskID(t.TaskArn))
+			arns, ids = append(arns, t.TaskArn), append(ids, ecsstandin.TaskID(t.TaskArn))
 		}
 	}
 	wctx, cancel := context.WithTimeoutCause(ctx, 30*time.Second, errors.New("30 s"))
-	payloads, sentAt, err := r.cp.relay.release(wctx, arns)
+	payloads, sentAt, err := r.cp.Relay.Release(wctx, arns)
 	cancel()
 	if err != nil {
 		return 0, err
 	}
 	wctx, cancel = context.WithTimeoutCause(ctx, 3*time.Minute, errors.New("3 min"))
-	last, err := r.cp.states.wait(wctx, ids, "RUNNING")
+	last, err := r.cp.States.Wait(wctx, ids, "RUNNING")
 	cancel()
 	if err != nil {
 		return 0, err
@@ -341,12 +343,12 @@ func (r *ecsRun) berthRound(ctx context.Context, n int, res *ecsResult) (time.Du
 	}
 
 	for _, arn := range arns {
-		if err := r.cp.call(ctx, "StopTask", map[string]any{"cluster": r.cluster, "task": arn, "reason": "bench round done"}, nil); err != nil {
+		if err := r.cp.Call(ctx, "StopTask", map[string]any{"cluster": r.cluster, "task": arn, "reason": "bench round done"}, nil); err != nil {
 			return 0, err
 		}
 	}
 	wctx, cancel = context.WithTimeoutCause(ctx, 2*time.Minute, errors.New("2 min"))
-	_, err = r.cp.states.wait(wctx, ids, "STOPPED")
+	_, err = r.cp.States.Wait(wctx, ids, "STOPPED")
 	cancel()
 	if err != nil {
 		return 0, err
@@ -382,7 +384,7 @@ func (r *ecsRun) checkStatus(ctx context.Context, arns []string, status string) 
 			LastStatus string `json:"lastStatus"`
 		} `json:"tasks"`
 	}
-	if err := r.cp.call(ctx, "DescribeTasks", map[string]any{"cluster": r.cluster, "tasks": arns}, &d); err != nil {
+	if err := r.cp.Call(ctx, "DescribeTasks", map[string]any{"cluster": r.cluster, "tasks": arns}, &d); err != nil {
 		return err
 	}
 	ok := 0
@@ -521,6 +523,6 @@ func (r *ecsRun) print(results []*ecsResult) {
 	if rss > 0 {
 		fmt.Printf("  berth resident memory with 50 tasks running %.1f MiB (VmRSS, max over rounds)   goal <= 30 MiB\n", rss)
 	}
-	sessions, received, sent := r.cp.relay.counts()
+	sessions, received, sent := r.cp.Relay.Counts()
 	fmt.Printf("  ACS: %d session(s); %d PayloadMessages from localcp, %d to the agent\n", sessions, received, sent)
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/berth-agent/berth/scripts/internal/ecsstandin"
 )
 
 // berthProcess is the berth binary running as a child process of the bench.
@@ -33,11 +35,7 @@ func agentEnv(dir, dataDir, cluster, endpoint, logLevel string) []string {
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + dir,
 		"ECS_CLUSTER=" + cluster,
-		"AWS_DEFAULT_REGION=us-east-1",
 		"ECS_BACKEND_HOST=" + endpoint,
-		"AWS_ACCESS_KEY_ID=" + benchKeys.AccessKeyID,
-		"AWS_SECRET_ACCESS_KEY=" + benchKeys.SecretAccessKey,
-		"AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=" + filepath.Join(dir, "aws-config-none"),
 		"AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(dir, "aws-credentials-none"),
 		"ECS_ENV_FILE=/dev/null",
@@ -50,6 +48,7 @@ func agentEnv(dir, dataDir, cluster, endpoint, logLevel string) []string {
 		"ECS_INTROSPECTION_ADDR=" + freeLoopback(),
 		"ECS_IMAGE_PULL_BEHAVIOR=prefer-cached",
 	}
+	env = append(env, ecsstandin.AgentCredentialsEnv()...)
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
 		env = append(env, "DOCKER_HOST="+h)
 	}

@@ -12,7 +12,7 @@
 //	awsvpc  time to RUNNING of an awsvpc task vs the same task in bridge mode, and CNI ADD's share.
 //	cp      RunTask returned -> DescribeTasks RUNNING through the real agent vs the engine alone, and
 //	        the state changes per second delivered to the embedded control plane.
-//	ecs     the berth binary in ecs mode (ECS_CLUSTER, AWS_DEFAULT_REGION, ECS_BACKEND_HOST, dummy
+//	ecs     the berth binary in ecs mode (ECS_CLUSTER, AWS_DEFAULT_REGION, ECS_BACKEND_HOST, the stand-in's test
 //	        credentials, no IMDS) against a stand-in ECS endpoint on loopback: agent/localcp served in
 //	        this process behind a front that records each accepted SubmitTaskStateChange and relays
 //	        ACS, merging the payloads of the RunTask calls (at most 10 tasks each) into one
