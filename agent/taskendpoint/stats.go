@@ -98,27 +98,28 @@ func (h *Handler) serveTaskStats(w http.ResponseWriter, r *http.Request, t *task
 	// Each container's first sample may take Docker about a second: they are asked for together, and
 	// a container that is not running is not asked (its stats are null).
 	out := make(map[string]json.RawMessage, len(t.Containers))
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
+	var running []string
 	for _, c := range t.Containers {
 		if c.Pause || c.DockerID == "" {
 			continue
 		}
 		out[c.DockerID] = nil
-		if c.KnownStatus != task.ContainerRunning {
-			continue
+		if c.KnownStatus == task.ContainerRunning {
+			running = append(running, c.DockerID)
 		}
+	}
+	stats := make([]json.RawMessage, len(running))
+	var wg sync.WaitGroup
+	for i, id := range running {
 		wg.Add(1)
-		go func(id string) {
+		go func() {
 			defer wg.Done()
-			raw := h.containerStats(r, id)
-			mu.Lock()
-			out[id] = raw
-			mu.Unlock()
-		}(c.DockerID)
+			stats[i] = h.containerStats(r, id)
+		}()
 	}
 	wg.Wait()
+	for i, id := range running {
+		out[id] = stats[i]
+	}
 	writeJSON(w, http.StatusOK, out)
 }
