@@ -148,8 +148,15 @@ func TestEndpointEnv(t *testing.T) {
 func TestByAddress(t *testing.T) {
 	h := newHarness(t, testConfig())
 	tk := newTask("arn:aws:ecs:r:1:task/c/addr", ctr("app"))
+	tk.AWSVPC = &task.AWSVPC{IPv4: "172.31.250.7", BridgeIPv4: "169.254.172.9"}
 	h.add(tk)
 	h.waitStatus(tk.Arn, task.TaskRunning)
+	for _, addr := range []string{"169.254.172.9", "172.31.250.7", "::ffff:169.254.172.9"} {
+		got, ok := h.engine.ByAddress(netip.MustParseAddr(addr))
+		if assert.True(t, ok, addr) {
+			assert.Equal(t, tk.Arn, got.Arn)
+		}
+	}
 	_, ok := h.engine.ByAddress(netip.MustParseAddr("10.9.8.7"))
 	assert.False(t, ok)
 }
