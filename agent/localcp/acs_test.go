@@ -12,9 +12,11 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/berth-agent/berth/agent/acs"
 	"github.com/berth-agent/berth/agent/localauth"
+	"github.com/berth-agent/berth/agent/task"
 )
 
 type acsClient struct {
@@ -96,6 +98,17 @@ func (c *acsClient) ack(p *acs.PayloadMessage) {
 	c.send(&acs.AckRequest{Cluster: p.ClusterArn, ContainerInstance: p.ContainerInstanceArn, MessageID: p.MessageID})
 }
 
+// waitAcked waits until the control plane has recorded the agent's ack of a task's desired status:
+// acks are read asynchronously, and a connection opened before would be sent the task again.
+func waitAcked(t *testing.T, h *harness, arn string, desired task.TaskStatus) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var rec taskRecord
+		err := h.srv.db.View(func(tx *bolt.Tx) error { return get(tx, bucketTasks, arn, &rec) })
+		return err == nil && rec.AckedDesired >= desired
+	}, 10*time.Second, 5*time.Millisecond, "the ack of %s is recorded", arn)
+}
+
 func TestACS(t *testing.T) {
 	h := newHarness(t)
 	ts := httptest.NewServer(h.srv.Handler())
@@ -159,6 +172,7 @@ func TestACS(t *testing.T) {
 	agent.sendRaw(`{"type":"AckRequest","message":{"messageId":7}}`)
 	agent.ack(p)
 	agent.ack(p2)
+	waitAcked(t, h, after, task.TaskRunning)
 
 	// Heartbeats come every interval of the clock and are acked.
 	h.heartbeatDue()
@@ -198,6 +212,7 @@ func TestACS(t *testing.T) {
 	assert.Equal(t, before, p5.Tasks[0].Arn)
 	assert.Greater(t, p5.SeqNum, p4.SeqNum)
 	agent3.ack(p5)
+	waitAcked(t, h, before, task.TaskStopped)
 
 	// Once acked, reconnecting resends nothing: the next payload carries only a new task.
 	agent4 := dialACS(t, ts, ci)
