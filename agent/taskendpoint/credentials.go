@@ -51,7 +51,7 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 		fail(http.StatusBadRequest, codeInvalidID, "Credentials not found")
 		return
 	case err != nil:
-		h.log.Warn("task credentials unavailable", "credentials_id", short(id), "api_version", version, "error", err)
+		h.log.Debug("task credentials unavailable", "credentials_id", short(id), "api_version", version, "error", err)
 		fail(http.StatusInternalServerError, codeInternalError, "Credentials unavailable: "+err.Error())
 		return
 	}
