@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -294,6 +295,30 @@ func (s *stsStandIn) roleOf(key string) string {
 	return s.issued[key]
 }
 
+// stopFamiliesAtEnd returns a func that removes the static task files of families and waits until
+// their tasks have stopped, so that the agent tears their awsvpc networking down instead of leaving
+// it on the host; it also runs at the test's end, while the agent still lives, if the test did not.
+func stopFamiliesAtEnd(t *testing.T, agent *agentRun, dir string, families ...string) func() {
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			for _, f := range families {
+				_ = os.Remove(filepath.Join(dir, f+".json"))
+			}
+			agent.waitTasks(2*time.Minute, "the tasks stop", func(ts []handlers.TaskResponse) bool {
+				for _, tk := range ts {
+					if slices.Contains(families, tk.Family) && tk.KnownStatus != "STOPPED" {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
 // probeTask is a static task whose essential container sleeps while a non-essential one, a real AWS
 // SDK, resolves its credentials through the container credentials provider and prints the key ID.
 func probeTask(t *testing.T, dir, family, networkMode, role string) {
@@ -352,6 +377,7 @@ func TestIntegrationTaskRoleCredentialsLocalMode(t *testing.T) {
 		probeTask(t, env.tasksDir, family, mode, allowed)
 	}
 	probeTask(t, env.tasksDir, "role-denied", "bridge", refused)
+	stopTasks := stopFamiliesAtEnd(t, agent, env.tasksDir, "role-bridge", "role-host", "role-awsvpc", "role-denied")
 
 	ts := agent.waitTasks(3*time.Minute, "every probe has run", func(ts []handlers.TaskResponse) bool {
 		for _, f := range []string{"role-bridge", "role-host", "role-awsvpc", "role-denied"} {
@@ -403,6 +429,7 @@ func TestIntegrationTaskRoleCredentialsLocalMode(t *testing.T) {
 	resp.Body.Close()
 	assert.GreaterOrEqual(t, resp.StatusCode, 400)
 	assert.Contains(t, string(body), "AccessDenied", "the endpoint says why")
+	stopTasks()
 	agent.stop()
 	logged, err := os.ReadFile(logFile)
 	require.NoError(t, err)
@@ -444,6 +471,7 @@ func TestIntegrationTaskMetadata(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(env.tasksDir, family+".json"), data, 0o600))
 	}
+	stopFamiliesAtEnd(t, agent, env.tasksDir, "md-bridge", "md-awsvpc")
 	v2Probe := func(ts []handlers.TaskResponse) (handlers.ContainerResponse, bool) {
 		for _, tk := range ts {
 			for _, c := range tk.Containers {
