@@ -238,3 +238,34 @@ func TestWriteMetadataFileIsAtomic(t *testing.T) {
 	require.Len(t, entries, 1)
 	assert.Equal(t, MetadataFileName, entries[0].Name())
 }
+
+// TestMetadataAfterRestart: a worker that has not written a file yet (a restored task) rewrites only
+// files that exist, never makes one for a container created without it, and keeps the instance ARN a
+// file has while the host is not registered again yet.
+func TestMetadataAfterRestart(t *testing.T) {
+	var instanceARN atomic.Value
+	instanceARN.Store("")
+	cfg := metadataConfig(t, &instanceARN)
+	root := cfg.ContainerMetadata.Dir
+	tk := newTask(mdTaskArn, ctr("app"), ctr("old"))
+	for _, c := range tk.Containers {
+		c.DockerID, c.DockerName, c.KnownStatus = "id-"+c.Name, "ecs-fam-3-"+c.Name, task.ContainerRunning
+		c.Networks = []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.9"}}}
+	}
+	dir, err := metadataDir(root, mdTaskArn, "app")
+	require.NoError(t, err)
+	old, err := json.Marshal(containerMetadata{ContainerInstanceARN: "arn:aws:ecs:r:1:container-instance/c/saved", MetadataFileStatus: MetadataPending})
+	require.NoError(t, err)
+	require.NoError(t, writeMetadataFile(root, dir, old))
+
+	w := &worker{e: &Engine{cfg: cfg}, arn: mdTaskArn, t: tk, metadata: map[string]*metadataFile{}}
+	w.syncAllMetadata()
+	md := readMetadata(t, filepath.Join(dir, MetadataFileName))
+	assert.Equal(t, MetadataReady, md["MetadataFileStatus"])
+	assert.Equal(t, "arn:aws:ecs:r:1:container-instance/c/saved", md["ContainerInstanceARN"], "kept until registration")
+	assert.NoDirExists(t, filepath.Join(filepath.Dir(dir), "old"), "no file for a container created without one")
+
+	instanceARN.Store("arn:aws:ecs:r:1:container-instance/c/new")
+	w.syncAllMetadata()
+	assert.Equal(t, "arn:aws:ecs:r:1:container-instance/c/new", readMetadata(t, filepath.Join(dir, MetadataFileName))["ContainerInstanceARN"])
+}
