@@ -74,7 +74,11 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		roles = rolecreds.New(ctx, rolecreds.Config{Region: cfg.AWSRegion}, log.With("component", "role_credentials"))
 		defer roles.Close()
 	}
-	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, opts.Hook, log)
+	// The control plane needs the engine, and the engine asks it for the instance ARN only once tasks
+	// run, after Start below, by which time cp is set.
+	var cp *controlplane.ControlPlane
+	instanceARN := func() string { return cp.ContainerInstanceARN() }
+	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, instanceARN, opts.Hook, log)
 	if err != nil {
 		return err
 	}
@@ -84,7 +88,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	defer servers.close()
 	installTaskEndpointNAT(ctx, cfg, log)
-	cp, err := newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, opts.Hook, log)
+	cp, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, opts.Hook, log)
 	if err != nil {
 		return err
 	}
@@ -157,7 +161,7 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 // newEngine builds the task engine with the host's resources and, with ECS_ENABLE_TASK_ENI, awsvpc
 // support (without it the engine refuses awsvpc tasks, saying how to enable them).
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
-	m *metrics.Metrics, roles *rolecreds.Provider, hook engine.Hook, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
+	m *metrics.Metrics, roles *rolecreds.Provider, instanceARN func() string, hook engine.Hook, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
 	resources, err := hostResources(cfg)
 	if err != nil {
 		return nil, resources, err
@@ -179,7 +183,8 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: hook, DisablePrivileged: cfg.PrivilegedDisabled,
-		TaskEndpoint: endpoint},
+		TaskEndpoint: endpoint, ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
+			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: instanceARN}},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
 		auth, store, log)
 	m.CountTasks(eng.Tasks)

@@ -131,6 +131,9 @@ type Config struct {
 	TaskIAMRoleNetworkHost bool
 	TaskMetadataRPS        int
 	TaskMetadataBurst      int
+	// ContainerMetadataEnabled writes the container metadata file of every container
+	// (ECS_ENABLE_CONTAINER_METADATA).
+	ContainerMetadataEnabled bool
 
 	TaskENIEnabled                 bool
 	CNIPluginsPath                 string

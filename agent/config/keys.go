@@ -146,6 +146,8 @@ func keyTable() []key {
 			field: func(c *Config) field { return boolField{p: &c.TaskIAMRoleEnabled} }},
 		{name: "ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST", jsonName: "TaskIAMRoleEnabledForNetworkHost", def: "true", doc: "serve task role credentials to host-network tasks too (true as on the ECS-optimized AMI)",
 			field: func(c *Config) field { return boolField{p: &c.TaskIAMRoleNetworkHost} }},
+		{name: "ECS_ENABLE_CONTAINER_METADATA", jsonName: "ContainerMetadataEnabled", def: "false", doc: "write each container's metadata file under ECS_DATADIR/metadata and point ECS_CONTAINER_METADATA_FILE at it",
+			field: func(c *Config) field { return boolField{p: &c.ContainerMetadataEnabled} }},
 		{name: "ECS_TASK_METADATA_RPS_LIMIT", def: "40,60", doc: "requests per second (steady,burst) each container may make to the task endpoint",
 			field: func(c *Config) field { return rateField{steady: &c.TaskMetadataRPS, burst: &c.TaskMetadataBurst} }},
 		{name: "ECS_ENABLE_TASK_ENI", jsonName: "TaskENIEnabled", def: "false", doc: "enable awsvpc tasks and check the CNI plugins at start-up",

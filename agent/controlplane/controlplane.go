@@ -127,6 +127,15 @@ func (c *ControlPlane) Credentials() *CredentialsStore { return c.creds }
 // InstanceArn returns the registered container instance ARN, or nil before registration.
 func (c *ControlPlane) InstanceArn() *string { return c.arn.Load() }
 
+// ContainerInstanceARN returns the registered container instance ARN, or "" before registration. It
+// is safe for concurrent use.
+func (c *ControlPlane) ContainerInstanceARN() string {
+	if arn := c.arn.Load(); arn != nil {
+		return *arn
+	}
+	return ""
+}
+
 // Tracked returns how many tasks (and undelivered attachment changes) each part remembers: the
 // state-change reporter, the attachment reporter, and the credentials store.
 func (c *ControlPlane) Tracked() (reporter, attachments, pendingAttachments, credentials int) {

@@ -97,6 +97,8 @@ type Config struct {
 	DisablePrivileged bool
 	// TaskEndpoint tells containers where their credentials and metadata are.
 	TaskEndpoint TaskEndpointConfig
+	// ContainerMetadata is the container metadata file (ECS_ENABLE_CONTAINER_METADATA).
+	ContainerMetadata ContainerMetadataConfig
 }
 
 // Hook is called at a named step of a task's life with the task, which it must not keep or change.

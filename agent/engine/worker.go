@@ -55,14 +55,15 @@ type worker struct {
 	stopOnce       sync.Once
 	stoppedOnce    sync.Once
 
-	waitingSince map[string]time.Time // container name → when its dependsOn wait began (run only)
-	saved        [sha256.Size]byte    // digest of the task's JSON as last saved; zero before (run only, and add before run)
+	waitingSince map[string]time.Time     // container name → when its dependsOn wait began (run only)
+	metadata     map[string]*metadataFile // container name → its metadata file as last written (run only)
+	saved        [sha256.Size]byte        // digest of the task's JSON as last saved; zero before (run only, and add before run)
 }
 
 func newWorker(e *Engine, t *task.Task) *worker {
 	w := &worker{e: e, arn: t.Arn, t: t, log: e.log.With("task", t.Arn), desired: t.DesiredStatus,
 		snap: t.Clone(), wake: make(chan struct{}, 1), stopSaved: make(chan struct{}), stopped: make(chan struct{}), gone: make(chan struct{}),
-		accepted: make(chan struct{}), waitingSince: map[string]time.Time{}}
+		accepted: make(chan struct{}), waitingSince: map[string]time.Time{}, metadata: map[string]*metadataFile{}}
 	for _, c := range t.Containers {
 		if c.DockerID != "" && c.KnownStatus != task.ContainerStopped {
 			w.inspect = true // a restored task: its containers may have changed while nobody watched
@@ -204,7 +205,8 @@ func (w *worker) commit(ctx context.Context) {
 	}
 	sum := sha256.Sum256(data)
 	if sum == w.saved {
-		return // nothing changed since the last save: nothing to save or tell
+		w.syncAllMetadata() // the instance ARN may have become known since
+		return              // nothing changed since the last save: nothing to save or tell
 	}
 	if !w.save(ctx, t) {
 		return
@@ -221,6 +223,7 @@ func (w *worker) commit(ctx context.Context) {
 		w.stoppedOnce.Do(func() { close(w.stopped) })
 	}
 	w.e.notify(t)
+	w.syncAllMetadata()
 }
 
 // save saves t, retrying with backoff while the store fails (a full disk): the worker goes no further,
@@ -527,9 +530,17 @@ func (w *worker) create(ctx context.Context, c *task.Container) error {
 		w.commit(ctx)
 		w.e.hook(HookBeforeCreate, w.t)
 	}
+	// The file exists (PENDING) before the container does, since Docker mounts its directory.
+	mdDir, err := w.syncMetadata(c, true)
+	if err != nil {
+		w.log.Warn("the container gets no metadata file", "container", c.Name, "error", err)
+	}
 	opts, err := createOptions(w.t, c, w.e.cfg.Cluster, w.pauseID(), w.e.cfg)
 	if err != nil {
 		return fmt.Errorf("CannotCreateContainerError: %w", err)
+	}
+	if mdDir != "" {
+		withMetadataMount(&opts, mdDir)
 	}
 	created, err := w.e.docker.CreateContainer(ctx, opts)
 	if errors.Is(err, dockerclient.ErrNameInUse) && w.adopt(ctx, c) {
@@ -814,6 +825,7 @@ func (w *worker) cleanup(ctx context.Context) {
 			w.log.Warn("removing task volume failed", "volume", v.Name, "error", err)
 		}
 	}
+	w.removeMetadata() // before the task is forgotten: a crash here leaves the task to clean up again
 	if err := w.e.store.DeleteTask(ctx, w.arn); err != nil {
 		w.log.Warn("deleting task state failed", "error", err)
 	}

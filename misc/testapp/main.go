@@ -13,8 +13,11 @@
 //	                  /echo?msg=TEXT  TEXT and a newline
 //	env         [-stay]                        print the environment sorted, then exit 0 (or keep running)
 //	write       -path P [-content C] [-stay]   write C to P (creating parent directories), then exit 0 (or keep running)
-//	read        -path P [-wait DURATION]       wait until P exists (default 30s, 0: forever), print it, exit 0;
-//	                                           exit 1 on timeout
+//	read        -path P [-wait DURATION] [-until TEXT]
+//	                                           wait until P exists (default 30s, 0: forever) and, with
+//	                                           -until, holds TEXT; print it, exit 0; exit 1 on timeout.
+//	                                           -path-env NAME instead of -path reads the path from the
+//	                                           variable NAME (the image has no shell to expand $NAME)
 //	ignore-term                                ignore SIGTERM and SIGINT and sleep forever: only SIGKILL stops it
 //	health      [-url http://127.0.0.1:8080/health] [-timeout 3s]
 //	                                           health-check client: exit 0 on HTTP 200, 1 otherwise
@@ -78,7 +81,9 @@ modes:
                                             serve /, /health, /env, /echo?msg=; SIGTERM exits 0
   env         [-stay]                       print the sorted environment, exit 0 (or stay)
   write       -path P [-content C] [-stay]  write C to P, exit 0 (or stay)
-  read        -path P [-wait 30s]           wait for P, print it, exit 0; exit 1 on timeout
+  read        -path P | -path-env NAME [-wait 30s] [-until TEXT]
+                                            wait for P (or the path in $NAME) to exist and hold TEXT,
+                                            print it, exit 0; exit 1 on timeout
   ignore-term                               ignore SIGTERM/SIGINT, sleep forever
   health      [-url http://127.0.0.1:8080/health] [-timeout 3s]
                                             exit 0 on HTTP 200, 1 otherwise
@@ -104,6 +109,8 @@ type options struct {
 	HealthyAfter time.Duration // http -healthy-after
 	Stay         bool          // env, write -stay
 	Path         string        // write, read -path
+	PathEnv      string        // read -path-env
+	Until        string        // read -until
 	Content      string        // write -content
 	Wait         time.Duration // read -wait; 0 is forever
 	URL          string        // health -url
@@ -152,11 +159,13 @@ var modeFlags = map[string]func(fs *flag.FlagSet, o *options) func() error{
 		return func() error { return required("-path", o.Path) }
 	},
 	"read": func(fs *flag.FlagSet, o *options) func() error {
-		fs.StringVar(&o.Path, "path", "", "file to wait for and print (required)")
+		fs.StringVar(&o.Path, "path", "", "file to wait for and print (this or -path-env is required)")
+		fs.StringVar(&o.PathEnv, "path-env", "", "environment variable holding the file's path")
 		fs.DurationVar(&o.Wait, "wait", 30*time.Second, "how long to wait for the file (0: forever)")
+		fs.StringVar(&o.Until, "until", "", "also wait until the file holds this text")
 		return func() error {
-			if err := required("-path", o.Path); err != nil {
-				return err
+			if (o.Path == "") == (o.PathEnv == "") {
+				return errUsage{"exactly one of -path and -path-env is required"}
 			}
 			return nonNegative("-wait", o.Wait)
 		}
@@ -333,7 +342,13 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "read":
-		b, err := readWhenPresent(ctx, o.Path, o.Wait, 100*time.Millisecond)
+		path := o.Path
+		if o.PathEnv != "" {
+			if path = os.Getenv(o.PathEnv); path == "" {
+				return fail(fmt.Errorf("$%s is not set", o.PathEnv))
+			}
+		}
+		b, err := readWhenPresent(ctx, path, o.Until, o.Wait, 100*time.Millisecond)
 		if err != nil {
 			return fail(err)
 		}
@@ -477,9 +492,9 @@ func writeFile(path, content string) error {
 	return os.WriteFile(path, []byte(content), 0o644)
 }
 
-// readWhenPresent polls for path every poll until it can be read, wait (0:
-// forever) has passed, or ctx is done.
-func readWhenPresent(ctx context.Context, path string, wait, poll time.Duration) ([]byte, error) {
+// readWhenPresent polls for path every poll until it can be read and holds until
+// (anything when empty), wait (0: forever) has passed, or ctx is done.
+func readWhenPresent(ctx context.Context, path, until string, wait, poll time.Duration) ([]byte, error) {
 	var deadline <-chan time.Time
 	if wait > 0 {
 		t := time.NewTimer(wait)
@@ -490,15 +505,18 @@ func readWhenPresent(ctx context.Context, path string, wait, poll time.Duration)
 	defer tick.Stop()
 	for {
 		b, err := os.ReadFile(path)
-		if err == nil {
+		if err == nil && strings.Contains(string(b), until) {
 			return b, nil
 		}
-		if !errors.Is(err, os.ErrNotExist) {
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
 		select {
 		case <-tick.C:
 		case <-deadline:
+			if err == nil {
+				return nil, fmt.Errorf("%s did not hold %q within %v", path, until, wait)
+			}
 			return nil, fmt.Errorf("%s did not appear within %v", path, wait)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("stopped before %s appeared", path)

@@ -36,6 +36,8 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"write", "-path", "/data/empty"}, options{Mode: "write", Path: "/data/empty"}},
 		{[]string{"read", "-path", "/data/x"}, options{Mode: "read", Path: "/data/x", Wait: 30 * time.Second}},
 		{[]string{"read", "-path", "/data/x", "-wait", "0"}, options{Mode: "read", Path: "/data/x"}},
+		{[]string{"read", "-path-env", "ECS_CONTAINER_METADATA_FILE", "-until", "READY"},
+			options{Mode: "read", PathEnv: "ECS_CONTAINER_METADATA_FILE", Until: "READY", Wait: 30 * time.Second}},
 		{[]string{"ignore-term"}, options{Mode: "ignore-term"}},
 		{[]string{"health"}, options{Mode: "health", URL: "http://127.0.0.1:8080/health", Timeout: 3 * time.Second}},
 		{[]string{"health", "-url", "http://x:1/h", "-timeout", "1s"},
@@ -81,6 +83,8 @@ func TestParseArgsRefuses(t *testing.T) {
 		{"write", "-content", "x"},
 		{"read"},
 		{"read", "-path", "/x", "-wait", "-2s"},
+		{"read", "-path", "/x", "-path-env", "X"},
+		{"read", "-until", "READY"},
 		{"health", "-url", ""},
 		{"health", "-timeout", "0"},
 		{"connect"},
@@ -217,7 +221,7 @@ func TestWriteThenRead(t *testing.T) {
 	var got []byte
 	go func() {
 		var err error
-		got, err = readWhenPresent(context.Background(), path, 5*time.Second, 10*time.Millisecond)
+		got, err = readWhenPresent(context.Background(), path, "", 5*time.Second, 10*time.Millisecond)
 		done <- err
 	}()
 	select {
@@ -238,17 +242,55 @@ func TestWriteThenRead(t *testing.T) {
 
 func TestReadTimesOutAndStops(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "never")
-	if _, err := readWhenPresent(context.Background(), path, 50*time.Millisecond, 10*time.Millisecond); err == nil {
+	if _, err := readWhenPresent(context.Background(), path, "", 50*time.Millisecond, 10*time.Millisecond); err == nil {
 		t.Error("readWhenPresent of a missing file did not time out")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := readWhenPresent(ctx, path, 0, 10*time.Millisecond); err == nil {
+	if _, err := readWhenPresent(ctx, path, "", 0, 10*time.Millisecond); err == nil {
 		t.Error("readWhenPresent with a cancelled context succeeded")
 	}
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), options{Mode: "read", Path: path, Wait: 30 * time.Millisecond}, &stdout, &stderr); code != 1 {
 		t.Errorf("read mode on timeout exited %d, want 1 (stderr %q)", code, stderr.String())
+	}
+}
+
+// TestReadPathFromEnvUntilText: read -path-env takes the path from a variable (a FROM scratch
+// image has no shell to expand it) and -until waits for the text, through a rewrite of the file.
+func TestReadPathFromEnvUntilText(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "md.json")
+	t.Setenv("TESTAPP_READ_PATH", path)
+	if err := writeFile(path, `{"MetadataFileStatus": "PENDING"}`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	var stdout, stderr bytes.Buffer
+	go func() {
+		done <- run(context.Background(), options{Mode: "read", PathEnv: "TESTAPP_READ_PATH", Until: `"READY"`, Wait: 5 * time.Second}, &stdout, &stderr)
+	}()
+	select {
+	case code := <-done:
+		t.Fatalf("read returned %d before the file held the text (stderr %q)", code, stderr.String())
+	case <-time.After(300 * time.Millisecond): // it keeps polling the PENDING file
+	}
+	if err := writeFile(path, `{"MetadataFileStatus": "READY"}`); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("read exited %d (stderr %q)", code, stderr.String())
+	}
+	if stdout.String() != `{"MetadataFileStatus": "READY"}` {
+		t.Errorf("read printed %q", stdout.String())
+	}
+
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), options{Mode: "read", PathEnv: "TESTAPP_UNSET_VARIABLE", Wait: time.Second}, &out, &errOut); code != 1 {
+		t.Errorf("read of an unset variable exited %d, want 1", code)
+	}
+	if code := run(context.Background(), options{Mode: "read", Path: path, Until: "NEVER", Wait: 50 * time.Millisecond}, &out, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), "did not hold") {
+		t.Errorf("read -until of text never written exited %d (stderr %q), want 1 saying so", code, errOut.String())
 	}
 }
 
