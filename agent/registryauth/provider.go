@@ -177,7 +177,7 @@ func (p *Provider) Auth(ctx context.Context, image string) (docker.AuthConfigura
 		return docker.AuthConfiguration{}, nil
 	}
 	return p.ecrToken(ctx, image, host, tokenRequest{
-		key:    reg,
+		key:    tokenKey{reg: reg},
 		awsCfg: env.cfg,
 		creds:  env.cfg.Credentials,
 	})
@@ -194,7 +194,7 @@ func (p *Provider) Invalidate(image string) {
 		return
 	}
 	if reg, ok := parseECR(host); ok {
-		p.tokens.drop(reg)
+		p.tokens.drop(tokenKey{reg: reg})
 	}
 }
 
