@@ -97,6 +97,9 @@ type Config struct {
 	DisablePrivileged bool
 	// TaskEndpoint tells containers where their credentials and metadata are.
 	TaskEndpoint TaskEndpointConfig
+	// ExecutionRoleAuth, when set, gives the pulls of containers that ask for their task's execution
+	// role (task.ECRAuth.UseExecutionRole) its credentials; nil: every pull uses the agent's own.
+	ExecutionRoleAuth ExecutionRoleAuth
 }
 
 // Hook is called at a named step of a task's life with the task, which it must not keep or change.
@@ -482,6 +485,9 @@ func (e *Engine) forget(w *worker) {
 	e.mu.Unlock()
 	if roles := e.cfg.TaskEndpoint.Roles; roles != nil {
 		roles.Remove(w.arn)
+	}
+	if x := e.cfg.ExecutionRoleAuth; x != nil {
+		x.TaskRemoved(w.arn)
 	}
 	for _, l := range ls {
 		l.TaskRemoved(w.arn)
