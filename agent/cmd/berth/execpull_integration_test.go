@@ -38,11 +38,30 @@ import (
 type roleECR struct {
 	*httptest.Server
 	password string
-	allowed  map[string]string // access key ID → session token
-	denied   map[string]string
 
-	mu   sync.Mutex
-	keys []string // the access key of every request, in order
+	mu      sync.Mutex
+	allowed map[string]string // access key ID → session token
+	denied  map[string]string
+	allow   func(key, session string) bool // when set, also allows what it accepts (keys STS issued)
+	keys    []string                       // the access key of every request, in order
+}
+
+// permit makes ECR answer the key and session token with a token (allowed) or AccessDeniedException.
+func (s *roleECR) permit(key, session string, allowed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if allowed {
+		s.allowed[key] = session
+	} else {
+		s.denied[key] = session
+	}
+}
+
+// permitIf makes ECR answer with a token whatever allow accepts.
+func (s *roleECR) permitIf(allow func(key, session string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.allow = allow
 }
 
 var credentialKey = regexp.MustCompile(`Credential=([^/]+)/[0-9]{8}/([^/]+)/ecr/aws4_request`)
@@ -61,13 +80,15 @@ func newRoleECR(t *testing.T, password string) *roleECR {
 		key, session := m[1], r.Header.Get("X-Amz-Security-Token")
 		s.mu.Lock()
 		s.keys = append(s.keys, key)
+		allowed := s.allowed[key] != "" && s.allowed[key] == session || s.allow != nil && s.allow(key, session)
+		denied := s.denied[key] != "" && s.denied[key] == session
 		s.mu.Unlock()
 		switch {
-		case s.allowed[key] != "" && s.allowed[key] == session:
+		case allowed:
 			token := base64.StdEncoding.EncodeToString([]byte("AWS:" + s.password))
 			fmt.Fprintf(w, `{"authorizationData":[{"authorizationToken":%q,"expiresAt":%d,"proxyEndpoint":"https://%s.dkr.ecr.%s.amazonaws.com"}]}`,
 				token, time.Now().Add(12*time.Hour).Unix(), ecrAccount, ecrRegion)
-		case s.denied[key] != "" && s.denied[key] == session:
+		case denied:
 			w.WriteHeader(http.StatusBadRequest)
 			fmt.Fprint(w, `{"__type":"AccessDeniedException","message":"the role may not call ecr:GetAuthorizationToken"}`)
 		default:
@@ -150,8 +171,8 @@ func TestIntegrationExecutionRoleECRPull(t *testing.T) {
 	denied := acs.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::" + ecrAccount + ":role/no-ecr",
 		AccessKeyID: "ASIADENY" + strings.ToUpper(randomHex(t, 4)), SecretAccessKey: "deny-secret-" + randomHex(t, 8),
 		SessionToken: "deny-session-" + randomHex(t, 8), Expiration: expires}
-	ecr.allowed[allowed.AccessKeyID] = allowed.SessionToken
-	ecr.denied[denied.AccessKeyID] = denied.SessionToken
+	ecr.permit(allowed.AccessKeyID, allowed.SessionToken, true)
+	ecr.permit(denied.AccessKeyID, denied.SessionToken, false)
 
 	auth := &acs.RegistryAuthentication{Type: "ecr", ECRAuthData: &acs.ECRAuthData{RegistryID: ecrAccount, Region: ecrRegion, UseExecutionRole: true}}
 	payloadTask := func(family string, creds acs.IAMRoleCredentials) *acs.Task {
@@ -218,4 +239,56 @@ func count(xs []string, x string) int {
 		}
 	}
 	return n
+}
+
+// TestIntegrationExecutionRoleECRPullLocalMode: in local mode a static task definition with an
+// executionRoleArn pulls its ECR image with that role, which the agent assumes with the host's
+// credentials (an STS stand-in): the ECR stand-in gives the registry's token only to a key STS issued
+// for the execution role, and the task runs. The host's own key never asks ECR.
+func TestIntegrationExecutionRoleECRPullLocalMode(t *testing.T) {
+	dc := dockerFromEnv(t)
+	const execRoleArn = "arn:aws:iam::" + ecrAccount + ":role/exec-local"
+	sts := &stsStandIn{issued: map[string]string{}}
+	stsServer := &http.Server{Handler: sts}
+	stsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = stsServer.Serve(stsLn) }()
+	t.Cleanup(func() { _ = stsServer.Close() })
+
+	password := "exec-local-password-" + randomHex(t, 6)
+	ecr := newRoleECR(t, password)
+	ecr.permitIf(func(key, session string) bool { return sts.roleOf(key) == execRoleArn && session == "local-token-"+key })
+	regAddr := testregistry.StartHtpasswd(t, "AWS", password)
+	_, port, err := net.SplitHostPort(regAddr)
+	require.NoError(t, err)
+	ecrHost := fmt.Sprintf("%s.dkr.ecr.%s.amazonaws.com", ecrAccount, ecrRegion)
+	mapHost(t, ecrHost)
+	image := fmt.Sprintf("%s:%s/berth/exec-local:%s", ecrHost, port, randomHex(t, 4))
+	copyToRegistry(t, dc, testappImage, image, docker.AuthConfiguration{Username: "AWS", Password: password, ServerAddress: ecrHost + ":" + port})
+
+	env := newRecoveryEnv(t, buildBerth(t))
+	def := fmt.Sprintf(`{"family": "exec-local", "executionRoleArn": %q, "containerDefinitions": [{"name": "app", "image": %q, "memory": 16, "command": ["sleep"]}]}`,
+		execRoleArn, image)
+	require.NoError(t, os.WriteFile(filepath.Join(env.tasksDir, "exec-local.json"), []byte(def), 0o600))
+	agent := env.start("AWS_ENDPOINT_URL_STS=http://"+stsLn.Addr().String(), "AWS_ACCESS_KEY_ID=AKIAHOSTHOSTHOST0000",
+		"AWS_SECRET_ACCESS_KEY=host-secret", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_ENDPOINT_URL_ECR="+ecr.URL,
+		"ECS_IMAGE_PULL_BEHAVIOR=always", "ECS_LOCAL_CONTROL_PLANE_ADDR="+freeAddr(t))
+	agent.waitTasks(2*time.Minute, "the task runs", familyRunning("exec-local", 1))
+
+	keys := ecr.requestKeys()
+	require.NotEmpty(t, keys)
+	for _, k := range keys {
+		assert.Equal(t, execRoleArn, sts.roleOf(k), "ECR was asked with a key STS issued for the execution role, not %s", k)
+	}
+	_, err = dc.InspectImage(image)
+	assert.NoError(t, err, "the Docker Engine pulled the image with the execution role's token")
+	agent.stop()
+	sts.mu.Lock()
+	defer sts.mu.Unlock()
+	for key := range sts.issued {
+		assert.NotContains(t, agent.out.String(), "local-secret-"+key, "no secret in the log")
+		assert.NotContains(t, agent.out.String(), "local-token-"+key, "no session token in the log")
+	}
+	assert.NotContains(t, agent.out.String(), password)
 }
