@@ -19,6 +19,11 @@
 //	AWS unreachable                           → anonymous (one warning per process)
 //	otherwise                                 → an ecr:GetAuthorizationToken token, cached per
 //	                                            registry and refreshed before it expires
+//
+// A container whose task asks for its execution role is pulled through ExecutionRoles instead: an
+// ECR image gets a token fetched with the role's credentials (from a RoleCredentials source: the
+// control plane's store, or the agent's own role provider in local mode), whatever the filters above
+// say and without any detection; other images get what Auth gives them.
 package registryauth
 
 import (
