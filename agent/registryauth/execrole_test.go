@@ -143,18 +143,19 @@ func TestExecutionRoleTokenIsSignedWithTheRolesKey(t *testing.T) {
 	assert.NotContains(t, buf.String(), execSession)
 }
 
-// The execution role is used for ECR images whatever ECS_REGISTRY_ECR_* say of the host's own
-// credentials: the task's definition asked for it.
+// The execution role is used for ECR images whatever ECS_REGISTRY_ECR_* and ECS_ENGINE_AUTH_DATA say
+// of the host's own credentials: the task's definition asked for it.
 func TestExecutionRoleIgnoresHostFilters(t *testing.T) {
 	isolateAWS(t)
 	ecr := newVerifyingECR(t, time.Now().Add(12*time.Hour)).useAsDefault(t)
-	p, _ := newProvider(t, Config{AWSRegion: "eu-west-1", ECRRegions: config.ECRRegions{Configured: true}, ExcludeAccounts: set.Of(account)})
+	p, _ := newProvider(t, Config{AWSRegion: "eu-west-1", ECRRegions: config.ECRRegions{Configured: true}, ExcludeAccounts: set.Of(account),
+		AuthType: AuthTypeDocker, AuthData: config.Secret(`{"` + ecrHost + `:5000": {"username": "static", "password": "` + staticSecretKey + `"}}`)})
 	creds := &fakeRoleCreds{}
 	creds.set(execCredsID, execCreds(execKeyID, execSecretKey, execSession, time.Time{}))
 
 	got, err := p.Auth(context.Background(), ecrImage)
 	require.NoError(t, err)
-	assert.Zero(t, got, "the host's credentials are off for this image")
+	assert.Equal(t, "static", got.Username, "the host's pulls of this image use the static credentials")
 
 	got, err = p.ExecutionRoles(creds).For(execRole("task")).Auth(context.Background(), ecrImage)
 	require.NoError(t, err)
