@@ -69,12 +69,30 @@ func TranslateTask(t *Task) (Accepted, error) {
 		return Accepted{}, err
 	}
 	for i, c := range t.Containers {
-		if c != nil && c.RegistryAuthentication != nil {
-			warnings = append(warnings, fmt.Sprintf("containers[%d].registryAuthentication: ignored; images are pulled with the agent's own registry credentials", i))
+		auth, warning := ecrAuth(c.RegistryAuthentication)
+		tk.Containers[i].ECRAuth = auth
+		if warning != "" {
+			warnings = append(warnings, fmt.Sprintf("containers[%d].registryAuthentication: %s", i, warning))
 		}
 	}
 	return Accepted{Task: tk, Definition: def, RoleCredentials: t.RoleCredentials,
 		ExecutionRoleCredentials: t.ExecutionRoleCredentials, Warnings: warnings}, nil
+}
+
+// ecrAuth translates a container's registryAuthentication: type ecr with useExecutionRole pulls
+// with the task's execution role; type ecr without it is what the agent does anyway (its own
+// credentials). Anything else is ignored, with a warning saying so.
+func ecrAuth(ra *RegistryAuthentication) (*task.ECRAuth, string) {
+	switch {
+	case ra == nil:
+		return nil, ""
+	case ra.Type != "ecr":
+		return nil, fmt.Sprintf("type %q is not supported by Berth, ignored; the image is pulled with the agent's own registry credentials", ra.Type)
+	case ra.ECRAuthData == nil || !ra.ECRAuthData.UseExecutionRole:
+		return nil, ""
+	}
+	d := ra.ECRAuthData
+	return &task.ECRAuth{UseExecutionRole: true, Region: d.Region, RegistryID: d.RegistryID, EndpointOverride: d.EndpointOverride}, ""
 }
 
 // taskENI parses the task's ENI (ACS sends at most one per task) into the model. Every address must

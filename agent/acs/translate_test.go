@@ -152,8 +152,45 @@ func TestTranslateRealisticPayload(t *testing.T) {
 	assert.Equal(t, "cred-task", a.RoleCredentials.CredentialsID)
 	require.NotNil(t, a.ExecutionRoleCredentials)
 	assert.Equal(t, "cred-exec", a.ExecutionRoleCredentials.CredentialsID)
-	assert.Contains(t, a.Warnings, "containers[0].registryAuthentication: ignored; images are pulled with the agent's own registry credentials")
+	assert.Equal(t, &task.ECRAuth{UseExecutionRole: true, Region: "us-west-2", RegistryID: "123456789012"}, app.ECRAuth,
+		"the app's ECR image is pulled with the execution role")
+	assert.Nil(t, initC.ECRAuth)
+	for _, w := range a.Warnings {
+		assert.NotContains(t, w, "registryAuthentication")
+	}
 	assert.Equal(t, "web", a.Definition.Family)
+}
+
+func TestTranslateRegistryAuthentication(t *testing.T) {
+	tests := []struct {
+		name        string
+		auth        *RegistryAuthentication
+		want        *task.ECRAuth
+		wantWarning string
+	}{
+		{name: "none"},
+		{name: "ecr with the execution role", auth: &RegistryAuthentication{Type: "ecr", ECRAuthData: &ECRAuthData{
+			RegistryID: "210987654321", Region: "eu-west-1", EndpointOverride: "https://api.ecr.eu-west-1.amazonaws.com", UseExecutionRole: true}},
+			want: &task.ECRAuth{UseExecutionRole: true, RegistryID: "210987654321", Region: "eu-west-1", EndpointOverride: "https://api.ecr.eu-west-1.amazonaws.com"}},
+		{name: "ecr with the agent's credentials", auth: &RegistryAuthentication{Type: "ecr", ECRAuthData: &ECRAuthData{RegistryID: "210987654321", Region: "eu-west-1"}}},
+		{name: "ecr without data", auth: &RegistryAuthentication{Type: "ecr"}},
+		{name: "asm", auth: &RegistryAuthentication{Type: "asm", ASMAuthData: &ASMAuthData{CredentialsParameter: "arn:secret"}},
+			wantWarning: `containers[0].registryAuthentication: type "asm" is not supported by Berth, ignored`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := TranslateTask(&Task{Arn: "arn:t", Family: "f", Version: "1", DesiredStatus: "RUNNING",
+				Containers: []*Container{{Name: "c", Image: "210987654321.dkr.ecr.eu-west-1.amazonaws.com/app", Memory: 64, RegistryAuthentication: tt.auth}}})
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, a.Task.Containers[0].ECRAuth)
+			if tt.wantWarning == "" {
+				assert.Empty(t, a.Warnings)
+			} else {
+				require.Len(t, a.Warnings, 1)
+				assert.Contains(t, a.Warnings[0], tt.wantWarning)
+			}
+		})
+	}
 }
 
 func TestTranslateStoppedAndDefaults(t *testing.T) {

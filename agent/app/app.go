@@ -74,11 +74,13 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		roles = rolecreds.New(ctx, rolecreds.Config{Region: cfg.AWSRegion}, log.With("component", "role_credentials"))
 		defer roles.Close()
 	}
+	// The control plane's task credentials: the engine's pulls with execution roles read them too.
+	credentials := controlplane.NewCredentialsStore(nil)
 	// The control plane needs the engine, and the engine asks it for the instance ARN only once tasks
 	// run, after Start below, by which time cp is set.
 	var cp *controlplane.ControlPlane
 	instanceARN := func() string { return cp.ContainerInstanceARN() }
-	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, instanceARN, opts.Hook, log)
+	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, credentials, instanceARN, opts.Hook, log)
 	if err != nil {
 		return err
 	}
@@ -88,7 +90,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	defer servers.close()
 	installTaskEndpointNAT(ctx, cfg, log)
-	cp, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, opts.Hook, log)
+	cp, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, opts.Hook, log)
 	if err != nil {
 		return err
 	}
@@ -161,7 +163,8 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 // newEngine builds the task engine with the host's resources and, with ECS_ENABLE_TASK_ENI, awsvpc
 // support (without it the engine refuses awsvpc tasks, saying how to enable them).
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
-	m *metrics.Metrics, roles *rolecreds.Provider, instanceARN func() string, hook engine.Hook, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
+	m *metrics.Metrics, roles *rolecreds.Provider, credentials *controlplane.CredentialsStore, instanceARN func() string,
+	hook engine.Hook, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
 	resources, err := hostResources(cfg)
 	if err != nil {
 		return nil, resources, err
@@ -178,12 +181,16 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	}
 	endpoint := engine.TaskEndpointConfig{URL: taskEndpointURL, Credentials: cfg.TaskIAMRoleEnabled,
 		HostNetwork: cfg.TaskIAMRoleNetworkHost, Region: cfg.AWSRegion}
+	// Execution role credentials come from the control plane (ecs mode) or the agent's own roles.
+	execCreds := registryauth.RoleCredentialsSources{credentials}
 	if roles != nil {
 		endpoint.Roles = roles
+		execCreds = append(execCreds, roles)
 	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: hook, DisablePrivileged: cfg.PrivilegedDisabled,
-		TaskEndpoint: endpoint, ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
+		TaskEndpoint: endpoint, ExecutionRoleAuth: executionRoleAuth{auth.ExecutionRoles(execCreds)},
+		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
 			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: instanceARN}},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
 		auth, store, log)
@@ -192,16 +199,27 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	return eng, resources, nil
 }
 
+// executionRoleAuth gives the engine registryauth's pulls with execution roles.
+type executionRoleAuth struct{ *registryauth.ExecutionRoles }
+
+var _ engine.ExecutionRoleAuth = executionRoleAuth{}
+
+// AuthSource returns registryauth's source for the role.
+func (a executionRoleAuth) AuthSource(r engine.ExecutionRole) dockerclient.AuthSource {
+	return a.For(registryauth.ExecutionRole(r))
+}
+
 // newControlPlane builds the agent's side of the control plane the configuration chose.
 func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.Resources, docker dockerclient.VersionInfo,
-	eng *engine.Engine, store state.Store, hook engine.Hook, log *logger.Logger) (*controlplane.ControlPlane, error) {
+	eng *engine.Engine, store state.Store, credentials *controlplane.CredentialsStore, hook engine.Hook,
+	log *logger.Logger) (*controlplane.ControlPlane, error) {
 	ecs, creds, region, err := controlplane.NewECSClient(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Hook: hook,
-		DisablePrivileged: cfg.PrivilegedDisabled},
+		DisablePrivileged: cfg.PrivilegedDisabled, CredentialsStore: credentials},
 		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), nil
 }
 

@@ -81,6 +81,9 @@ type Config struct {
 	// Hook, if set, is called at HookRejectedSaved with the saved report; the crash-recovery tests
 	// kill the agent there.
 	Hook engine.Hook
+	// CredentialsStore keeps the task role credentials the control plane sends; nil: a new one. The
+	// agent makes it first, so that the engine's pulls with execution roles can read it.
+	CredentialsStore *CredentialsStore
 }
 
 // HookRejectedSaved is the point where a rejected task's STOPPED report is saved and the payload is
@@ -115,10 +118,14 @@ func New(cfg Config, client Client, eng Engine, store Store, log *logger.Logger)
 	if cfg.Reporter.Retrier.Clock == nil {
 		cfg.Reporter.Retrier.Clock = cfg.Clock
 	}
+	creds := cfg.CredentialsStore
+	if creds == nil {
+		creds = NewCredentialsStore(cfg.Clock)
+	}
 	return &ControlPlane{cfg: cfg, client: client, eng: eng, store: store, log: log,
 		reporter: NewReporter(client, store, cfg.Reporter, log),
 		attach:   NewAttachmentReporter(client, cfg.Clock, log),
-		creds:    NewCredentialsStore(cfg.Clock)}
+		creds:    creds}
 }
 
 // Credentials returns the store of task role credentials.

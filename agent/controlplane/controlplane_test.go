@@ -17,6 +17,7 @@ import (
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
@@ -158,10 +159,25 @@ func TestCredentialsStore(t *testing.T) {
 	_, ok = s.Get("e1")
 	assert.True(t, ok)
 
+	// Pulls with the execution role read its credentials; a task role's are not served to them.
+	exec, err := s.ExecutionRoleCredentials(context.Background(), "e1")
+	require.NoError(t, err)
+	want := creds("e1", time.Time{})
+	assert.Equal(t, want.AccessKeyID, exec.AccessKeyID)
+	assert.Equal(t, want.SecretAccessKey, exec.SecretAccessKey)
+	assert.Equal(t, want.SessionToken, exec.SessionToken)
+	assert.True(t, exec.CanExpire)
+	assert.True(t, clock.Now().Add(time.Hour).Truncate(time.Second).Equal(exec.Expires), "expires with the credentials: %s", exec.Expires)
+	_, err = s.ExecutionRoleCredentials(context.Background(), "a2")
+	assert.ErrorIs(t, err, ErrNoCredentials, "a task role's credentials are not an execution role's")
+	assert.True(t, errdefs.IsNotFound(err))
+
 	s.TaskRemoved("arn:t1")
 	assert.Zero(t, s.Len(), "removing the task drops its sets; the expired one went on Get")
+	_, err = s.ExecutionRoleCredentials(context.Background(), "e1")
+	assert.ErrorIs(t, err, ErrNoCredentials, "gone with the task")
 
-	err := s.Put("arn:t3", acs.RoleTypeTaskApplication, acs.IAMRoleCredentials{CredentialsID: "x", SecretAccessKey: "hush", Expiration: "tomorrow"})
+	err = s.Put("arn:t3", acs.RoleTypeTaskApplication, acs.IAMRoleCredentials{CredentialsID: "x", SecretAccessKey: "hush", Expiration: "tomorrow"})
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hush", "errors never carry a secret")
 	assert.Error(t, s.Put("arn:t3", acs.RoleTypeTaskApplication, acs.IAMRoleCredentials{}), "no ID")

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/acs"
@@ -103,6 +104,27 @@ func (s *CredentialsStore) TaskCredentials(_ context.Context, id string) (tasken
 	c := tc.Credentials
 	return taskendpoint.Credentials{RoleArn: c.RoleArn, AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey,
 		SessionToken: c.SessionToken, Expiration: tc.Expiration}, nil
+}
+
+// ExecutionRoleCredentials serves the pulls of a task with its execution role
+// (registryauth.RoleCredentials): the unexpired execution role credentials with this ID. An ID that
+// is unknown, expired, of a removed task or of a task role is ErrNoCredentials (errdefs.ErrNotFound).
+func (s *CredentialsStore) ExecutionRoleCredentials(_ context.Context, id string) (aws.Credentials, error) {
+	tc, ok := s.Get(id)
+	if !ok || tc.RoleType != acs.RoleTypeTaskExecution {
+		return aws.Credentials{}, fmt.Errorf("execution role credentials %s: %w", shortID(id), ErrNoCredentials)
+	}
+	c := tc.Credentials
+	return aws.Credentials{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken,
+		Source: "ACS", CanExpire: !tc.Expiration.IsZero(), Expires: tc.Expiration}, nil
+}
+
+// shortID returns the part of a credentials ID that may be logged or shown.
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
 }
 
 // TaskRemoved drops every set of the task's credentials.

@@ -148,6 +148,7 @@ func TestRegisterContainerInstance(t *testing.T) {
 				AttrLoggingDriverPrefix + "awslogs":   "",
 				AttrContainerHealthCheck:              "",
 				AttrECRAuth:                           "",
+				AttrExecutionRoleECRPull:              "", // ECR pulls with the task's execution role
 				AttrContainerOrdering:                 "",
 				AttrDockerPluginLocal:                 "",
 				AttrOSType:                            "linux",
@@ -161,8 +162,7 @@ func TestRegisterContainerInstance(t *testing.T) {
 					t.Errorf("attribute %s = %q (present %v), want %q", k, got, ok, v)
 				}
 			}
-			// Pulls with the execution role are not done yet: ECS must not place such tasks here.
-			for _, absent := range []string{AttrDockerRemoteAPIPrefix + "1.16", AttrDockerRemoteAPIPrefix + "1.42", "ecs.capability.execution-role-ecr-pull"} {
+			for _, absent := range []string{AttrDockerRemoteAPIPrefix + "1.16", AttrDockerRemoteAPIPrefix + "1.42"} {
 				if _, ok := attrs[absent]; ok {
 					t.Errorf("attribute %s registered", absent)
 				}

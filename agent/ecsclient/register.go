@@ -24,6 +24,7 @@ const (
 	AttrTaskENI               = "ecs.capability.task-eni"
 	AttrContainerHealthCheck  = "ecs.capability.container-health-check"
 	AttrECRAuth               = "com.amazonaws.ecs.capability.ecr-auth"
+	AttrExecutionRoleECRPull  = "ecs.capability.execution-role-ecr-pull"
 	AttrContainerOrdering     = "ecs.capability.container-ordering"
 	AttrDockerPluginLocal     = "ecs.capability.docker-plugin.local"
 	AttrPrivilegedContainer   = "com.amazonaws.ecs.capability.privileged-container"
@@ -160,6 +161,7 @@ func Attributes(r Registration, goarch string) (map[string]string, error) {
 	attrs := map[string]string{
 		AttrContainerHealthCheck: "",
 		AttrECRAuth:              "",
+		AttrExecutionRoleECRPull: "",
 		AttrContainerOrdering:    "",
 		AttrDockerPluginLocal:    "",
 		AttrOSType:               "linux",

@@ -99,6 +99,9 @@ type Config struct {
 	TaskEndpoint TaskEndpointConfig
 	// ContainerMetadata is the container metadata file (ECS_ENABLE_CONTAINER_METADATA).
 	ContainerMetadata ContainerMetadataConfig
+	// ExecutionRoleAuth, when set, gives the pulls of containers that ask for their task's execution
+	// role (task.ECRAuth.UseExecutionRole) its credentials; nil: every pull uses the agent's own.
+	ExecutionRoleAuth ExecutionRoleAuth
 }
 
 // Hook is called at a named step of a task's life with the task, which it must not keep or change.
@@ -484,6 +487,9 @@ func (e *Engine) forget(w *worker) {
 	e.mu.Unlock()
 	if roles := e.cfg.TaskEndpoint.Roles; roles != nil {
 		roles.Remove(w.arn)
+	}
+	if x := e.cfg.ExecutionRoleAuth; x != nil {
+		x.TaskRemoved(w.arn)
 	}
 	for _, l := range ls {
 		l.TaskRemoved(w.arn)

@@ -368,12 +368,14 @@ type fakePuller struct {
 	errs  map[string]error
 	gates map[string]chan struct{} // a pull of the image waits until the channel is closed
 	count map[string]int
+	auths map[string]dockerclient.AuthSource // the credentials source of the image's last pull
 }
 
 var _ Puller = (*fakePuller)(nil)
 
 func newFakePuller() *fakePuller {
-	return &fakePuller{errs: map[string]error{}, gates: map[string]chan struct{}{}, count: map[string]int{}}
+	return &fakePuller{errs: map[string]error{}, gates: map[string]chan struct{}{}, count: map[string]int{},
+		auths: map[string]dockerclient.AuthSource{}}
 }
 
 func (p *fakePuller) fail(image string, err error) {
@@ -398,8 +400,22 @@ func (p *fakePuller) pulls(image string) int {
 	return p.count[image]
 }
 
-func (p *fakePuller) Pull(ctx context.Context, image string, _ dockerclient.AuthSource) (dockerclient.PullResult, error) {
+// authOf returns the credentials source of the image's last pull.
+func (p *fakePuller) authOf(image string) dockerclient.AuthSource {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.auths[image]
+}
+
+// Pull asks auth, when there is one, for credentials first, as the real pull path does.
+func (p *fakePuller) Pull(ctx context.Context, image string, auth dockerclient.AuthSource) (dockerclient.PullResult, error) {
+	if auth != nil {
+		if _, err := auth.Auth(ctx, image); err != nil {
+			return dockerclient.PullResult{}, &dockerclient.CannotPullContainerError{Image: image, Err: err}
+		}
+	}
+	p.mu.Lock()
+	p.auths[image] = auth
 	p.count[image]++
 	err, gate := p.errs[image], p.gates[image]
 	p.mu.Unlock()

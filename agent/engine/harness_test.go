@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
 )
@@ -22,6 +23,7 @@ type harness struct {
 	t       *testing.T
 	docker  *fakeDocker
 	puller  *fakePuller
+	auth    dockerclient.AuthSource // the engine's own credentials source; nil unless prepare sets it
 	store   *fakeStore
 	journal *journal
 	engine  *Engine
@@ -50,7 +52,7 @@ func newHarness(t *testing.T, cfg Config, prepare ...func(h *harness)) *harness 
 	for _, p := range prepare {
 		p(h)
 	}
-	h.engine = New(cfg, h.docker, h.puller, nil, h.store, logger.Nop())
+	h.engine = New(cfg, h.docker, h.puller, h.auth, h.store, logger.Nop())
 	h.engine.retryDelay = 5 * time.Millisecond
 	h.engine.Subscribe(journalListener{j})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -360,8 +360,9 @@ func (w *worker) pullAll(ctx context.Context) bool {
 	}
 	results := make(chan result, len(pending))
 	for _, c := range pending {
+		auth := w.e.pullAuth(w.t, c)
 		go func(c *task.Container) {
-			res, err := w.e.puller.Pull(ctx, c.Image, w.e.auth)
+			res, err := w.e.puller.Pull(ctx, c.Image, auth)
 			results <- result{c: c, err: err, res: res}
 		}(c)
 	}

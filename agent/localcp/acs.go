@@ -140,6 +140,11 @@ func acsContainerOf(c *task.Container) (*acs.Container, error) {
 		StopTimeout:  int64(c.StopTimeout / time.Second),
 		Privileged:   c.Privileged,
 	}
+	if a := c.ECRAuth; a != nil && a.UseExecutionRole {
+		// As Amazon ECS sends it for a task with an executionRoleArn; the agent applies it to ECR images.
+		out.RegistryAuthentication = &acs.RegistryAuthentication{Type: "ecr", ECRAuthData: &acs.ECRAuthData{
+			UseExecutionRole: true, Region: a.Region, RegistryID: a.RegistryID, EndpointOverride: a.EndpointOverride}}
+	}
 	for _, kv := range c.Environment {
 		out.Environment[kv.Name] = kv.Value
 	}

@@ -49,3 +49,30 @@ func TestPayloadRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestPayloadExecutionRolePulls: a definition with an executionRoleArn reaches the agent as Amazon
+// ECS sends it, the role without keys and each container with registryAuthentication
+// {type: ecr, useExecutionRole: true}, and translates to the pulls the definition asks for.
+func TestPayloadExecutionRolePulls(t *testing.T) {
+	const role = "arn:aws:iam::012345678901:role/exec"
+	def, err := taskdef.Parse([]byte(`{"family": "ecr", "executionRoleArn": "` + role + `", "containerDefinitions": [
+		{"name": "app", "image": "012345678901.dkr.ecr.us-east-1.amazonaws.com/app:1", "memory": 16},
+		{"name": "side", "image": "busybox", "memory": 16, "essential": false}]}`))
+	require.NoError(t, err)
+	canon, err := taskdef.Canonical(def)
+	require.NoError(t, err)
+	sent, err := acsTaskOf(&taskRecord{Arn: "arn:aws:ecs:local:000000000000:task/default/0456", Revision: 1, Definition: canon}, task.TaskRunning)
+	require.NoError(t, err)
+	require.NotNil(t, sent.ExecutionRoleCredentials)
+	assert.Equal(t, acs.IAMRoleCredentials{RoleArn: role}, *sent.ExecutionRoleCredentials)
+	for _, c := range sent.Containers {
+		assert.Equal(t, &acs.RegistryAuthentication{Type: "ecr", ECRAuthData: &acs.ECRAuthData{UseExecutionRole: true}}, c.RegistryAuthentication, c.Name)
+	}
+	accepted, err := acs.TranslateTask(sent)
+	require.NoError(t, err)
+	assert.Empty(t, accepted.Warnings)
+	want := def.NewTask(sent.Arn)
+	for i, c := range accepted.Task.Containers {
+		assert.Equal(t, want.Containers[i].ECRAuth, c.ECRAuth, c.Name)
+	}
+}

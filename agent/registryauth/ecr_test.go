@@ -440,7 +440,7 @@ func TestAuthHonoursContext(t *testing.T) {
 
 	// The shared fetch went on and filled the cache.
 	require.Eventually(t, func() bool {
-		_, ok := p.tokens.get(ecrRegistry{account: account, region: "us-east-1"})
+		_, ok := p.tokens.get(tokenKey{reg: ecrRegistry{account: account, region: "us-east-1"}})
 		return ok
 	}, 2*time.Second, 10*time.Millisecond)
 	got, err := p.Auth(context.Background(), ecrImage)

@@ -23,13 +23,17 @@ var errInvalidReference = errdefs.New(errdefs.ErrInvalidArgument, "invalid image
 type CannotPullECRContainerError struct {
 	Image    string
 	Registry string
+	Role     string // the task's execution role the pull asked for; "" for the host's own credentials
 	Err      error
 }
 
 var _ errdefs.Retriable = (*CannotPullECRContainerError)(nil)
 
-// Error names the image and the registry and gives the cause.
+// Error names the image, the registry and the execution role, if any, and gives the cause.
 func (e *CannotPullECRContainerError) Error() string {
+	if e.Role != "" {
+		return fmt.Sprintf("cannot pull ECR image %q with execution role %s: no credentials for registry %s: %v", e.Image, e.Role, e.Registry, e.Err)
+	}
 	return fmt.Sprintf("cannot pull ECR image %q: no credentials for registry %s: %v", e.Image, e.Registry, e.Err)
 }
 
@@ -48,13 +52,17 @@ func (e *CannotPullECRContainerError) Retry() bool { return false }
 type ECRUnreachableError struct {
 	Image    string
 	Registry string
+	Role     string // the task's execution role the pull asked for; "" for the host's own credentials
 	Err      error
 }
 
 var _ errdefs.Retriable = (*ECRUnreachableError)(nil)
 
-// Error names the image and the registry and gives the cause.
+// Error names the image, the registry and the execution role, if any, and gives the cause.
 func (e *ECRUnreachableError) Error() string {
+	if e.Role != "" {
+		return fmt.Sprintf("ECR credentials for image %q (registry %s, execution role %s): %v", e.Image, e.Registry, e.Role, e.Err)
+	}
 	return fmt.Sprintf("ECR credentials for image %q (registry %s): %v", e.Image, e.Registry, e.Err)
 }
 

@@ -2,9 +2,13 @@ package registryauth
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -164,7 +168,14 @@ type fakeECR struct {
 	keyIDs    []string
 	regions   []string
 	registry  [][]string
+	// secrets, when set, makes the fake check each request's SigV4 signature with the secret of its
+	// access key (and its session token), as ECR does, and refuse what does not verify.
+	secrets map[string]sigv4Key
+	checked []string // access key IDs whose signature verified
 }
+
+// sigv4Key is what the fake ECR knows of an access key.
+type sigv4Key struct{ secret, sessionToken string }
 
 var credentialPattern = regexp.MustCompile(`Credential=([^/]+)/[0-9]+/([^/]+)/`)
 
@@ -194,6 +205,72 @@ func (f *fakeECR) setExpiry(at time.Time) {
 	f.expiresAt = at
 }
 
+// verified returns the access key IDs of the requests whose signature verified.
+func (f *fakeECR) verified() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.checked...)
+}
+
+// verifySigV4 checks r's AWS SigV4 signature (service ecr) over body with the secret of the access
+// key it names, and that its session token is that key's. It returns the access key ID.
+func verifySigV4(r *http.Request, body []byte, keys map[string]sigv4Key) (string, error) {
+	auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ")
+	if !ok {
+		return "", fmt.Errorf("not signed with SigV4")
+	}
+	var credential, signed, signature string
+	for _, part := range strings.Split(auth, ",") {
+		name, value, _ := strings.Cut(strings.TrimSpace(part), "=")
+		switch name {
+		case "Credential":
+			credential = value
+		case "SignedHeaders":
+			signed = value
+		case "Signature":
+			signature = value
+		}
+	}
+	scope := strings.Split(credential, "/")
+	if len(scope) != 5 || scope[3] != "ecr" || scope[4] != "aws4_request" {
+		return "", fmt.Errorf("credential scope %q is not for ecr", credential)
+	}
+	key, ok := keys[scope[0]]
+	if !ok {
+		return "", fmt.Errorf("unknown access key %s", scope[0])
+	}
+	if got := r.Header.Get("X-Amz-Security-Token"); got != key.sessionToken {
+		return "", fmt.Errorf("session token of %s does not match", scope[0])
+	}
+	var creq strings.Builder
+	creq.WriteString(r.Method + "\n" + r.URL.EscapedPath() + "\n" + r.URL.RawQuery + "\n")
+	headers := strings.Split(signed, ";")
+	for _, h := range headers {
+		v := r.Header.Get(h)
+		if h == "host" {
+			v = r.Host
+		}
+		creq.WriteString(h + ":" + strings.TrimSpace(v) + "\n")
+	}
+	sum := sha256.Sum256(body)
+	creq.WriteString("\n" + signed + "\n" + hex.EncodeToString(sum[:]))
+	hashed := sha256.Sum256([]byte(creq.String()))
+	toSign := "AWS4-HMAC-SHA256\n" + r.Header.Get("X-Amz-Date") + "\n" + strings.Join(scope[1:], "/") + "\n" + hex.EncodeToString(hashed[:])
+	mac := func(k []byte, data string) []byte {
+		h := hmac.New(sha256.New, k)
+		h.Write([]byte(data))
+		return h.Sum(nil)
+	}
+	k := mac([]byte("AWS4"+key.secret), scope[1])
+	k = mac(k, scope[2])
+	k = mac(k, scope[3])
+	k = mac(k, "aws4_request")
+	if want := hex.EncodeToString(mac(k, toSign)); !hmac.Equal([]byte(want), []byte(signature)) {
+		return "", fmt.Errorf("signature of %s does not verify", scope[0])
+	}
+	return scope[0], nil
+}
+
 func (f *fakeECR) accessKeyIDs() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -213,8 +290,20 @@ func (f *fakeECR) serve(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		RegistryIDs []string `json:"registryIds"`
 	}
-	_ = json.NewDecoder(r.Body).Decode(&in)
+	body, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(body, &in)
 	f.mu.Lock()
+	if f.secrets != nil {
+		key, err := verifySigV4(r, body, f.secrets)
+		if err != nil {
+			f.mu.Unlock()
+			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprintf(w, `{"__type":"InvalidSignatureException","message":%q}`, err.Error())
+			return
+		}
+		f.checked = append(f.checked, key)
+	}
 	if m := credentialPattern.FindStringSubmatch(r.Header.Get("Authorization")); m != nil {
 		f.keyIDs = append(f.keyIDs, m[1])
 		f.regions = append(f.regions, m[2])

@@ -19,6 +19,11 @@
 //	AWS unreachable                           → anonymous (one warning per process)
 //	otherwise                                 → an ecr:GetAuthorizationToken token, cached per
 //	                                            registry and refreshed before it expires
+//
+// A container whose task asks for its execution role is pulled through ExecutionRoles instead: an
+// ECR image gets a token fetched with the role's credentials (from a RoleCredentials source: the
+// control plane's store, or the agent's own role provider in local mode), whatever the filters above
+// say and without any detection; other images get what Auth gives them.
 package registryauth
 
 import (
@@ -177,7 +182,7 @@ func (p *Provider) Auth(ctx context.Context, image string) (docker.AuthConfigura
 		return docker.AuthConfiguration{}, nil
 	}
 	return p.ecrToken(ctx, image, host, tokenRequest{
-		key:    reg,
+		key:    tokenKey{reg: reg},
 		awsCfg: env.cfg,
 		creds:  env.cfg.Credentials,
 	})
@@ -194,7 +199,7 @@ func (p *Provider) Invalidate(image string) {
 		return
 	}
 	if reg, ok := parseECR(host); ok {
-		p.tokens.drop(reg)
+		p.tokens.drop(tokenKey{reg: reg})
 	}
 }
 

@@ -345,6 +345,24 @@ func (p *Provider) TaskCredentials(ctx context.Context, id string) (taskendpoint
 		SessionToken: c.SessionToken, Expiration: c.Expiration}, nil
 }
 
+// ExecutionRoleCredentials serves the pulls of a task with its execution role
+// (registryauth.RoleCredentials): the credentials of the execution role with this ID, as Get returns
+// them. Task roles' IDs are unknown here (ErrUnknownID).
+func (p *Provider) ExecutionRoleCredentials(ctx context.Context, id string) (aws.Credentials, error) {
+	p.mu.Lock()
+	r := p.byID[id]
+	p.mu.Unlock()
+	if r == nil || r.roleType != RoleTypeTaskExecution {
+		return aws.Credentials{}, fmt.Errorf("execution role credentials %s: %w", short(id), ErrUnknownID)
+	}
+	c, err := p.Get(ctx, id)
+	if err != nil {
+		return aws.Credentials{}, err
+	}
+	return aws.Credentials{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken,
+		Source: "sts:AssumeRole", CanExpire: true, Expires: c.Expiration}, nil
+}
+
 // keepFresh assumes r's role, then again before each set of credentials expires, and after a
 // failure with backoff, until ctx ends.
 func (p *Provider) keepFresh(ctx context.Context, r *role) {

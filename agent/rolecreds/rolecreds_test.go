@@ -99,6 +99,17 @@ func TestAssumesTheTaskRolesWithTheHostCredentials(t *testing.T) {
 		assert.NotContains(t, c.String(), roleTokenPre)
 	}
 
+	// Pulls with the execution role get its credentials; the task role's are not theirs.
+	pull, err := p.ExecutionRoleCredentials(context.Background(), execID)
+	require.NoError(t, err)
+	assert.Equal(t, exec.AccessKeyID, pull.AccessKeyID)
+	assert.Equal(t, exec.SecretAccessKey, pull.SecretAccessKey)
+	assert.Equal(t, exec.SessionToken, pull.SessionToken)
+	assert.True(t, pull.CanExpire)
+	assert.Equal(t, exec.Expiration, pull.Expires)
+	_, err = p.ExecutionRoleCredentials(context.Background(), appID)
+	assert.ErrorIs(t, err, ErrUnknownID)
+
 	calls := f.requests()
 	require.Len(t, calls, 2)
 	var arns []string

@@ -132,6 +132,20 @@ type DockerVolume struct {
 	Labels        map[string]string `json:"labels,omitempty"`
 }
 
+// ECRAuth says how a container's image is pulled from Amazon ECR when the agent's own credentials
+// are not the ones to use (ACS's registryAuthentication of type ecr).
+type ECRAuth struct {
+	// UseExecutionRole pulls an ECR image with a token fetched with the task's execution role
+	// (ExecutionRoleArn, its credentials under ExecutionCredentialsID). An image outside ECR is
+	// pulled as any other.
+	UseExecutionRole bool `json:"useExecutionRole,omitempty"`
+	// Region and RegistryID name the image's ECR registry, and EndpointOverride the ECR API endpoint,
+	// as the control plane sent them; empty: read from the image's host, and the SDK's endpoint.
+	Region           string `json:"region,omitempty"`
+	RegistryID       string `json:"registryId,omitempty"`
+	EndpointOverride string `json:"endpointOverride,omitempty"`
+}
+
 // Container is one container of a task: its definition and its runtime state.
 type Container struct {
 	// Definition.
@@ -159,6 +173,8 @@ type Container struct {
 	Privileged             bool              `json:"privileged,omitempty"`
 	ReadonlyRootFilesystem bool              `json:"readonlyRootFilesystem,omitempty"`
 	InitProcessEnabled     bool              `json:"initProcessEnabled,omitempty"`
+	// ECRAuth, when set, says how the image is pulled from ECR; nil: with the agent's own credentials.
+	ECRAuth *ECRAuth `json:"ecrAuth,omitempty"`
 	// Pause marks the pause container Berth adds to an awsvpc task; it is not in the definition.
 	Pause bool `json:"pause,omitempty"`
 	// MetadataToken identifies the container to the task metadata endpoint (the last part of

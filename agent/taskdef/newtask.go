@@ -13,6 +13,10 @@ import (
 // order with the ECS defaults applied (essential true, protocol tcp, network mode bridge, health check
 // timings), desired status RUNNING and every other status NONE. The task shares no memory with d. It
 // adds no pause container; whoever runs an awsvpc task does.
+//
+// A definition with an executionRoleArn pulls its ECR images with that role, as Amazon ECS decides
+// for EC2 tasks (it then sends registryAuthentication with useExecutionRole): every container gets
+// ECRAuth{UseExecutionRole: true}, which the pull path applies to ECR images only.
 func (d *Definition) NewTask(arn string) *task.Task {
 	t := &task.Task{
 		Arn:           arn,
@@ -31,7 +35,11 @@ func (d *Definition) NewTask(arn string) *task.Task {
 		t.Volumes = append(t.Volumes, newVolume(v))
 	}
 	for i := range d.ContainerDefinitions {
-		t.Containers = append(t.Containers, newContainer(&d.ContainerDefinitions[i]))
+		c := newContainer(&d.ContainerDefinitions[i])
+		if d.ExecutionRoleArn != "" {
+			c.ECRAuth = &task.ECRAuth{UseExecutionRole: true}
+		}
+		t.Containers = append(t.Containers, c)
 	}
 	return t
 }

@@ -419,3 +419,26 @@ func fieldErrors(t testing.TB, err error) []*FieldError {
 	walk(err)
 	return out
 }
+
+// A definition with an executionRoleArn pulls its ECR images with it, as Amazon ECS decides.
+func TestNewTaskExecutionRolePulls(t *testing.T) {
+	tests := []struct {
+		name string
+		role string
+		want *task.ECRAuth
+	}{
+		{name: "execution role", role: "arn:aws:iam::012345678901:role/exec", want: &task.ECRAuth{UseExecutionRole: true}},
+		{name: "none"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &Definition{Family: "f", ExecutionRoleArn: tt.role, ContainerDefinitions: []ContainerDefinition{
+				{Name: "a", Image: "012345678901.dkr.ecr.us-east-1.amazonaws.com/app:1"}, {Name: "b", Image: "busybox"}}}
+			tk := d.NewTask("arn")
+			assert.Equal(t, tt.role, tk.ExecutionRoleArn)
+			for _, c := range tk.Containers {
+				assert.Equal(t, tt.want, c.ECRAuth, c.Name)
+			}
+		})
+	}
+}

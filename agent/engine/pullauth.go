@@ -1,0 +1,39 @@
+package engine
+
+import (
+	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// ExecutionRole is what a pull with a task's execution role needs: the task, its role and the ID
+// its credentials are kept under, and what the control plane said of the image's ECR registry
+// (task.ECRAuth). Its fields are registryauth.ExecutionRole's.
+type ExecutionRole struct {
+	TaskArn          string
+	RoleArn          string
+	CredentialsID    string
+	Region           string
+	RegistryID       string
+	EndpointOverride string
+}
+
+// ExecutionRoleAuth supplies the credentials of pulls made with a task's execution role
+// (registryauth.ExecutionRoles, through the agent's wiring).
+type ExecutionRoleAuth interface {
+	// AuthSource returns the credentials source of a container's pulls with role. It does no I/O;
+	// the source's errors name the image and the role.
+	AuthSource(role ExecutionRole) dockerclient.AuthSource
+	// TaskRemoved forgets whatever was cached for the task; it is called once the task is cleaned up.
+	TaskRemoved(taskArn string)
+}
+
+// pullAuth returns the credentials source of c's image: the task's execution role's when the
+// container asks for it (and the engine has ExecutionRoleAuth), else the agent's own.
+func (e *Engine) pullAuth(t *task.Task, c *task.Container) dockerclient.AuthSource {
+	a := c.ECRAuth
+	if a == nil || !a.UseExecutionRole || e.cfg.ExecutionRoleAuth == nil {
+		return e.auth
+	}
+	return e.cfg.ExecutionRoleAuth.AuthSource(ExecutionRole{TaskArn: t.Arn, RoleArn: t.ExecutionRoleArn,
+		CredentialsID: t.ExecutionCredentialsID, Region: a.Region, RegistryID: a.RegistryID, EndpointOverride: a.EndpointOverride})
+}
