@@ -367,7 +367,8 @@ func reportableContainer(c *task.Container) task.ContainerStatus {
 // delivered, and whether there is anything to send.
 func changeFor(t *task.Task, sent sentView) (ecsclient.TaskStateChange, sentView, bool) {
 	after := sent.clone()
-	ch := ecsclient.TaskStateChange{TaskArn: t.Arn, Status: ecsclient.StatusPending}
+	ch := ecsclient.TaskStateChange{TaskArn: t.Arn, Status: ecsclient.StatusPending,
+		PullStartedAt: t.PullStartedAt, PullStoppedAt: t.PullStoppedAt}
 	rt := reportableTask(t.KnownStatus)
 	taskChanged := rt > sent.task
 	switch rt {

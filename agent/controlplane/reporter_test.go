@@ -433,3 +433,14 @@ func TestChangeFor(t *testing.T) {
 		})
 	}
 }
+
+// TestChangeCarriesPullTimes: ECS hears when the task's images were pulled.
+func TestChangeCarriesPullTimes(t *testing.T) {
+	started := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tk := &task.Task{Arn: "arn:aws:ecs:r:1:task/c/pull", KnownStatus: task.TaskRunning, PullStartedAt: started,
+		PullStoppedAt: started.Add(3 * time.Second), Containers: []*task.Container{{Name: "app", KnownStatus: task.ContainerRunning}}}
+	ch, _, ok := changeFor(tk, sentView{containers: map[string]task.ContainerStatus{}})
+	if !ok || !ch.PullStartedAt.Equal(started) || !ch.PullStoppedAt.Equal(started.Add(3*time.Second)) {
+		t.Errorf("change %+v (send %v): want the pull times %s and %s", ch, ok, started, started.Add(3*time.Second))
+	}
+}

@@ -68,6 +68,11 @@ func TestTaskEndpointIDsAndVariables(t *testing.T) {
 	running := h.waitStatus(tk.Arn, task.TaskRunning)
 
 	require.Len(t, running.CredentialsID, 32)
+	assert.False(t, running.PullStartedAt.IsZero(), "the pull's start is recorded")
+	assert.False(t, running.PullStoppedAt.Before(running.PullStartedAt), "and its end, after it")
+	for _, c := range running.Containers {
+		assert.False(t, c.CreatedAt.IsZero(), "container %s: its creation time is recorded", c.Name)
+	}
 	assert.Empty(t, running.ExecutionCredentialsID)
 	app, side := running.Container("app"), running.Container("side")
 	require.Len(t, app.MetadataToken, 32)

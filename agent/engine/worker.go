@@ -358,6 +358,9 @@ func (w *worker) pullAll(ctx context.Context) bool {
 			pending = append(pending, c)
 		}
 	}
+	if len(pending) > 0 && w.t.PullStartedAt.IsZero() {
+		w.t.PullStartedAt = w.e.clock.Now().UTC()
+	}
 	results := make(chan result, len(pending))
 	for _, c := range pending {
 		auth := w.e.pullAuth(w.t, c)
@@ -381,6 +384,9 @@ func (w *worker) pullAll(ctx context.Context) bool {
 		}
 		r.c.KnownStatus = task.ContainerPulled
 		w.log.Info("image ready", "container", r.c.Name, "image", r.c.Image, "cached", r.res.Cached, "attempts", len(r.res.Attempts))
+	}
+	if len(pending) > 0 {
+		w.t.PullStoppedAt = w.e.clock.Now().UTC()
 	}
 	if !ok {
 		w.commit(ctx)
@@ -553,6 +559,7 @@ func (w *worker) create(ctx context.Context, c *task.Container) error {
 	w.e.hook(HookAfterCreate, w.t)
 	c.DockerID = created.ID
 	c.KnownStatus = task.ContainerCreated
+	c.CreatedAt = w.e.clock.Now().UTC()
 	w.e.trackContainer(c.DockerID, w)
 	// The ID is saved with the start that follows at once; an agent that dies in between finds the
 	// container by its saved name.
@@ -688,6 +695,9 @@ func (w *worker) refresh(ctx context.Context, c *task.Container) {
 func applyInspect(c *task.Container, ci *docker.Container) {
 	if ci.Image != "" {
 		c.ImageID = ci.Image
+	}
+	if !ci.Created.IsZero() {
+		c.CreatedAt = ci.Created.UTC()
 	}
 	st := ci.State
 	if st.Health.Status != "" && c.HealthCheck != nil {

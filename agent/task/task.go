@@ -192,6 +192,7 @@ type Container struct {
 	Health          HealthStatus     `json:"health,omitempty"`
 	NetworkBindings []NetworkBinding `json:"networkBindings,omitempty"`
 	Networks        []Network        `json:"networks,omitempty"`
+	CreatedAt       time.Time        `json:"createdAt,omitzero"`
 	StartedAt       time.Time        `json:"startedAt,omitzero"`
 	FinishedAt      time.Time        `json:"finishedAt,omitzero"`
 }
@@ -261,6 +262,8 @@ type Task struct {
 	StoppedReason string     `json:"stoppedReason,omitempty"`
 	PendingReason string     `json:"pendingReason,omitempty"` // why the task waits (host resources, networking)
 	CreatedAt     time.Time  `json:"createdAt,omitzero"`
+	PullStartedAt time.Time  `json:"pullStartedAt,omitzero"` // the first image pull began
+	PullStoppedAt time.Time  `json:"pullStoppedAt,omitzero"` // the last image pull ended
 	StartedAt     time.Time  `json:"startedAt,omitzero"`
 	StoppedAt     time.Time  `json:"stoppedAt,omitzero"`
 }

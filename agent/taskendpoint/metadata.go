@@ -30,6 +30,8 @@ type taskResponse struct {
 	KnownStatus           string              `json:"KnownStatus"`
 	Containers            []containerResponse `json:"Containers,omitempty"`
 	Limits                *taskLimits         `json:"Limits,omitempty"`
+	PullStartedAt         *time.Time          `json:"PullStartedAt,omitempty"`
+	PullStoppedAt         *time.Time          `json:"PullStoppedAt,omitempty"`
 	ExecutionStoppedAt    *time.Time          `json:"ExecutionStoppedAt,omitempty"`
 	AvailabilityZone      string              `json:"AvailabilityZone,omitempty"`
 	TaskTags              map[string]string   `json:"TaskTags,omitempty"`
@@ -64,6 +66,7 @@ type containerResponse struct {
 	KnownStatus   string            `json:"KnownStatus"`
 	ExitCode      *int              `json:"ExitCode,omitempty"`
 	Limits        containerLimits   `json:"Limits"`
+	CreatedAt     *time.Time        `json:"CreatedAt,omitempty"`
 	StartedAt     *time.Time        `json:"StartedAt,omitempty"`
 	FinishedAt    *time.Time        `json:"FinishedAt,omitempty"`
 	Type          string            `json:"Type"`
@@ -131,6 +134,7 @@ func (h *Handler) newTaskResponse(t *task.Task, s shape) taskResponse {
 		}
 	}
 	r.ExecutionStoppedAt = utc(t.StoppedAt)
+	r.PullStartedAt, r.PullStoppedAt = utc(t.PullStartedAt), utc(t.PullStoppedAt)
 	for _, c := range t.Containers {
 		r.Containers = append(r.Containers, h.newContainerResponse(t, c, s))
 	}
@@ -154,6 +158,7 @@ func (h *Handler) newContainerResponse(t *task.Task, c *task.Container, s shape)
 		KnownStatus:   c.KnownStatus.String(),
 		ExitCode:      c.ExitCode,
 		Limits:        containerLimits{CPU: float64(c.CPU), Memory: int64(c.Memory)},
+		CreatedAt:     utc(c.CreatedAt),
 		StartedAt:     utc(c.StartedAt),
 		FinishedAt:    utc(c.FinishedAt),
 		Type:          "NORMAL",

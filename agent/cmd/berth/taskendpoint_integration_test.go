@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -538,6 +539,9 @@ func TestIntegrationTaskMetadata(t *testing.T) {
 		started, err := time.Parse(time.RFC3339Nano, c["StartedAt"].(string))
 		require.NoError(t, err)
 		assert.WithinDuration(t, inspect.State.StartedAt, started, time.Second)
+		created, err := time.Parse(time.RFC3339Nano, c["CreatedAt"].(string))
+		require.NoError(t, err)
+		assert.WithinDuration(t, inspect.Created, created, time.Second)
 		assert.Equal(t, "NORMAL", c["Type"])
 		networks := c["Networks"].([]any)
 		require.Len(t, networks, 1)
@@ -560,6 +564,11 @@ func TestIntegrationTaskMetadata(t *testing.T) {
 		assert.Equal(t, "RUNNING", task["DesiredStatus"])
 		assert.Equal(t, "RUNNING", task["KnownStatus"])
 		assert.Equal(t, "EC2", task["LaunchType"])
+		pullStarted, err1 := time.Parse(time.RFC3339Nano, task["PullStartedAt"].(string))
+		pullStopped, err2 := time.Parse(time.RFC3339Nano, task["PullStoppedAt"].(string))
+		require.NoError(t, errors.Join(err1, err2))
+		assert.False(t, pullStopped.Before(pullStarted), "the pull stopped after it started")
+		assert.False(t, started.Before(pullStopped), "the container started after the pull")
 		assert.NotEmpty(t, task["Containers"])
 
 		status, v3 := endpointGet(t, "/v3/"+token)
