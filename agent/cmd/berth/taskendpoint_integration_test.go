@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,8 +43,9 @@ type scriptedACS struct {
 	out      chan acs.Message
 	upgrader websocket.Upgrader
 
-	mu   sync.Mutex
-	acks []string
+	mu          sync.Mutex
+	acks        []string
+	connections []url.Values // each connection's query
 }
 
 func (s *scriptedACS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -56,7 +58,12 @@ func (s *scriptedACS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer ws.Close()
+	s.mu.Lock()
+	s.connections = append(s.connections, r.URL.Query())
+	s.mu.Unlock()
+	readDone := make(chan struct{})
 	go func() {
+		defer close(readDone)
 		for {
 			_, data, err := ws.ReadMessage()
 			if err != nil {
@@ -76,12 +83,30 @@ func (s *scriptedACS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.mu.Unlock()
 		}
 	}()
-	for m := range s.out {
-		frame, err := acs.Encode(m)
-		if err != nil || ws.WriteMessage(websocket.TextMessage, frame) != nil {
+	for {
+		select {
+		case <-readDone: // the agent is gone: leave what comes next to its next connection
 			return
+		case m, ok := <-s.out:
+			if !ok {
+				return
+			}
+			frame, err := acs.Encode(m)
+			if err != nil || ws.WriteMessage(websocket.TextMessage, frame) != nil {
+				return
+			}
 		}
 	}
+}
+
+// lastConnection returns how many ACS connections the agent opened, and the last one's query.
+func (s *scriptedACS) lastConnection() (int, url.Values) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.connections) == 0 {
+		return 0, nil
+	}
+	return len(s.connections), s.connections[len(s.connections)-1]
 }
 
 func (s *scriptedACS) acked(id string) bool {
@@ -173,10 +198,11 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 
 	env := newRecoveryEnv(t, buildBerth(t))
 	logFile := filepath.Join(t.TempDir(), "berth.log")
-	agent := env.start("AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://"+ln.Addr().String(),
+	ecsMode := []string{"AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://" + ln.Addr().String(),
 		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_EC2_METADATA_DISABLED=true",
-		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "ECS_LOGFILE="+logFile, "ECS_LOGLEVEL=debug",
-		"ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION=1m")
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "ECS_LOGFILE=" + logFile, "ECS_LOGLEVEL=debug",
+		"ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION=1m"}
+	agent := env.start(ecsMode...)
 	tasks := agent.waitTasks(90*time.Second, "the task runs", familyRunning("creds", 1))
 	require.True(t, standIn.acked("payload-1"), "the payload is acknowledged once its credentials are stored")
 
@@ -224,6 +250,29 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 		return got["AccessKeyId"] == second.AccessKeyID && standIn.acked("creds-2")
 	}, 30*time.Second, 100*time.Millisecond, "the refresh is served and acknowledged")
 
+	// An agent restart: the task keeps its credentials ID; as with the ECS agent, the credentials
+	// themselves are in memory only, and the endpoint answers again once ACS sends them, which the
+	// agent asks for on its first connection (sendCredentials=true).
+	agent.stop()
+	connections, _ := standIn.lastConnection()
+	agent = env.start(ecsMode...)
+	require.Eventually(t, func() bool {
+		n, q := standIn.lastConnection()
+		return n > connections && q.Get("sendCredentials") == "true"
+	}, 60*time.Second, 100*time.Millisecond, "the restarted agent asks ACS for credentials")
+	status, _ = endpointGet(t, "/v2/credentials/"+first.CredentialsID)
+	assert.Equal(t, http.StatusBadRequest, status, "not before ACS sent them")
+	third := first
+	third.AccessKeyID, third.SecretAccessKey, third.SessionToken = "ASIATHIRD"+randomHex(t, 4), "secret-third-"+randomHex(t, 8), "token-third-"+randomHex(t, 8)
+	standIn.out <- &acs.IAMRoleCredentialsMessage{MessageID: "creds-3", TaskArn: arn, RoleType: acs.RoleTypeTaskApplication, RoleCredentials: third}
+	require.Eventually(t, func() bool {
+		_, got := endpointGet(t, "/v2/credentials/"+first.CredentialsID)
+		return got["AccessKeyId"] == third.AccessKeyID
+	}, 30*time.Second, 100*time.Millisecond, "the restarted agent serves the credentials under the same ID")
+	out, err = exec.Command("docker", "inspect", "--format", "{{.Id}} {{json .Config.Env}}", dockerID).Output()
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI=/v2/credentials/"+first.CredentialsID, "the container was not recreated")
+
 	// Stopped and cleaned up: the credentials are gone.
 	standIn.out <- &acs.PayloadMessage{MessageID: "payload-2", SeqNum: 2, Tasks: []*acs.Task{{Arn: arn, Family: "creds", Version: "1",
 		DesiredStatus: "STOPPED", Containers: []*acs.Container{{Name: "app", Image: testappImage, Memory: 16, Command: []string{"sleep"}}}}}}
@@ -246,6 +295,7 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 	stateFile, err := os.ReadFile(filepath.Join(env.dataDir, "berth.db"))
 	require.NoError(t, err)
 	for _, secret := range []string{first.SecretAccessKey, first.SessionToken, second.SecretAccessKey, second.SessionToken,
+		third.SecretAccessKey, third.SessionToken,
 		execution.SecretAccessKey, execution.SessionToken, second.AccessKeyID} {
 		assert.NotContains(t, string(logged), secret, "the log holds a secret")
 		assert.NotContains(t, agent.out.String(), secret, "the console holds a secret")
