@@ -139,7 +139,7 @@ func taskENI(enis []*ElasticNetworkInterface) (*task.ENI, error) {
 		}
 	}
 	return &task.ENI{AttachmentArn: e.AttachmentArn, MAC: mac.String(), IPv4: netip.PrefixFrom(addr, gw.Bits()),
-		Gateway: gw.Addr(), DNSServers: e.DomainNameServers, SearchDomains: e.DomainName}, nil
+		Gateway: gw.Addr(), DNSServers: e.DomainNameServers, SearchDomains: e.DomainName, PrivateDNSName: e.PrivateDNSName}, nil
 }
 
 // TranslatePayload translates every task of a payload; a task that fails is listed in rejected and

@@ -199,7 +199,8 @@ func TestTranslateStoppedAndDefaults(t *testing.T) {
 		Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}},
 		ElasticNetworkInterfaces: []*ElasticNetworkInterface{{Ec2ID: "eni-1", MacAddress: "0A:00:00:00:00:01", AttachmentArn: "arn:att",
 			IPv4Addresses:            []IPv4Address{{PrivateAddress: "10.0.0.9"}, {PrivateAddress: "10.0.0.5", Primary: true}},
-			SubnetGatewayIPv4Address: "10.0.0.1/24", DomainNameServers: []string{"10.0.0.2"}, DomainName: []string{"ec2.internal"}}},
+			SubnetGatewayIPv4Address: "10.0.0.1/24", DomainNameServers: []string{"10.0.0.2"}, DomainName: []string{"ec2.internal"},
+			PrivateDNSName: "ip-10-0-0-5.ec2.internal"}},
 	}
 	a, err := TranslateTask(tk)
 	require.NoError(t, err)
@@ -208,7 +209,8 @@ func TestTranslateStoppedAndDefaults(t *testing.T) {
 	assert.True(t, a.Task.Containers[0].Essential, "essential defaults to true when absent")
 	assert.Equal(t, task.NetworkAWSVPC, a.Task.NetworkMode)
 	assert.Equal(t, &task.ENI{AttachmentArn: "arn:att", MAC: "0a:00:00:00:00:01", IPv4: netip.MustParsePrefix("10.0.0.5/24"),
-		Gateway: netip.MustParseAddr("10.0.0.1"), DNSServers: []string{"10.0.0.2"}, SearchDomains: []string{"ec2.internal"}}, a.Task.ENI,
+		Gateway: netip.MustParseAddr("10.0.0.1"), DNSServers: []string{"10.0.0.2"}, SearchDomains: []string{"ec2.internal"},
+		PrivateDNSName: "ip-10-0-0-5.ec2.internal"}, a.Task.ENI,
 		"the primary address with the gateway's prefix, the MAC normalised")
 }
 

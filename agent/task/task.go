@@ -221,6 +221,8 @@ type ENI struct {
 	Gateway       netip.Addr   `json:"gateway"`  // the subnet gateway's address
 	DNSServers    []string     `json:"dnsServers,omitempty"`
 	SearchDomains []string     `json:"searchDomains,omitempty"`
+	// PrivateDNSName is the ENI's private DNS name (ip-10-0-1-5.ec2.internal), when ECS gave one.
+	PrivateDNSName string `json:"privateDnsName,omitempty"`
 }
 
 // AWSVPC is what Berth set up for an awsvpc task's network namespace.

@@ -143,6 +143,7 @@ func awsvpcTask() *task.Task {
 			AttachmentArn: "arn:aws:ecs:us-west-2:012345678901:attachment/9a8b", MAC: "0e:10:e2:01:bd:91",
 			IPv4: netip.MustParsePrefix("10.0.2.61/24"), Gateway: netip.MustParseAddr("10.0.2.1"),
 			DNSServers: []string{"10.0.0.2"}, SearchDomains: []string{"us-west-2.compute.internal"},
+			PrivateDNSName: "ip-10-0-2-61.us-west-2.compute.internal",
 		},
 		AWSVPC: &task.AWSVPC{NetNS: "/proc/4242/ns/net", IPv4: "10.0.2.61", BridgeIPv4: "169.254.172.3"},
 		Containers: []*task.Container{

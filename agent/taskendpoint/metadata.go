@@ -92,6 +92,7 @@ type networkResponse struct {
 	AttachmentIndex          *int     `json:"AttachmentIndex,omitempty"`
 	MACAddress               string   `json:"MACAddress,omitempty"`
 	IPv4SubnetCIDRBlock      string   `json:"IPv4SubnetCIDRBlock,omitempty"`
+	PrivateDNSName           string   `json:"PrivateDNSName,omitempty"`
 	DomainNameServers        []string `json:"DomainNameServers,omitempty"`
 	DomainNameSearchList     []string `json:"DomainNameSearchList,omitempty"`
 	SubnetGatewayIpv4Address string   `json:"SubnetGatewayIpv4Address,omitempty"`
@@ -236,6 +237,7 @@ func networks(t *task.Task, c *task.Container, s shape) []networkResponse {
 			index := 0 // Berth attaches one ENI per task
 			n.AttachmentIndex = &index
 			n.MACAddress = eni.MAC
+			n.PrivateDNSName = eni.PrivateDNSName
 			if eni.IPv4.IsValid() {
 				n.IPv4SubnetCIDRBlock = eni.IPv4.Masked().String()
 				if eni.Gateway.IsValid() {

@@ -66,7 +66,8 @@ var (
 	eniNetworkV4 = `[{
 		"NetworkMode": "awsvpc", "IPv4Addresses": ["10.0.2.61"],
 		"AttachmentIndex": 0, "MACAddress": "0e:10:e2:01:bd:91",
-		"IPv4SubnetCIDRBlock": "10.0.2.0/24", "SubnetGatewayIpv4Address": "10.0.2.1/24",
+		"IPv4SubnetCIDRBlock": "10.0.2.0/24", "PrivateDNSName": "ip-10-0-2-61.us-west-2.compute.internal",
+		"SubnetGatewayIpv4Address": "10.0.2.1/24",
 		"DomainNameServers": ["10.0.0.2"], "DomainNameSearchList": ["us-west-2.compute.internal"]
 	}]`
 	pauseV4 = `{
@@ -123,7 +124,7 @@ var (
 
 // Fields v4 has and v3 has not.
 var v4Only = []string{"LogDriver", "LogOptions", "LaunchType", "FaultInjectionEnabled", "AttachmentIndex",
-	"MACAddress", "IPv4SubnetCIDRBlock", "SubnetGatewayIpv4Address", "DomainNameServers", "DomainNameSearchList"}
+	"MACAddress", "IPv4SubnetCIDRBlock", "PrivateDNSName", "SubnetGatewayIpv4Address", "DomainNameServers", "DomainNameSearchList"}
 
 // drop returns doc with every object member named in keys removed, at any depth.
 func drop(t *testing.T, doc string, keys ...string) string {
