@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -222,7 +223,10 @@ func classifyPull(err error, throttleDelay time.Duration) error {
 		status = de.Status
 		text = strings.ToLower(de.Message)
 	}
-	if errors.Is(err, docker.ErrConnectionRefused) {
+	// The Docker Engine itself unreachable (its socket gone or refusing while dockerd restarts) says
+	// nothing about the image: a transport fault, as a registry connection that fails.
+	var op *net.OpError
+	if errors.Is(err, docker.ErrConnectionRefused) || errors.As(err, &op) && op.Op == "dial" {
 		return &PullError{Err: err, Classes: []error{ErrConnection}, retriable: true}
 	}
 	out := &PullError{Err: err, retriable: true}

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,6 +119,10 @@ func TestIsTransportFault(t *testing.T) {
 		{"503", apiErr(500, "received unexpected HTTP status: 503 Service Unavailable"), true},
 		{"eof in stream", &StreamError{Message: "unexpected EOF"}, true},
 		{"tls handshake timeout", apiErr(500, `Get "https://r/v2/": net/http: TLS handshake timeout`), true},
+		{"the Engine's socket gone (dockerd restarting)", &url.Error{Op: "Post", URL: "http://unix.sock/images/create",
+			Err: &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.ENOENT)}}, true},
+		{"the Engine refusing", &url.Error{Op: "Post", URL: "http://unix.sock/images/create",
+			Err: &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}, true},
 		{"429", apiErr(500, "toomanyrequests"), false},
 		{"inactivity", fmt.Errorf("no progress for 1m0s: %w", ErrInactivity), false},
 		{"not found", apiErr(404, "manifest for r/app:1 not found: manifest unknown: manifest unknown"), false},
