@@ -340,7 +340,7 @@ func (c *Client) StopContainer(ctx context.Context, id string, timeout time.Dura
 
 // RemoveContainer removes a container (opts.Context is set from ctx). It
 // is idempotent: a missing container or a removal already in progress is
-// success.
+// success. An Engine that cannot be reached is ErrConnection.
 func (c *Client) RemoveContainer(ctx context.Context, opts docker.RemoveContainerOptions) error {
 	ctx, cancel := withTimeout(ctx, "remove container", c.timeouts.Remove)
 	defer cancel()
@@ -348,6 +348,9 @@ func (c *Client) RemoveContainer(ctx context.Context, opts docker.RemoveContaine
 	err := c.docker.RemoveContainer(opts)
 	if err == nil || isNoSuchContainer(err) || isRemovalInProgress(err) {
 		return nil
+	}
+	if engineUnreachable(err) {
+		return fmt.Errorf("remove container %q: %w: %w", opts.ID, ErrConnection, err)
 	}
 	return fmt.Errorf("remove container %q: %w", opts.ID, ctxErr(ctx, err))
 }

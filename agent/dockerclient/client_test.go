@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -197,4 +198,15 @@ func TestNewClientRejectsBadEndpoints(t *testing.T) {
 	assert.Equal(t, "http://unix.sock", c.baseURL)
 	c.Close()
 	assert.Equal(t, DefaultTimeouts(), Timeouts{}.withDefaults())
+}
+
+// TestRemoveContainerEngineUnreachable: with the Engine's socket gone (dockerd restarting) a removal
+// fails with ErrConnection, which the engine retries instead of forgetting the container.
+func TestRemoveContainerEngineUnreachable(t *testing.T) {
+	c, err := NewClient(Config{Endpoint: "unix://" + filepath.Join(t.TempDir(), "docker.sock")})
+	require.NoError(t, err)
+	defer c.Close()
+	err = c.RemoveContainer(t.Context(), docker.RemoveContainerOptions{ID: "abc"})
+	require.ErrorIs(t, err, ErrConnection)
+	require.ErrorContains(t, err, "abc")
 }

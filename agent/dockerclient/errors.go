@@ -223,10 +223,9 @@ func classifyPull(err error, throttleDelay time.Duration) error {
 		status = de.Status
 		text = strings.ToLower(de.Message)
 	}
-	// The Docker Engine itself unreachable (its socket gone or refusing while dockerd restarts) says
-	// nothing about the image: a transport fault, as a registry connection that fails.
-	var op *net.OpError
-	if errors.Is(err, docker.ErrConnectionRefused) || errors.As(err, &op) && op.Op == "dial" {
+	// The Docker Engine itself unreachable says nothing about the image: a transport fault, as a
+	// registry connection that fails.
+	if engineUnreachable(err) {
 		return &PullError{Err: err, Classes: []error{ErrConnection}, retriable: true}
 	}
 	out := &PullError{Err: err, retriable: true}
@@ -293,6 +292,13 @@ func parseRetryAfter(text string) time.Duration {
 		unit = time.Minute
 	}
 	return time.Duration(n * float64(unit))
+}
+
+// engineUnreachable reports a failed dial to the Docker Engine: its socket gone or refusing, as while
+// dockerd restarts.
+func engineUnreachable(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, docker.ErrConnectionRefused) || errors.As(err, &op) && op.Op == "dial"
 }
 
 // isRemovalInProgress reports Docker's 409 "removal of container X is

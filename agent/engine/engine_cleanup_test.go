@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -264,4 +265,31 @@ func TestFailedSaveStopsTheStepAndRetries(t *testing.T) {
 	h.waitStatus(arn, task.TaskRunning)
 	assert.NoError(t, h.engine.SaveError(), "the failure clears once a save succeeds")
 	assert.Len(t, h.docker.createCalls(), 1)
+}
+
+// TestCleanupWaitsForAnUnreachableEngine: a cleanup whose container removal finds the Docker Engine
+// away (dockerd restarting) is retried, not forgotten with the containers left behind; a removal that
+// fails for another reason is logged and the task forgotten, as before.
+func TestCleanupWaitsForAnUnreachableEngine(t *testing.T) {
+	cfg := testConfig()
+	cfg.CleanupWait = 0
+	h := newHarness(t, cfg)
+	var failures atomic.Int32
+	failures.Store(3)
+	h.docker.setHook(func(op, _ string) error {
+		if op == "remove" && failures.Add(-1) >= 0 {
+			return fmt.Errorf("remove container: %w: dial unix /var/run/docker.sock: connect: no such file or directory", dockerclient.ErrConnection)
+		}
+		return nil
+	})
+	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/away"
+	h.add(newTask(arn, ctr("a")))
+	id := h.dockerID(arn, "a")
+	h.waitStatus(arn, task.TaskRunning)
+	require.NoError(t, h.engine.StopTask(context.Background(), arn, "done"))
+	require.True(t, pollUntil(func() bool { return len(h.store.deletedARNs()) == 1 }), "the task is cleaned up once the Engine answers")
+	assert.LessOrEqual(t, failures.Load(), int32(-1), "every failed removal was retried")
+	h.docker.mu.Lock()
+	defer h.docker.mu.Unlock()
+	assert.Contains(t, h.docker.removed, id, "the container was removed, not left behind")
 }

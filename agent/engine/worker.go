@@ -31,6 +31,8 @@ type worker struct {
 	log *logger.Logger
 	t   *task.Task // owned by run
 
+	cleanupRetries int // cleanups put off because the Docker Engine was unreachable; the cleanup's own
+
 	// Set by the engine under its lock: listed once the task's first save succeeded; accepted is
 	// closed once that save has finished, with acceptErr its outcome.
 	listed    bool
@@ -819,14 +821,25 @@ func (w *worker) stopAll(ctx context.Context) {
 
 // cleanup removes the task's containers and task-scoped volumes and forgets the task.
 func (w *worker) cleanup(ctx context.Context) {
+	unreachable := false
 	for _, c := range w.t.Containers {
 		if c.DockerID == "" {
 			continue
 		}
 		err := w.e.docker.RemoveContainer(ctx, docker.RemoveContainerOptions{ID: c.DockerID, RemoveVolumes: true, Force: true})
 		if err != nil && !errors.Is(err, dockerclient.ErrNotFound) {
+			unreachable = unreachable || errors.Is(err, dockerclient.ErrConnection)
 			w.log.Warn("removing container failed", "container", c.Name, "error", err)
 		}
+	}
+	if unreachable && ctx.Err() == nil {
+		// The Docker Engine is away (restarting): forgetting the task now would leave its containers
+		// until the next agent start. The whole cleanup runs again; removed containers are no error.
+		w.cleanupRetries++
+		delay := min(w.e.retryDelay<<min(w.cleanupRetries, 6), time.Minute)
+		w.log.Warn("the Docker Engine is unreachable; the task's cleanup is retried", "retry_in", delay)
+		w.e.clock.AfterFunc(delay, func() { w.e.goTracked(func() { w.cleanup(ctx) }) })
+		return
 	}
 	for _, v := range w.t.Volumes {
 		if v.Host != nil && v.Host.SourcePath != "" || v.Docker != nil && v.Docker.Scope == "shared" {
