@@ -50,7 +50,7 @@ test: images cni-plugins lint
 		$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
 
 # Berth against the bare Docker Engine, side by side in one run; prints ratios. One section alone:
-# go run ./scripts/bench -only ecs (pull, engine, memory, awsvpc, cp, ecs; see scripts/bench/main.go).
+# go run ./scripts/bench -only ecs (pull, engine, memory, awsvpc, cp, ecs, endpoint; see scripts/bench/main.go).
 bench: images cni-plugins
 	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) $(GO) run ./scripts/bench
 

@@ -231,7 +231,8 @@ func TestIntegrationExampleWebTask(t *testing.T) {
 		out := ps()
 		return regexp.MustCompile(`(?m)^\S+\s+web:1\s+RUNNING\s+RUNNING\s+web\s+RUNNING`).MatchString(out) &&
 			regexp.MustCompile(`(?m)^\s+sidecar\s+RUNNING`).MatchString(out)
-	}, 90*time.Second, 200*time.Millisecond, "berth ps never showed both containers RUNNING; last:\n%s\nagent log:\n%s", ps(), stdout.String())
+	}, 90*time.Second, 200*time.Millisecond, "berth ps never showed both containers RUNNING; last:\n%s\nagent log:\n%s\nstderr:\n%s",
+		ps(), stdout.String(), stderr.String())
 
 	resp, err := http.Get("http://127.0.0.1:8080/")
 	require.NoError(t, err)
