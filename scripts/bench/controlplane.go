@@ -18,6 +18,7 @@ import (
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/scripts/internal/agentproc"
 	"github.com/berth-agent/berth/scripts/internal/ecsstandin"
 )
 
@@ -39,7 +40,7 @@ func (b *bench) controlPlane(ctx context.Context, rounds int) {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "berth")
-	if err := buildAgent(context.Background(), bin); err != nil {
+	if err := agentproc.Build(context.Background(), bin); err != nil {
 		fail("%v", err)
 	}
 	cpAddr, introAddr := freeLoopback(), freeLoopback()

@@ -19,6 +19,7 @@ import (
 	docker "github.com/fsouza/go-dockerclient"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/berth-agent/berth/scripts/internal/agentproc"
 	"github.com/berth-agent/berth/scripts/internal/ecsstandin"
 )
 
@@ -110,7 +111,7 @@ func (b *bench) ecsMode(ctx context.Context, opts ecsOptions) {
 }
 
 func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
-	hz, err := clockTicks()
+	hz, err := agentproc.ClockTicks()
 	if err != nil {
 		return err
 	}
@@ -129,7 +130,7 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 		_ = os.RemoveAll(dir)
 	}()
 	bin := filepath.Join(dir, "berth")
-	if err := buildAgent(ctx, bin); err != nil {
+	if err := agentproc.Build(ctx, bin); err != nil {
 		return err
 	}
 	cp, err := ecsstandin.Start(dir, ecsstandin.Options{})
@@ -246,7 +247,7 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 
 // idleCPU returns the agent's CPU use over window, in ms per second.
 func (r *ecsRun) idleCPU(ctx context.Context, window time.Duration) (float64, error) {
-	before, err := cpuTicks(r.agent.pid())
+	before, err := agentproc.CPUTicks(r.agent.pid())
 	if err != nil {
 		return 0, err
 	}
@@ -255,7 +256,7 @@ func (r *ecsRun) idleCPU(ctx context.Context, window time.Duration) (float64, er
 		return 0, context.Cause(ctx)
 	case <-time.After(window):
 	}
-	after, err := cpuTicks(r.agent.pid())
+	after, err := agentproc.CPUTicks(r.agent.pid())
 	if err != nil {
 		return 0, err
 	}
@@ -287,7 +288,7 @@ func (r *ecsRun) waitReady(ctx context.Context) error {
 // not nil, receives the measurements.
 func (r *ecsRun) berthRound(ctx context.Context, n int, res *ecsResult) (time.Duration, error) {
 	pid := r.agent.pid()
-	cpu0, err := cpuTicks(pid)
+	cpu0, err := agentproc.CPUTicks(pid)
 	if err != nil {
 		return 0, err
 	}
@@ -330,11 +331,11 @@ func (r *ecsRun) berthRound(ctx context.Context, n int, res *ecsResult) (time.Du
 	if err := r.checkStatus(ctx, arns, "RUNNING"); err != nil {
 		return 0, err
 	}
-	cpu1, err := cpuTicks(pid)
+	cpu1, err := agentproc.CPUTicks(pid)
 	if err != nil {
 		return 0, err
 	}
-	rss, err := residentMiB(pid)
+	rss, err := agentproc.ResidentMiB(pid)
 	if err != nil {
 		return 0, err
 	}
@@ -353,7 +354,7 @@ func (r *ecsRun) berthRound(ctx context.Context, n int, res *ecsResult) (time.Du
 	if err != nil {
 		return 0, err
 	}
-	cpu2, err := cpuTicks(pid)
+	cpu2, err := agentproc.CPUTicks(pid)
 	if err != nil {
 		return 0, err
 	}

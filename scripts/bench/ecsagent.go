@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -149,62 +147,6 @@ func (p *berthProcess) tail(lines int) string {
 	}
 	ls := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	return fmt.Sprintf("--- last lines berth wrote:\n%s", strings.Join(ls[max(0, len(ls)-lines):], "\n"))
-}
-
-// clockTicks is the kernel's USER_HZ, the unit of utime and stime in /proc/<pid>/stat.
-func clockTicks() (int, error) {
-	out, err := exec.Command("getconf", "CLK_TCK").Output()
-	if err != nil {
-		return 0, fmt.Errorf("getconf CLK_TCK: %w", err)
-	}
-	hz, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil || hz <= 0 {
-		return 0, fmt.Errorf("getconf CLK_TCK printed %q", out)
-	}
-	return hz, nil
-}
-
-// cpuTicks returns utime+stime of a process, in clock ticks.
-func cpuTicks(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name, field 2, is in parentheses and may hold spaces: count fields after it.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
-	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	return utime + stime, nil
-}
-
-// residentMiB returns VmRSS of a process.
-func residentMiB(pid int) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-			if err != nil {
-				return 0, fmt.Errorf("VmRSS %q: %w", rest, err)
-			}
-			return float64(kib) / 1024, nil
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 // offHostSockets lists the process's TCP and UDP sockets whose local or remote address is not

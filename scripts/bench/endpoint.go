@@ -17,6 +17,7 @@ import (
 	docker "github.com/fsouza/go-dockerclient"
 
 	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/scripts/internal/agentproc"
 )
 
 // endpointContainers is how many containers poll the task endpoint at once.
@@ -32,7 +33,7 @@ func (b *bench) taskEndpoint(ctx context.Context, window time.Duration) {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "berth")
-	if err := buildAgent(context.Background(), bin); err != nil {
+	if err := agentproc.Build(context.Background(), bin); err != nil {
 		fail("%v", err)
 	}
 	tasksDir := filepath.Join(dir, "tasks.d")
@@ -84,7 +85,7 @@ func (b *bench) taskEndpoint(ctx context.Context, window time.Duration) {
 	if len(tokens) != endpointContainers {
 		fail("endpoint: %d of %d containers have a metadata URI", len(tokens), endpointContainers)
 	}
-	hz, err := clockTicks()
+	hz, err := agentproc.ClockTicks()
 	if err != nil {
 		fail("%v", err)
 	}
@@ -96,13 +97,13 @@ func (b *bench) taskEndpoint(ctx context.Context, window time.Duration) {
 			wg.Add(1)
 			go func() { defer wg.Done(); load(stop) }()
 		}
-		before, err := cpuTicks(pid)
+		before, err := agentproc.CPUTicks(pid)
 		if err != nil {
 			fail("%v", err)
 		}
 		start := time.Now()
 		time.Sleep(d) // the measurement window itself
-		after, err := cpuTicks(pid)
+		after, err := agentproc.CPUTicks(pid)
 		if err != nil {
 			fail("%v", err)
 		}

@@ -35,7 +35,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -101,16 +100,6 @@ func main() {
 
 type bench struct {
 	dc *docker.Client
-}
-
-// buildAgent builds the berth binary at bin as `make build` does: statically, without cgo.
-func buildAgent(ctx context.Context, bin string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./agent/cmd/berth")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build berth: %w\n%s", err, out)
-	}
-	return nil
 }
 
 func fail(format string, args ...any) {

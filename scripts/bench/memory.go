@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,12 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/scripts/internal/agentproc"
 )
 
 // agentMemory runs the real berth binary and reads its resident memory idle, then with 100 running
@@ -27,7 +25,7 @@ func (b *bench) agentMemory(ctx context.Context) {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "berth")
-	if err := buildAgent(context.Background(), bin); err != nil {
+	if err := agentproc.Build(context.Background(), bin); err != nil {
 		fail("%v", err)
 	}
 	tasksDir := filepath.Join(dir, "tasks.d")
@@ -100,23 +98,11 @@ func (b *bench) agentMemory(ctx context.Context) {
 		idle, loaded, time.Since(started).Round(100*time.Millisecond))
 }
 
-// rssMiB reads VmRSS of a process.
+// rssMiB reads VmRSS of a process, or ends the bench.
 func rssMiB(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	mib, err := agentproc.ResidentMiB(pid)
 	if err != nil {
 		fail("read memory of berth: %v", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-			if err != nil {
-				fail("VmRSS %q: %v", rest, err)
-			}
-			return float64(kib) / 1024
-		}
-	}
-	fail("no VmRSS for pid %d", pid)
-	return 0
+	return mib
 }

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -113,34 +110,4 @@ func (p *agentProc) tail(lines int) string {
 	}
 	ls := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	return strings.Join(ls[max(0, len(ls)-lines):], "\n")
-}
-
-// residentMiB returns VmRSS of a process.
-func residentMiB(pid int) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-			if err != nil {
-				return 0, fmt.Errorf("VmRSS %q: %w", rest, err)
-			}
-			return float64(kib) / 1024, nil
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-}
-
-// buildAgent builds the berth binary at bin as `make build` does: statically, without cgo.
-func buildAgent(ctx context.Context, bin string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/berth-agent/berth/agent/cmd/berth")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build berth: %w\n%s", err, out)
-	}
-	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	docker "github.com/fsouza/go-dockerclient"
 
+	"github.com/berth-agent/berth/scripts/internal/agentproc"
 	"github.com/berth-agent/berth/scripts/internal/ecsstandin"
 )
 
@@ -131,7 +132,7 @@ func run(ctx context.Context, opts options) (rep *report, err error) {
 		runID: hex.EncodeToString(id[:]), stoppedBy: map[string]bool{}, killReq: make(chan struct{}), steady: make(chan struct{})}
 	s.cluster = "berth-soak-" + s.runID
 	s.watch = &dockerWatch{dc: dc, cluster: s.cluster, seen: map[string]*seenContainer{}}
-	if err := buildAgent(ctx, s.bin); err != nil {
+	if err := agentproc.Build(ctx, s.bin); err != nil {
 		return nil, err
 	}
 	s.cp, err = ecsstandin.Start(dir, ecsstandin.Options{Observe: s.ledger.observe})
@@ -281,7 +282,7 @@ func (s *soak) run(ctx context.Context) (*report, error) {
 	s.mu.Lock()
 	cur := s.cur
 	s.mu.Unlock()
-	if rss, err := residentMiB(cur.pid()); err == nil {
+	if rss, err := agentproc.ResidentMiB(cur.pid()); err == nil {
 		rep.rssEnd = rss
 	}
 	if err := cur.stop(); err != nil {
@@ -359,7 +360,7 @@ func (s *soak) startAgent() (*agentProc, error) {
 		select {
 		case <-p.exited:
 		case <-time.After(s.opts.memAge - min(s.opts.memAge, time.Since(p.started))):
-			rss, err := residentMiB(p.pid())
+			rss, err := agentproc.ResidentMiB(p.pid())
 			if err == nil {
 				s.mu.Lock()
 				s.mem = append(s.mem, memSample{incarnation: p.n, rssMiB: rss, containers: s.watch.runningCount()})
