@@ -70,6 +70,15 @@ type Task struct {
 	LaunchType               string                     `json:"launchType,omitempty"`
 	ServiceName              string                     `json:"serviceName,omitempty"`
 	TaskDefinitionAccountID  string                     `json:"taskDefinitionAccountId,omitempty"`
+
+	// What Berth cannot do, kept raw so that a task asking for it is refused by name:
+	// elastic inference and GPU associations, App Mesh, Service Connect and EBS attachments,
+	// fault injection, trusted execution.
+	Associations                  json.RawMessage `json:"associations,omitempty"`
+	ProxyConfiguration            json.RawMessage `json:"proxyConfiguration,omitempty"`
+	Attachments                   json.RawMessage `json:"attachments,omitempty"`
+	EnableFaultInjection          bool            `json:"enableFaultInjection,omitempty"`
+	TrustedExecutionConfiguration json.RawMessage `json:"trustedExecutionConfiguration,omitempty"`
 }
 
 // Container is a container of a Task. Essential is true when absent (the ECS default). Settings that
@@ -96,13 +105,37 @@ type Container struct {
 	Privileged             bool                    `json:"privileged,omitempty"`
 	LinuxParameters        *LinuxParameters        `json:"linuxParameters,omitempty"`
 	Secrets                []Secret                `json:"secrets,omitempty"`
+	EnvironmentFiles       []EnvironmentFile       `json:"environmentFiles,omitempty"`
+	RestartPolicy          *RestartPolicy          `json:"restartPolicy,omitempty"`
+	LogsAuthStrategy       string                  `json:"logsAuthStrategy,omitempty"` // ExecutionRole
+
+	// What Berth cannot do, kept raw so that a task asking for it is refused by name: FireLens,
+	// ECS Exec (managed agents), GPUs, gMSA credential specs.
+	FirelensConfiguration json.RawMessage `json:"firelensConfiguration,omitempty"`
+	ManagedAgents         json.RawMessage `json:"managedAgents,omitempty"`
+	ResourceRequirements  json.RawMessage `json:"resourceRequirements,omitempty"`
+	CredentialSpecs       json.RawMessage `json:"credentialSpecs,omitempty"`
+}
+
+// EnvironmentFile is an S3 object of VAR=VALUE lines; Type is s3.
+type EnvironmentFile struct {
+	Value string `json:"value"`
+	Type  string `json:"type"`
+}
+
+// RestartPolicy restarts a container in place when it exits; RestartAttemptPeriod is in seconds.
+type RestartPolicy struct {
+	Enabled              bool    `json:"enabled"`
+	IgnoredExitCodes     []int64 `json:"ignoredExitCodes,omitempty"`
+	RestartAttemptPeriod *int64  `json:"restartAttemptPeriod,omitempty"`
 }
 
 // PortMapping publishes a container port; Protocol is tcp or udp.
 type PortMapping struct {
-	ContainerPort int64  `json:"containerPort"`
-	HostPort      int64  `json:"hostPort,omitempty"`
-	Protocol      string `json:"protocol,omitempty"`
+	ContainerPort      int64  `json:"containerPort,omitempty"`
+	HostPort           int64  `json:"hostPort,omitempty"`
+	Protocol           string `json:"protocol,omitempty"`
+	ContainerPortRange string `json:"containerPortRange,omitempty"`
 }
 
 // MountPoint mounts a task volume into a container.
@@ -133,7 +166,23 @@ type DockerConfig struct {
 
 // LinuxParameters holds the Linux settings of a container that ACS sends as fields.
 type LinuxParameters struct {
-	InitProcessEnabled *bool `json:"initProcessEnabled,omitempty"`
+	Capabilities       *KernelCapabilities `json:"capabilities,omitempty"`
+	Devices            []Device            `json:"devices,omitempty"`
+	InitProcessEnabled *bool               `json:"initProcessEnabled,omitempty"`
+	SharedMemorySize   *int64              `json:"sharedMemorySize,omitempty"` // MiB
+}
+
+// KernelCapabilities are Linux capabilities to add and drop.
+type KernelCapabilities struct {
+	Add  []string `json:"add,omitempty"`
+	Drop []string `json:"drop,omitempty"`
+}
+
+// Device is a host device exposed to a container; Permissions are read, write and mknod.
+type Device struct {
+	HostPath      string   `json:"hostPath"`
+	ContainerPath string   `json:"containerPath,omitempty"`
+	Permissions   []string `json:"permissions,omitempty"`
 }
 
 // RegistryAuthentication says how to authenticate the image pull; Type is ecr or asm.
@@ -157,8 +206,8 @@ type ASMAuthData struct {
 	Region               string `json:"region,omitempty"`
 }
 
-// Secret is a secret to inject into a container. Berth does not support them; a task that has one is
-// rejected.
+// Secret is a secret to inject into a container: Provider ssm or asm, Type ENVIRONMENT_VARIABLE
+// (Berth's only type), Target CONTAINER (an environment variable) or LOG_DRIVER (a log option).
 type Secret struct {
 	Name          string `json:"name"`
 	ValueFrom     string `json:"valueFrom"`

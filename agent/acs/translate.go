@@ -7,8 +7,10 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berth-agent/berth/agent/task"
@@ -25,8 +27,6 @@ type Accepted struct {
 	RoleCredentials *IAMRoleCredentials
 	// ExecutionRoleCredentials are the execution role's credentials, or nil.
 	ExecutionRoleCredentials *IAMRoleCredentials
-	// Warnings names each ACS field that was ignored, as "path: reason".
-	Warnings []string
 }
 
 // Rejected is a payload task that could not be translated. The caller reports it STOPPED with
@@ -38,13 +38,12 @@ type Rejected struct {
 
 // TranslateTask builds the task model for an ACS task through taskdef: it makes a
 // *taskdef.Definition, validates it and calls NewTask. Errors match taskdef.ErrInvalid and name the
-// offending field; a task Berth cannot run as asked (secrets, EFS volumes, …) is an error, not a
-// warning.
+// offending field; a task Berth cannot run as asked (EFS volumes, FireLens, …) is an error.
 func TranslateTask(t *Task) (Accepted, error) {
 	if t == nil {
 		return Accepted{}, &taskdef.FieldError{Msg: "null task"}
 	}
-	def, warnings, err := Definition(t)
+	def, err := Definition(t)
 	if err != nil {
 		return Accepted{}, err
 	}
@@ -69,30 +68,23 @@ func TranslateTask(t *Task) (Accepted, error) {
 		return Accepted{}, err
 	}
 	for i, c := range t.Containers {
-		auth, warning := ecrAuth(c.RegistryAuthentication)
-		tk.Containers[i].ECRAuth = auth
-		if warning != "" {
-			warnings = append(warnings, fmt.Sprintf("containers[%d].registryAuthentication: %s", i, warning))
-		}
+		tk.Containers[i].ECRAuth = ecrAuth(c.RegistryAuthentication)
+		tk.Containers[i].LogsAuthExecutionRole = c.LogsAuthStrategy == "ExecutionRole"
 	}
 	return Accepted{Task: tk, Definition: def, RoleCredentials: t.RoleCredentials,
-		ExecutionRoleCredentials: t.ExecutionRoleCredentials, Warnings: warnings}, nil
+		ExecutionRoleCredentials: t.ExecutionRoleCredentials}, nil
 }
 
-// ecrAuth translates a container's registryAuthentication: type ecr with useExecutionRole pulls
-// with the task's execution role; type ecr without it is what the agent does anyway (its own
-// credentials). Anything else is ignored, with a warning saying so.
-func ecrAuth(ra *RegistryAuthentication) (*task.ECRAuth, string) {
-	switch {
-	case ra == nil:
-		return nil, ""
-	case ra.Type != "ecr":
-		return nil, fmt.Sprintf("type %q is not supported by Berth, ignored; the image is pulled with the agent's own registry credentials", ra.Type)
-	case ra.ECRAuthData == nil || !ra.ECRAuthData.UseExecutionRole:
-		return nil, ""
+// ecrAuth translates a container's registryAuthentication of type ecr: with useExecutionRole the
+// image is pulled with the task's execution role; without it, with the agent's own credentials,
+// which is what the agent does anyway. Type asm is translated to repositoryCredentials by
+// Definition.
+func ecrAuth(ra *RegistryAuthentication) *task.ECRAuth {
+	if ra == nil || ra.Type != "ecr" || ra.ECRAuthData == nil || !ra.ECRAuthData.UseExecutionRole {
+		return nil
 	}
 	d := ra.ECRAuthData
-	return &task.ECRAuth{UseExecutionRole: true, Region: d.Region, RegistryID: d.RegistryID, EndpointOverride: d.EndpointOverride}, ""
+	return &task.ECRAuth{UseExecutionRole: true, Region: d.Region, RegistryID: d.RegistryID, EndpointOverride: d.EndpointOverride}
 }
 
 // taskENI parses the task's ENI (ACS sends at most one per task) into the model. Every address must
@@ -170,45 +162,14 @@ func desiredStatus(s string) (task.TaskStatus, error) {
 	return 0, &taskdef.FieldError{Path: "desiredStatus", Msg: fmt.Sprintf("unknown desired status %q (want RUNNING or STOPPED)", s)}
 }
 
-// dockerContainerConfig is the part of Docker's container Config that Berth reads.
-type dockerContainerConfig struct {
-	Healthcheck *struct {
-		Test        []string `json:"Test"`
-		Interval    int64    `json:"Interval"`    // ns
-		Timeout     int64    `json:"Timeout"`     // ns
-		Retries     *int     `json:"Retries"`     //
-		StartPeriod int64    `json:"StartPeriod"` // ns
-	} `json:"Healthcheck"`
-	Labels     map[string]string `json:"Labels"`
-	User       string            `json:"User"`
-	WorkingDir string            `json:"WorkingDir"`
-}
-
-// dockerHostConfig is the part of Docker's HostConfig that Berth reads.
-type dockerHostConfig struct {
-	Ulimits []struct {
-		Name string `json:"Name"`
-		Soft int64  `json:"Soft"`
-		Hard int64  `json:"Hard"`
-	} `json:"Ulimits"`
-	LogConfig *struct {
-		Type   string            `json:"Type"`
-		Config map[string]string `json:"Config"`
-	} `json:"LogConfig"`
-	Privileged        bool  `json:"Privileged"`
-	ReadonlyRootfs    bool  `json:"ReadonlyRootfs"`
-	Init              *bool `json:"Init"`
-	MemoryReservation int64 `json:"MemoryReservation"` // bytes
-}
-
-// Definition builds the task definition of an ACS task without validating it, and returns the
-// ignored fields as warnings. Errors (matching taskdef.ErrInvalid) are for fields that cannot be
-// read or that Berth cannot honour.
+// Definition builds the task definition of an ACS task without validating it. Errors (matching
+// taskdef.ErrInvalid) are for fields that cannot be read or that Berth cannot honour: every field
+// ACS sends is either translated or refused by name, never dropped.
 //
 // A task with more containers or volumes than taskdef allows is refused before any of them is
 // translated. CPU and memory outside what taskdef accepts are errors naming the field, never clamped
 // or wrapped into range.
-func Definition(t *Task) (*taskdef.Definition, []string, error) {
+func Definition(t *Task) (*taskdef.Definition, error) {
 	var errs fieldErrors
 	if len(t.Containers) > taskdef.MaxContainers {
 		errs.add("containerDefinitions", "%d entries; at most %d are allowed", len(t.Containers), taskdef.MaxContainers)
@@ -217,13 +178,20 @@ func Definition(t *Task) (*taskdef.Definition, []string, error) {
 		errs.add("volumes", "%d entries; at most %d are allowed", len(t.Volumes), taskdef.MaxEntries)
 	}
 	if err := errs.join(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var warnings []string
 	def := &taskdef.Definition{
 		Family:      t.Family,
 		NetworkMode: task.NetworkMode(t.NetworkMode),
 		Memory:      taskdef.MiB(t.Memory),
+		PidMode:     t.PidMode,
+		IpcMode:     t.IpcMode,
+	}
+	if rc := t.RoleCredentials; rc != nil {
+		def.TaskRoleArn = rc.RoleArn
+	}
+	if rc := t.ExecutionRoleCredentials; rc != nil {
+		def.ExecutionRoleArn = rc.RoleArn
 	}
 	if t.Version != "" {
 		rev, err := strconv.Atoi(t.Version)
@@ -240,10 +208,22 @@ func Definition(t *Task) (*taskdef.Definition, []string, error) {
 	if t.Memory < 0 || t.Memory > math.MaxInt32 {
 		errs.add("memory", "%d MiB is out of range", t.Memory)
 	}
-	for _, f := range []struct{ name, value string }{{"pidMode", t.PidMode}, {"ipcMode", t.IpcMode}} {
-		if f.value != "" {
-			warnings = append(warnings, f.name+": not supported by Berth, ignored")
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		why  string
+	}{
+		{"associations", t.Associations, "GPUs and elastic inference accelerators are not supported by Berth yet"},
+		{"proxyConfiguration", t.ProxyConfiguration, "App Mesh proxy configuration is not supported by Berth yet"},
+		{"attachments", t.Attachments, "Service Connect and EBS attachments are not supported by Berth yet"},
+		{"trustedExecutionConfiguration", t.TrustedExecutionConfiguration, "not supported by Berth yet"},
+	} {
+		if !emptyJSON(f.raw) && len(f.raw) > 0 {
+			errs.add(f.name, "%s", f.why)
 		}
+	}
+	if t.EnableFaultInjection {
+		errs.add("enableFaultInjection", "fault injection is not supported by Berth yet")
 	}
 	for i, v := range t.Volumes {
 		p := fmt.Sprintf("volumes[%d]", i)
@@ -277,15 +257,12 @@ func Definition(t *Task) (*taskdef.Definition, []string, error) {
 			errs.add(p, "null container")
 			continue
 		}
-		cd, w := containerDefinition(p, c, &errs)
-		warnings = append(warnings, w...)
-		def.ContainerDefinitions = append(def.ContainerDefinitions, cd)
+		def.ContainerDefinitions = append(def.ContainerDefinitions, containerDefinition(p, c, &errs))
 	}
 	if err := errs.join(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	def.Warnings = warnings
-	return def, warnings, nil
+	return def, nil
 }
 
 func dockerVolume(dv *DockerVolumeConfiguration) *taskdef.DockerVolumeConfiguration {
@@ -298,8 +275,7 @@ func dockerVolume(dv *DockerVolumeConfiguration) *taskdef.DockerVolumeConfigurat
 	}
 }
 
-func containerDefinition(p string, c *Container, errs *fieldErrors) (taskdef.ContainerDefinition, []string) {
-	var warnings []string
+func containerDefinition(p string, c *Container, errs *fieldErrors) taskdef.ContainerDefinition {
 	cd := taskdef.ContainerDefinition{
 		Name:         c.Name,
 		Image:        c.Image,
@@ -310,6 +286,7 @@ func containerDefinition(p string, c *Container, errs *fieldErrors) (taskdef.Con
 		StartTimeout: int(clamp(c.StartTimeout)),
 		StopTimeout:  int(clamp(c.StopTimeout)),
 		Privileged:   c.Privileged,
+		Links:        slices.Clone(c.Links),
 	}
 	if c.Memory != 0 {
 		m := errs.int32(p+".memory", c.Memory, "MiB")
@@ -325,9 +302,10 @@ func containerDefinition(p string, c *Container, errs *fieldErrors) (taskdef.Con
 	}
 	for _, pm := range c.PortMappings {
 		cd.PortMappings = append(cd.PortMappings, taskdef.PortMapping{
-			ContainerPort: int(clamp(pm.ContainerPort)),
-			HostPort:      int(clamp(pm.HostPort)),
-			Protocol:      pm.Protocol,
+			ContainerPort:      int(clamp(pm.ContainerPort)),
+			HostPort:           int(clamp(pm.HostPort)),
+			Protocol:           pm.Protocol,
+			ContainerPortRange: pm.ContainerPortRange,
 		})
 	}
 	for _, m := range c.MountPoints {
@@ -339,41 +317,113 @@ func containerDefinition(p string, c *Container, errs *fieldErrors) (taskdef.Con
 	for _, d := range c.DependsOn {
 		cd.DependsOn = append(cd.DependsOn, taskdef.Dependency{ContainerName: d.ContainerName, Condition: task.Condition(d.Condition)})
 	}
-	if len(c.Links) > 0 {
-		warnings = append(warnings, p+".links: not supported by Berth, ignored")
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		why  string
+	}{
+		{"firelensConfiguration", c.FirelensConfiguration, "FireLens is not supported by Berth yet"},
+		{"managedAgents", c.ManagedAgents, "ECS Exec is not supported by Berth yet"},
+		{"resourceRequirements", c.ResourceRequirements, "GPUs and inference accelerators are not supported by Berth yet"},
+		{"credentialSpecs", c.CredentialSpecs, "applies to Windows containers only (gMSA)"},
+	} {
+		if len(f.raw) > 0 && !emptyJSON(f.raw) {
+			errs.add(p+"."+f.name, "%s", f.why)
+		}
 	}
-	if len(c.Secrets) > 0 {
-		errs.add(p+".secrets", "not supported by Berth")
+	var logSecrets []taskdef.Secret
+	for j, s := range c.Secrets {
+		sp := fmt.Sprintf("%s.secrets[%d]", p, j)
+		if s.Type != "" && s.Type != "ENVIRONMENT_VARIABLE" {
+			errs.add(sp+".type", "secret type %q is not supported by Berth", s.Type)
+			continue
+		}
+		sec := taskdef.Secret{Name: s.Name, ValueFrom: s.ValueFrom}
+		switch s.Target {
+		case "", "CONTAINER":
+			cd.Secrets = append(cd.Secrets, sec)
+		case "LOG_DRIVER":
+			logSecrets = append(logSecrets, sec)
+		default:
+			errs.add(sp+".target", "secret target %q is not supported by Berth", s.Target)
+		}
 	}
-	if c.LinuxParameters != nil && c.LinuxParameters.InitProcessEnabled != nil && *c.LinuxParameters.InitProcessEnabled {
-		cd.LinuxParameters = &taskdef.LinuxParameters{InitProcessEnabled: true}
+	for _, f := range c.EnvironmentFiles {
+		cd.EnvironmentFiles = append(cd.EnvironmentFiles, taskdef.EnvironmentFile(f))
 	}
-	if c.DockerConfig == nil {
-		return cd, warnings
+	if rp := c.RestartPolicy; rp != nil {
+		cd.RestartPolicy = &taskdef.RestartPolicy{Enabled: rp.Enabled}
+		for _, code := range rp.IgnoredExitCodes {
+			cd.RestartPolicy.IgnoredExitCodes = append(cd.RestartPolicy.IgnoredExitCodes, int(clamp(code)))
+		}
+		if rp.RestartAttemptPeriod != nil {
+			cd.RestartPolicy.RestartAttemptPeriod = new(int(clamp(*rp.RestartAttemptPeriod)))
+		}
 	}
-	if s := c.DockerConfig.Config; s != "" {
-		var cfg dockerContainerConfig
-		if err := json.Unmarshal([]byte(s), &cfg); err != nil {
-			errs.add(p+".dockerConfig.config", "not a Docker container config: %s", jsonErrorKind(err))
+	if ra := c.RegistryAuthentication; ra != nil && ra.Type != "ecr" && ra.Type != "asm" {
+		errs.add(p+".registryAuthentication.type", "%q is not supported by Berth (want ecr or asm)", ra.Type)
+	}
+	if ra := c.RegistryAuthentication; ra != nil && ra.Type == "asm" {
+		if ra.ASMAuthData == nil || ra.ASMAuthData.CredentialsParameter == "" {
+			errs.add(p+".registryAuthentication.asmAuthData.credentialsParameter", "required for type asm")
 		} else {
+			cd.RepositoryCredentials = &taskdef.RepositoryCredentials{CredentialsParameter: ra.ASMAuthData.CredentialsParameter}
+		}
+	}
+	if lp := c.LinuxParameters; lp != nil {
+		linux := linuxOf(&cd)
+		if caps := lp.Capabilities; caps != nil && len(caps.Add)+len(caps.Drop) > 0 {
+			linux.Capabilities = &taskdef.KernelCapabilities{Add: slices.Clone(caps.Add), Drop: slices.Clone(caps.Drop)}
+		}
+		for _, d := range lp.Devices {
+			linux.Devices = append(linux.Devices, taskdef.Device{HostPath: d.HostPath, ContainerPath: d.ContainerPath, Permissions: slices.Clone(d.Permissions)})
+		}
+		linux.InitProcessEnabled = lp.InitProcessEnabled != nil && *lp.InitProcessEnabled
+		if lp.SharedMemorySize != nil {
+			linux.SharedMemorySize = new(errs.int32(p+".linuxParameters.sharedMemorySize", *lp.SharedMemorySize, "MiB"))
+		}
+	}
+	if c.DockerConfig != nil {
+		if s := c.DockerConfig.Config; s != "" {
+			var cfg DockerContainerConfig
+			decodeDockerJSON(p+".dockerConfig.config", s, &cfg, errs)
 			applyConfig(&cd, &cfg)
 		}
-	}
-	if s := c.DockerConfig.HostConfig; s != "" {
-		var hc dockerHostConfig
-		if err := json.Unmarshal([]byte(s), &hc); err != nil {
-			errs.add(p+".dockerConfig.hostConfig", "not a Docker host config: %s", jsonErrorKind(err))
-		} else {
-			applyHostConfig(p, &cd, &hc, errs)
+		if s := c.DockerConfig.HostConfig; s != "" {
+			var hc DockerHostConfig
+			decodeDockerJSON(p+".dockerConfig.hostConfig", s, &hc, errs)
+			applyHostConfig(p+".dockerConfig.hostConfig", &cd, &hc, errs)
 		}
 	}
-	return cd, warnings
+	if len(logSecrets) > 0 {
+		if cd.LogConfiguration == nil {
+			errs.add(p+".secrets", "log driver secrets without a log driver")
+		} else {
+			cd.LogConfiguration.SecretOptions = logSecrets
+		}
+	}
+	if cd.LinuxParameters != nil && reflect.ValueOf(*cd.LinuxParameters).IsZero() {
+		cd.LinuxParameters = nil
+	}
+	return cd
 }
 
-func applyConfig(cd *taskdef.ContainerDefinition, cfg *dockerContainerConfig) {
+// linuxOf returns cd's linuxParameters, adding them when there are none.
+func linuxOf(cd *taskdef.ContainerDefinition) *taskdef.LinuxParameters {
+	if cd.LinuxParameters == nil {
+		cd.LinuxParameters = &taskdef.LinuxParameters{}
+	}
+	return cd.LinuxParameters
+}
+
+func applyConfig(cd *taskdef.ContainerDefinition, cfg *DockerContainerConfig) {
 	cd.DockerLabels = cfg.Labels
 	cd.User = cfg.User
 	cd.WorkingDirectory = cfg.WorkingDir
+	cd.Hostname = cfg.Hostname
+	cd.PseudoTerminal = cfg.Tty
+	cd.Interactive = cfg.OpenStdin
+	cd.DisableNetworking = cfg.NetworkDisabled
 	hc := cfg.Healthcheck
 	if hc == nil || len(hc.Test) == 0 || hc.Test[0] == "NONE" {
 		return
@@ -382,15 +432,14 @@ func applyConfig(cd *taskdef.ContainerDefinition, cfg *dockerContainerConfig) {
 		Command:     slices.Clone(hc.Test),
 		Interval:    nsToSeconds(hc.Interval),
 		Timeout:     nsToSeconds(hc.Timeout),
-		Retries:     hc.Retries,
 		StartPeriod: nsToSeconds(hc.StartPeriod),
 	}
-	if hc.Retries != nil && *hc.Retries == 0 {
-		cd.HealthCheck.Retries = nil // Docker's 0 means "the default"
+	if hc.Retries != 0 { // Docker's 0 means "the default"
+		cd.HealthCheck.Retries = new(hc.Retries)
 	}
 }
 
-func applyHostConfig(p string, cd *taskdef.ContainerDefinition, hc *dockerHostConfig, errs *fieldErrors) {
+func applyHostConfig(p string, cd *taskdef.ContainerDefinition, hc *DockerHostConfig, errs *fieldErrors) {
 	for _, u := range hc.Ulimits {
 		cd.Ulimits = append(cd.Ulimits, taskdef.Ulimit{Name: u.Name, SoftLimit: u.Soft, HardLimit: u.Hard})
 	}
@@ -399,13 +448,71 @@ func applyHostConfig(p string, cd *taskdef.ContainerDefinition, hc *dockerHostCo
 	}
 	cd.Privileged = cd.Privileged || hc.Privileged
 	cd.ReadonlyRootFilesystem = hc.ReadonlyRootfs
-	if hc.Init != nil && *hc.Init {
-		cd.LinuxParameters = &taskdef.LinuxParameters{InitProcessEnabled: true}
-	}
 	if hc.MemoryReservation > 0 {
-		m := errs.int32(p+".memoryReservation", hc.MemoryReservation>>20, "MiB")
-		cd.MemoryReservation = &m
+		cd.MemoryReservation = new(errs.int32(p+".MemoryReservation", hc.MemoryReservation>>20, "MiB"))
 	}
+	cd.DNSServers = slices.Clone(hc.DNS)
+	cd.DNSSearchDomains = slices.Clone(hc.DNSSearch)
+	cd.DockerSecurityOptions = slices.Clone(hc.SecurityOpt)
+	for j, h := range hc.ExtraHosts {
+		name, ip, ok := strings.Cut(h, ":")
+		if !ok {
+			errs.add(fmt.Sprintf("%s.ExtraHosts[%d]", p, j), "want host:address")
+			continue
+		}
+		cd.ExtraHosts = append(cd.ExtraHosts, taskdef.HostEntry{Hostname: name, IPAddress: ip})
+	}
+	for _, k := range sortedKeys(hc.Sysctls) {
+		cd.SystemControls = append(cd.SystemControls, taskdef.SystemControl{Namespace: k, Value: hc.Sysctls[k]})
+	}
+	if hc.Init != nil && *hc.Init {
+		linuxOf(cd).InitProcessEnabled = true
+	}
+	if len(hc.CapAdd)+len(hc.CapDrop) > 0 {
+		linuxOf(cd).Capabilities = &taskdef.KernelCapabilities{Add: slices.Clone(hc.CapAdd), Drop: slices.Clone(hc.CapDrop)}
+	}
+	for j, d := range hc.Devices {
+		perms, err := devicePermissions(d.CgroupPermissions)
+		if err != nil {
+			errs.add(fmt.Sprintf("%s.Devices[%d].CgroupPermissions", p, j), "%v", err)
+		}
+		lp := linuxOf(cd)
+		lp.Devices = append(lp.Devices, taskdef.Device{HostPath: d.PathOnHost, ContainerPath: d.PathInContainer, Permissions: perms})
+	}
+	if hc.ShmSize > 0 {
+		linuxOf(cd).SharedMemorySize = new(errs.int32(p+".ShmSize", hc.ShmSize>>20, "MiB"))
+	}
+	for _, path := range sortedKeys(hc.Tmpfs) {
+		size, opts, err := tmpfsOptions(hc.Tmpfs[path])
+		if err != nil {
+			errs.add(fmt.Sprintf("%s.Tmpfs[%q]", p, path), "%v", err)
+			continue
+		}
+		lp := linuxOf(cd)
+		lp.Tmpfs = append(lp.Tmpfs, taskdef.Tmpfs{ContainerPath: path, Size: size, MountOptions: opts})
+	}
+	switch {
+	case hc.MemorySwap < 0:
+		errs.add(p+".MemorySwap", "unlimited swap cannot be expressed as maxSwap")
+	case hc.MemorySwap > 0:
+		if cd.Memory == nil {
+			errs.add(p+".MemorySwap", "needs the container's memory")
+			break
+		}
+		linuxOf(cd).MaxSwap = new(errs.int32(p+".MemorySwap", hc.MemorySwap>>20-int64(*cd.Memory), "MiB"))
+	}
+	if hc.MemorySwappiness != nil {
+		linuxOf(cd).Swappiness = new(errs.int32(p+".MemorySwappiness", *hc.MemorySwappiness, ""))
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // nsToSeconds converts a Docker duration in nanoseconds to whole seconds, rounding up; 0 (Docker's

@@ -155,18 +155,16 @@ func TestTranslateRealisticPayload(t *testing.T) {
 	assert.Equal(t, &task.ECRAuth{UseExecutionRole: true, Region: "us-west-2", RegistryID: "123456789012"}, app.ECRAuth,
 		"the app's ECR image is pulled with the execution role")
 	assert.Nil(t, initC.ECRAuth)
-	for _, w := range a.Warnings {
-		assert.NotContains(t, w, "registryAuthentication")
-	}
 	assert.Equal(t, "web", a.Definition.Family)
 }
 
 func TestTranslateRegistryAuthentication(t *testing.T) {
 	tests := []struct {
-		name        string
-		auth        *RegistryAuthentication
-		want        *task.ECRAuth
-		wantWarning string
+		name      string
+		auth      *RegistryAuthentication
+		want      *task.ECRAuth
+		wantCreds *task.RepositoryCredentials
+		wantErr   string
 	}{
 		{name: "none"},
 		{name: "ecr with the execution role", auth: &RegistryAuthentication{Type: "ecr", ECRAuthData: &ECRAuthData{
@@ -174,21 +172,25 @@ func TestTranslateRegistryAuthentication(t *testing.T) {
 			want: &task.ECRAuth{UseExecutionRole: true, RegistryID: "210987654321", Region: "eu-west-1", EndpointOverride: "https://api.ecr.eu-west-1.amazonaws.com"}},
 		{name: "ecr with the agent's credentials", auth: &RegistryAuthentication{Type: "ecr", ECRAuthData: &ECRAuthData{RegistryID: "210987654321", Region: "eu-west-1"}}},
 		{name: "ecr without data", auth: &RegistryAuthentication{Type: "ecr"}},
-		{name: "asm", auth: &RegistryAuthentication{Type: "asm", ASMAuthData: &ASMAuthData{CredentialsParameter: "arn:secret"}},
-			wantWarning: `containers[0].registryAuthentication: type "asm" is not supported by Berth, ignored`},
+		{name: "asm", auth: &RegistryAuthentication{Type: "asm", ASMAuthData: &ASMAuthData{CredentialsParameter: "arn:aws:secretsmanager:eu-west-1:210987654321:secret:reg-AbCdEf"}},
+			wantCreds: &task.RepositoryCredentials{CredentialsParameter: "arn:aws:secretsmanager:eu-west-1:210987654321:secret:reg-AbCdEf"}},
+		{name: "asm without a parameter", auth: &RegistryAuthentication{Type: "asm"},
+			wantErr: "containerDefinitions[0].registryAuthentication.asmAuthData.credentialsParameter: required for type asm"},
+		{name: "unknown type", auth: &RegistryAuthentication{Type: "basic"},
+			wantErr: `containerDefinitions[0].registryAuthentication.type: "basic" is not supported by Berth (want ecr or asm)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, err := TranslateTask(&Task{Arn: "arn:t", Family: "f", Version: "1", DesiredStatus: "RUNNING",
 				Containers: []*Container{{Name: "c", Image: "210987654321.dkr.ecr.eu-west-1.amazonaws.com/app", Memory: 64, RegistryAuthentication: tt.auth}}})
+			if tt.wantErr != "" {
+				require.ErrorIs(t, err, taskdef.ErrInvalid)
+				assert.EqualError(t, err, tt.wantErr)
+				return
+			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, a.Task.Containers[0].ECRAuth)
-			if tt.wantWarning == "" {
-				assert.Empty(t, a.Warnings)
-			} else {
-				require.Len(t, a.Warnings, 1)
-				assert.Contains(t, a.Warnings[0], tt.wantWarning)
-			}
+			assert.Equal(t, tt.wantCreds, a.Task.Containers[0].RepositoryCredentials)
 		})
 	}
 }
@@ -300,7 +302,31 @@ func TestTranslateRejects(t *testing.T) {
 			t.Containers[0].DockerConfig = &DockerConfig{HostConfig: `{"Ulimits":"x"}`}
 		}, "containerDefinitions[0].dockerConfig.hostConfig"},
 		{"efs volume", func(t *Task) { t.Volumes = []*Volume{{Name: "v", Type: "efs"}} }, "volumes[0].type"},
-		{"secrets", func(t *Task) { t.Containers[0].Secrets = []Secret{{Name: "S", ValueFrom: "arn:ssm"}} }, "secrets"},
+		{"mount point secrets", func(t *Task) {
+			t.Containers[0].Secrets = []Secret{{Name: "S", ValueFrom: "/p", Type: "MOUNT_POINT"}}
+		}, `containerDefinitions[0].secrets[0].type: secret type "MOUNT_POINT" is not supported by Berth`},
+		{"log driver secrets without a log driver", func(t *Task) {
+			t.Containers[0].Secrets = []Secret{{Name: "S", ValueFrom: "/p", Target: "LOG_DRIVER"}}
+		}, "containerDefinitions[0].secrets: log driver secrets without a log driver"},
+		{"host config member Berth does not honour", func(t *Task) {
+			t.Containers[0].DockerConfig = &DockerConfig{HostConfig: `{"CpusetCpus":"0-1","OomKillDisable":false}`}
+		}, "containerDefinitions[0].dockerConfig.hostConfig.CpusetCpus: not supported by Berth"},
+		{"container config member Berth does not honour", func(t *Task) {
+			t.Containers[0].DockerConfig = &DockerConfig{Config: `{"StopSignal":"SIGINT"}`}
+		}, "containerDefinitions[0].dockerConfig.config.StopSignal: not supported by Berth"},
+		{"firelens", func(t *Task) { t.Containers[0].FirelensConfiguration = json.RawMessage(`{"type":"fluentbit"}`) },
+			"containerDefinitions[0].firelensConfiguration: FireLens is not supported by Berth yet"},
+		{"ECS Exec", func(t *Task) {
+			t.Containers[0].ManagedAgents = json.RawMessage(`[{"name":"ExecuteCommandAgent"}]`)
+		}, "containerDefinitions[0].managedAgents: ECS Exec is not supported by Berth yet"},
+		{"App Mesh", func(t *Task) { t.ProxyConfiguration = json.RawMessage(`{"type":"APPMESH"}`) },
+			"proxyConfiguration: App Mesh proxy configuration is not supported by Berth yet"},
+		{"Service Connect", func(t *Task) { t.Attachments = json.RawMessage(`[{"attachmentType":"serviceconnectdetail"}]`) },
+			"attachments: Service Connect and EBS attachments are not supported by Berth yet"},
+		{"GPU", func(t *Task) { t.Associations = json.RawMessage(`[{"type":"gpu","name":"0"}]`) }, "associations: GPUs"},
+		{"tmpfs without a size", func(t *Task) {
+			t.Containers[0].DockerConfig = &DockerConfig{HostConfig: `{"Tmpfs":{"/run":"rw"}}`}
+		}, `containerDefinitions[0].dockerConfig.hostConfig.Tmpfs["/run"]: no size`},
 		{"missing arn", func(t *Task) { t.Arn = "" }, "arn"},
 		{"memory whose bytes overflow int64", func(t *Task) { t.Containers[0].Memory = 1 << 44 },
 			"containerDefinitions[0].memory: 17592186044416 MiB is out of range"},
@@ -308,7 +334,7 @@ func TestTranslateRejects(t *testing.T) {
 			"containerDefinitions[0].memory: 2147483648 MiB is out of range"},
 		{"memory reservation of 2^63 bytes", func(t *Task) {
 			t.Containers[0].DockerConfig = &DockerConfig{HostConfig: `{"MemoryReservation":9223372036854775807}`}
-		}, "containerDefinitions[0].memoryReservation: 8796093022207 MiB is out of range"},
+		}, "containerDefinitions[0].dockerConfig.hostConfig.MemoryReservation: 8796093022207 MiB is out of range"},
 		{"container cpu beyond an int32", func(t *Task) { t.Containers[0].CPU = 1 << 40 },
 			"containerDefinitions[0].cpu: 1099511627776 CPU units is out of range"},
 		{"container cpu above the kernel's cpu.shares", func(t *Task) { t.Containers[0].CPU = 262145 },

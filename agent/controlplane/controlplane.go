@@ -327,9 +327,6 @@ const acceptConcurrency = 64
 // accept hands one task of a payload to the engine, with its credentials stored first.
 func (c *ControlPlane) accept(ctx context.Context, a acs.Accepted) error {
 	t := a.Task
-	for _, w := range a.Warnings {
-		c.log.Warn("task definition field ignored: "+w, "task", t.Arn)
-	}
 	if rc := a.RoleCredentials; rc != nil {
 		t.RoleArn, t.CredentialsID = cmp.Or(rc.RoleArn, t.RoleArn), rc.CredentialsID
 	}

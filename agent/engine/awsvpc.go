@@ -58,9 +58,11 @@ type LeftoverRemover interface {
 // is configured: two tasks with one address would collide.
 const staticBridgeAddress = "the static task bridge address (OverrideAWSVPCLocalIPv4Address)"
 
-// withPause adds the pause container to an awsvpc task that has none.
+// withPause adds the pause container to a task that needs one and has none: an awsvpc task (the
+// pause holds its network namespace), or one with pidMode or ipcMode task (it holds those
+// namespaces). image is the pause image for the task's mode; "" adds none.
 func withPause(t *task.Task, image string) {
-	if t.NetworkMode != task.NetworkAWSVPC {
+	if image == "" || (t.NetworkMode != task.NetworkAWSVPC && t.PidMode != "task" && t.IpcMode != "task") {
 		return
 	}
 	for _, c := range t.Containers {

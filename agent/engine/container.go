@@ -62,9 +62,10 @@ func volumeName(t *task.Task, v task.Volume) string {
 }
 
 // createOptions translates a task container into Docker's create request. pauseID is the pause
-// container of an awsvpc task, whose network namespace the container joins. It fails, naming the
-// field, when a memory size in bytes does not fit an int64.
-func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg Config) (docker.CreateContainerOptions, error) {
+// container of the task, whose network namespace (awsvpc) and PID and IPC namespaces (pidMode,
+// ipcMode task) the container joins. It fails, naming the field, when a memory size in bytes does
+// not fit an int64.
+func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg Config, in createInputs) (docker.CreateContainerOptions, error) {
 	memory, err := mibToBytes(c.Memory)
 	if err != nil {
 		return docker.CreateContainerOptions{}, fmt.Errorf("container %q: memory: %w", c.Name, err)
@@ -77,7 +78,7 @@ func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg
 	for _, kv := range c.Environment {
 		env = append(env, kv.Name+"="+kv.Value)
 	}
-	env = endpointEnv(t, c, cfg.TaskEndpoint, env)
+	env = endpointEnv(t, c, cfg.TaskEndpoint, mergeEnv(in.FileEnv, env, in.SecretEnv))
 	stopTimeout := int(effectiveStopTimeout(c, cfg).Seconds())
 	conf := &docker.Config{
 		Image:       c.Image,
@@ -112,6 +113,9 @@ func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg
 	switch {
 	case c.Pause:
 		host.NetworkMode = "none"
+		if t.IpcMode == "task" {
+			host.IpcMode = "shareable"
+		}
 		if t.ENI != nil { // the task's containers share the pause container's resolv.conf
 			host.DNS, host.DNSSearch = t.ENI.DNSServers, t.ENI.SearchDomains
 		}
@@ -123,7 +127,16 @@ func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg
 	if t.NetworkMode == task.NetworkBridge && len(c.PortMappings) > 0 {
 		conf.ExposedPorts = map[docker.Port]struct{}{}
 		host.PortBindings = map[docker.Port][]docker.PortBinding{}
-		for _, pm := range c.PortMappings {
+		for i, pm := range c.PortMappings {
+			if pm.ContainerPortRange != "" {
+				lo, hi := portRangeBounds(pm.ContainerPortRange)
+				for n := 0; n <= hi-lo; n++ {
+					port := docker.Port(fmt.Sprintf("%d/%s", lo+n, protocol(pm.Protocol)))
+					conf.ExposedPorts[port] = struct{}{}
+					host.PortBindings[port] = append(host.PortBindings[port], docker.PortBinding{HostPort: strconv.Itoa(in.HostPorts[i] + n)})
+				}
+				continue
+			}
 			port := docker.Port(fmt.Sprintf("%d/%s", pm.ContainerPort, protocol(pm.Protocol)))
 			conf.ExposedPorts[port] = struct{}{}
 			hostPort := ""
@@ -167,6 +180,7 @@ func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg
 		}
 		host.VolumesFrom = append(host.VolumesFrom, spec)
 	}
+	applyOptions(t, c, pauseID, in, conf, host)
 	return docker.CreateContainerOptions{Name: c.DockerName, Config: conf, HostConfig: host}, nil
 }
 

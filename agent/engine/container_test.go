@@ -204,7 +204,7 @@ func TestCreateOptions(t *testing.T) {
 			} else {
 				tk, c = base()
 			}
-			opts, err := createOptions(tk, c, "prod", tc.pauseID, cfg)
+			opts, err := createOptions(tk, c, "prod", tc.pauseID, cfg, createInputs{})
 			require.NoError(t, err)
 			tc.check(t, opts)
 		})

@@ -102,6 +102,20 @@ type Config struct {
 	// ExecutionRoleAuth, when set, gives the pulls of containers that ask for their task's execution
 	// role (task.ECRAuth.UseExecutionRole) its credentials; nil: every pull uses the agent's own.
 	ExecutionRoleAuth ExecutionRoleAuth
+	// Secrets fetches what containers get with their task's execution role: secrets, environment
+	// files, log driver secret options and private registry credentials. nil: a container that asks
+	// for any of them cannot be created.
+	Secrets SecretSource
+	// TaskCgroups, when set, gives each task with a task-level cpu or memory its own cgroup, the
+	// parent of its containers' (ECS_ENABLE_TASK_CPU_MEM_LIMIT).
+	TaskCgroups TaskCgroups
+	// DynamicHostPorts is the range containerPortRange mappings get their host ports from in bridge
+	// mode (ECS_DYNAMIC_HOST_PORT_RANGE); zero: 49153-65535.
+	DynamicHostPorts [2]int
+	// PauseImage is the image of the pause container that holds the PID and IPC namespaces of a task
+	// outside awsvpc mode with pidMode or ipcMode task (awsvpc tasks use AWSVPC.PauseImage); empty:
+	// such tasks are refused, saying why.
+	PauseImage string
 }
 
 // Hook is called at a named step of a task's life with the task, which it must not keep or change.
@@ -135,6 +149,7 @@ type Engine struct {
 	store     Store
 	log       *logger.Logger
 	resources *resourceQueue
+	ports     *hostPortPicker
 
 	clock clockwork.Clock
 
@@ -164,10 +179,22 @@ func New(cfg Config, d Docker, p Puller, auth dockerclient.AuthSource, store Sto
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
-	return &Engine{cfg: cfg, docker: d, puller: p, auth: auth, store: store, log: log, clock: cfg.Clock, retryDelay: time.Second,
+	if cfg.DynamicHostPorts == [2]int{} {
+		cfg.DynamicHostPorts = [2]int{49153, 65535}
+	}
+	return &Engine{cfg: cfg, ports: newHostPortPicker(cfg.DynamicHostPorts[0], cfg.DynamicHostPorts[1]), docker: d, puller: p, auth: auth, store: store, log: log, clock: cfg.Clock, retryDelay: time.Second,
 		resources: newResourceQueue(cfg.Resources), workers: map[string]*worker{}, byID: map[string]*worker{},
 		unknown: map[string]task.UnknownContainer{}, tokens: map[string]*worker{},
 		spawn: make(chan *worker), done: make(chan struct{})}
+}
+
+// pauseImage returns the pause image for t: awsvpc's for an awsvpc task, else the one for tasks
+// that share PID or IPC namespaces.
+func (e *Engine) pauseImage(t *task.Task) string {
+	if t.NetworkMode == task.NetworkAWSVPC {
+		return e.cfg.AWSVPC.PauseImage
+	}
+	return e.cfg.PauseImage
 }
 
 func (e *Engine) hook(point string, t *task.Task) {
@@ -242,7 +269,7 @@ func (e *Engine) AddTask(ctx context.Context, t *task.Task) error {
 // add is AddTask; save is false for tasks Restore loaded from the store, which are saved already.
 func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
 	t = t.Clone() // the worker owns its task; the caller keeps its own
-	withPause(t, e.cfg.AWSVPC.PauseImage)
+	withPause(t, e.pauseImage(t))
 	assignEndpointIDs(t)
 	e.mu.Lock()
 	if !e.started || e.stopping() {

@@ -524,7 +524,7 @@ func TestContainerRemovedOutsideBerth(t *testing.T) {
 func restoredContainer(t *testing.T, h *harness, arn string, c *task.Container) *task.Container {
 	t.Helper()
 	ctx := context.Background()
-	opts, err := createOptions(newTask(arn, c), c, "test-cluster", "", testConfig())
+	opts, err := createOptions(newTask(arn, c), c, "test-cluster", "", testConfig(), createInputs{})
 	require.NoError(t, err)
 	opts.Name = "ecs-fam-3-" + c.Name + "-restored"
 	created, err := h.docker.CreateContainer(ctx, opts)

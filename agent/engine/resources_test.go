@@ -102,11 +102,11 @@ func TestNeedOfRefusesOverflow(t *testing.T) {
 
 func TestCreateOptionsRefusesOverflow(t *testing.T) {
 	c := &task.Container{Name: "web", Image: "busybox", MemoryReservation: 1 << 44}
-	_, err := createOptions(&task.Task{Arn: "arn", Containers: []*task.Container{c}}, c, "prod", "", Config{})
+	_, err := createOptions(&task.Task{Arn: "arn", Containers: []*task.Container{c}}, c, "prod", "", Config{}, createInputs{})
 	require.EqualError(t, err, `container "web": memoryReservation: 17592186044416 MiB is out of range 0-8796093022207 MiB`)
 
 	c = &task.Container{Name: "web", Image: "busybox", Memory: 512, MemoryReservation: 256}
-	opts, err := createOptions(&task.Task{Arn: "arn", Containers: []*task.Container{c}}, c, "prod", "", Config{})
+	opts, err := createOptions(&task.Task{Arn: "arn", Containers: []*task.Container{c}}, c, "prod", "", Config{}, createInputs{})
 	require.NoError(t, err)
 	assert.Equal(t, int64(512<<20), opts.HostConfig.Memory)
 	assert.Equal(t, int64(256<<20), opts.HostConfig.MemoryReservation)

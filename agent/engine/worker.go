@@ -316,6 +316,10 @@ func (w *worker) prepare(ctx context.Context) bool {
 		w.stopTask("awsvpc network mode needs task networking: set ECS_ENABLE_TASK_ENI=true")
 		return false
 	}
+	if (w.t.PidMode == "task" || w.t.IpcMode == "task") && w.pause() == nil {
+		w.stopTask("pidMode and ipcMode task need the pause image (berth/pause:latest, loaded from ECS_PAUSE_IMAGE_TARBALL), which this agent does not have")
+		return false
+	}
 	if err := w.t.RefusePrivileged(); err != nil && w.e.cfg.DisablePrivileged {
 		w.stopTask(err.Error())
 		return false
@@ -514,10 +518,13 @@ func (w *worker) startContainer(ctx context.Context, c *task.Container) error {
 	}
 	// Docker started it; a failed or stale inspect below must not make startReady start it again.
 	c.KnownStatus = max(c.KnownStatus, task.ContainerRunning)
-	if c.Pause {
+	switch {
+	case c.Pause && w.t.NetworkMode == task.NetworkAWSVPC:
 		if err := w.setupNetwork(ctx, c); err != nil {
 			return err
 		}
+	case c.Pause: // it holds only the task's PID and IPC namespaces
+		c.KnownStatus = task.ContainerResourcesProvisioned
 	}
 	w.e.hook(HookAfterStart, w.t)
 	w.log.Info("container started", "container", c.Name, "docker_id", shortID(c.DockerID))
@@ -544,7 +551,11 @@ func (w *worker) create(ctx context.Context, c *task.Container) error {
 	if err != nil {
 		w.log.Warn("the container gets no metadata file", "container", c.Name, "error", err)
 	}
-	opts, err := createOptions(w.t, c, w.e.cfg.Cluster, w.pauseID(), w.e.cfg)
+	in, err := w.gatherInputs(ctx, c)
+	if err != nil {
+		return fmt.Errorf("CannotCreateContainerError: %w", err)
+	}
+	opts, err := createOptions(w.t, c, w.e.cfg.Cluster, w.pauseID(), w.e.cfg, in)
 	if err != nil {
 		return fmt.Errorf("CannotCreateContainerError: %w", err)
 	}
@@ -849,6 +860,7 @@ func (w *worker) cleanup(ctx context.Context) {
 			w.log.Warn("removing task volume failed", "volume", v.Name, "error", err)
 		}
 	}
+	w.removeCgroup()
 	w.removeMetadata() // before the task is forgotten: a crash here leaves the task to clean up again
 	if err := w.e.store.DeleteTask(ctx, w.arn); err != nil {
 		w.log.Warn("deleting task state failed", "error", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,43 +35,6 @@ const idleHeartbeats = 3
 // Every frame is an agent/acs message, encoded and decoded by acs.Encode and acs.Decode: the agent's
 // ACS client and this control plane share one definition of the wire format.
 
-// Docker's container and host config, limited to what a task definition sets beyond the ACS fields.
-
-type dockerConfig struct {
-	Healthcheck *dockerHealthcheck `json:"Healthcheck,omitempty"`
-	Labels      map[string]string  `json:"Labels,omitempty"`
-	User        string             `json:"User,omitempty"`
-	WorkingDir  string             `json:"WorkingDir,omitempty"`
-}
-
-type dockerHealthcheck struct {
-	Test        []string      `json:"Test"`
-	Interval    time.Duration `json:"Interval,omitempty"`
-	Timeout     time.Duration `json:"Timeout,omitempty"`
-	StartPeriod time.Duration `json:"StartPeriod,omitempty"`
-	Retries     int           `json:"Retries,omitempty"`
-}
-
-type dockerHostConfig struct {
-	Ulimits           []dockerUlimit   `json:"Ulimits,omitempty"`
-	LogConfig         *dockerLogConfig `json:"LogConfig,omitempty"`
-	Privileged        bool             `json:"Privileged,omitempty"`
-	ReadonlyRootfs    bool             `json:"ReadonlyRootfs,omitempty"`
-	Init              *bool            `json:"Init,omitempty"`
-	MemoryReservation int64            `json:"MemoryReservation,omitempty"` // bytes
-}
-
-type dockerUlimit struct {
-	Name string `json:"Name"`
-	Soft int64  `json:"Soft"`
-	Hard int64  `json:"Hard"`
-}
-
-type dockerLogConfig struct {
-	Type   string            `json:"Type"`
-	Config map[string]string `json:"Config,omitempty"`
-}
-
 // acsTaskOf renders a stored task as ACS sends it, through taskdef's translation to the task model.
 func acsTaskOf(t *taskRecord, desired task.TaskStatus) (*acs.Task, error) {
 	def, err := taskdef.Parse(t.Definition)
@@ -90,6 +54,8 @@ func acsTaskOf(t *taskRecord, desired task.TaskStatus) (*acs.Task, error) {
 		Containers:              make([]*acs.Container, 0, len(m.Containers)),
 		LaunchType:              "EC2",
 		TaskDefinitionAccountID: accountID,
+		PidMode:                 m.PidMode,
+		IpcMode:                 m.IpcMode,
 	}
 	// The roles travel as ACS sends them, without keys: the agent gets them itself (sts:AssumeRole
 	// with the host's credentials) and names them with IDs of its own.
@@ -149,7 +115,8 @@ func acsContainerOf(c *task.Container) (*acs.Container, error) {
 		out.Environment[kv.Name] = kv.Value
 	}
 	for _, p := range c.PortMappings {
-		out.PortMappings = append(out.PortMappings, acs.PortMapping{ContainerPort: int64(p.ContainerPort), HostPort: int64(p.HostPort), Protocol: p.Protocol})
+		out.PortMappings = append(out.PortMappings, acs.PortMapping{ContainerPort: int64(p.ContainerPort), HostPort: int64(p.HostPort),
+			Protocol: p.Protocol, ContainerPortRange: p.ContainerPortRange})
 	}
 	for _, mp := range c.MountPoints {
 		out.MountPoints = append(out.MountPoints, acs.MountPoint{SourceVolume: mp.SourceVolume, ContainerPath: mp.ContainerPath, ReadOnly: mp.ReadOnly})
@@ -160,24 +127,92 @@ func acsContainerOf(c *task.Container) (*acs.Container, error) {
 	for _, d := range c.DependsOn {
 		out.DependsOn = append(out.DependsOn, acs.ContainerDependency{ContainerName: d.ContainerName, Condition: string(d.Condition)})
 	}
-	cfg := dockerConfig{Labels: maps.Clone(c.DockerLabels), User: c.User, WorkingDir: c.WorkingDirectory}
+	if rc := c.RepositoryCredentials; rc != nil {
+		out.RegistryAuthentication = &acs.RegistryAuthentication{Type: "asm", ASMAuthData: &acs.ASMAuthData{CredentialsParameter: rc.CredentialsParameter}}
+	}
+	if c.LogsAuthExecutionRole {
+		out.LogsAuthStrategy = "ExecutionRole"
+	}
+	out.Links = slices.Clone(c.Links)
+	for _, sec := range c.Secrets {
+		out.Secrets = append(out.Secrets, acs.Secret{Name: sec.Name, ValueFrom: sec.ValueFrom, Type: "ENVIRONMENT_VARIABLE", Target: "CONTAINER", Provider: secretProvider(sec.ValueFrom)})
+	}
+	if lc := c.LogConfiguration; lc != nil {
+		for _, sec := range lc.SecretOptions {
+			out.Secrets = append(out.Secrets, acs.Secret{Name: sec.Name, ValueFrom: sec.ValueFrom, Type: "ENVIRONMENT_VARIABLE", Target: "LOG_DRIVER", Provider: secretProvider(sec.ValueFrom)})
+		}
+	}
+	for _, f := range c.EnvironmentFiles {
+		out.EnvironmentFiles = append(out.EnvironmentFiles, acs.EnvironmentFile(f))
+	}
+	if rp := c.RestartPolicy; rp != nil {
+		out.RestartPolicy = &acs.RestartPolicy{Enabled: rp.Enabled, RestartAttemptPeriod: new(int64(rp.AttemptPeriod / time.Second))}
+		for _, code := range rp.IgnoredExitCodes {
+			out.RestartPolicy.IgnoredExitCodes = append(out.RestartPolicy.IgnoredExitCodes, int64(code))
+		}
+	}
+	cfg := acs.DockerContainerConfig{Labels: maps.Clone(c.DockerLabels), User: c.User, WorkingDir: c.WorkingDirectory,
+		Hostname: c.Hostname, Tty: c.PseudoTerminal, OpenStdin: c.Interactive, NetworkDisabled: c.DisableNetworking}
 	if hc := c.HealthCheck; hc != nil {
 		out.HealthCheckType = "docker"
-		cfg.Healthcheck = &dockerHealthcheck{Test: slices.Clone(hc.Command), Interval: hc.Interval, Timeout: hc.Timeout, StartPeriod: hc.StartPeriod, Retries: hc.Retries}
+		cfg.Healthcheck = &acs.DockerHealthcheck{Test: slices.Clone(hc.Command), Interval: int64(hc.Interval), Timeout: int64(hc.Timeout), StartPeriod: int64(hc.StartPeriod), Retries: hc.Retries}
 	}
-	host := dockerHostConfig{
+	host := acs.DockerHostConfig{
 		Privileged:        c.Privileged,
 		ReadonlyRootfs:    c.ReadonlyRootFilesystem,
 		MemoryReservation: int64(c.MemoryReservation) << 20,
+		DNS:               slices.Clone(c.DNSServers),
+		DNSSearch:         slices.Clone(c.DNSSearchDomains),
+		SecurityOpt:       slices.Clone(c.DockerSecurityOptions),
+	}
+	for _, h := range c.ExtraHosts {
+		host.ExtraHosts = append(host.ExtraHosts, h.Hostname+":"+h.IPAddress)
+	}
+	if len(c.SystemControls) > 0 {
+		host.Sysctls = make(map[string]string, len(c.SystemControls))
+		for _, sc := range c.SystemControls {
+			host.Sysctls[sc.Namespace] = sc.Value
+		}
 	}
 	if c.InitProcessEnabled {
-		host.Init = new(true)
+		out.LinuxParameters = &acs.LinuxParameters{InitProcessEnabled: new(true)}
+	}
+	if l := c.Linux; l != nil {
+		// As ACS sends them: capabilities, devices and shared memory as fields, the rest as Docker's.
+		if out.LinuxParameters == nil {
+			out.LinuxParameters = &acs.LinuxParameters{}
+		}
+		lp := out.LinuxParameters
+		if len(l.CapAdd)+len(l.CapDrop) > 0 {
+			lp.Capabilities = &acs.KernelCapabilities{Add: slices.Clone(l.CapAdd), Drop: slices.Clone(l.CapDrop)}
+		}
+		for _, d := range l.Devices {
+			lp.Devices = append(lp.Devices, acs.Device{HostPath: d.HostPath, ContainerPath: d.ContainerPath, Permissions: slices.Clone(d.Permissions)})
+		}
+		if l.SharedMemorySize > 0 {
+			lp.SharedMemorySize = new(int64(l.SharedMemorySize))
+		}
+		if len(l.Tmpfs) > 0 {
+			host.Tmpfs = make(map[string]string, len(l.Tmpfs))
+			for _, t := range l.Tmpfs {
+				host.Tmpfs[t.ContainerPath] = t.DockerOptions()
+			}
+		}
+		if l.MaxSwap != nil {
+			host.MemorySwap = int64(c.Memory+*l.MaxSwap) << 20
+		}
+		if l.Swappiness != nil {
+			host.MemorySwappiness = new(int64(*l.Swappiness))
+		}
+		if reflect.ValueOf(*lp).IsZero() {
+			out.LinuxParameters = nil
+		}
 	}
 	for _, u := range c.Ulimits {
-		host.Ulimits = append(host.Ulimits, dockerUlimit{Name: u.Name, Soft: u.SoftLimit, Hard: u.HardLimit})
+		host.Ulimits = append(host.Ulimits, acs.DockerUlimit{Name: u.Name, Soft: u.SoftLimit, Hard: u.HardLimit})
 	}
 	if lc := c.LogConfiguration; lc != nil {
-		host.LogConfig = &dockerLogConfig{Type: lc.LogDriver, Config: maps.Clone(lc.Options)}
+		host.LogConfig = &acs.DockerLogConfig{Type: lc.LogDriver, Config: maps.Clone(lc.Options)}
 	}
 	cb, err := json.Marshal(cfg)
 	if err != nil {
@@ -189,6 +224,14 @@ func acsContainerOf(c *task.Container) (*acs.Container, error) {
 	}
 	out.DockerConfig = &acs.DockerConfig{Config: string(cb), HostConfig: string(hb)}
 	return out, nil
+}
+
+// secretProvider says which service holds a secret, as Amazon ECS decides it from valueFrom.
+func secretProvider(valueFrom string) string {
+	if strings.HasPrefix(valueFrom, "arn:") && strings.Contains(valueFrom, ":secretsmanager:") {
+		return "asm"
+	}
+	return "ssm"
 }
 
 // acsConn is one agent's ACS websocket. Only its handler goroutine writes to ws.

@@ -140,12 +140,12 @@ func TestACS(t *testing.T) {
 	assert.Equal(t, map[string]string{"TESTAPP_NAME": "berth-example"}, c0.Environment)
 	assert.Equal(t, []acs.PortMapping{{ContainerPort: 8080, HostPort: 8080, Protocol: "tcp"}}, c0.PortMappings)
 	assert.Equal(t, "docker", c0.HealthCheckType)
-	var cfg dockerConfig
+	var cfg acs.DockerContainerConfig
 	require.NoError(t, json.Unmarshal([]byte(c0.DockerConfig.Config), &cfg))
 	require.NotNil(t, cfg.Healthcheck)
 	assert.Equal(t, []string{"CMD", "/testapp", "health", "-url", "http://127.0.0.1:8080/health"}, cfg.Healthcheck.Test)
-	assert.Equal(t, 5*time.Second, cfg.Healthcheck.Interval)
-	assert.Equal(t, 2*time.Second, cfg.Healthcheck.Timeout)
+	assert.Equal(t, int64(5*time.Second), cfg.Healthcheck.Interval)
+	assert.Equal(t, int64(2*time.Second), cfg.Healthcheck.Timeout)
 	assert.Equal(t, 3, cfg.Healthcheck.Retries)
 	require.NotNil(t, c1.Essential)
 	assert.False(t, *c1.Essential)

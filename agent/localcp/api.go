@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/berth-agent/berth/agent/taskdef"
 )
 
 // targetPrefix is the X-Amz-Target prefix of the ECS API (JSON 1.1).
@@ -215,15 +217,21 @@ type taskOverride struct {
 	Memory             string              `json:"memory,omitempty"`
 	TaskRoleArn        string              `json:"taskRoleArn,omitempty"`
 	ExecutionRoleArn   string              `json:"executionRoleArn,omitempty"`
+	// Refused when set: Berth cannot honour them.
+	EphemeralStorage              json.RawMessage `json:"ephemeralStorage,omitempty"`
+	InferenceAcceleratorOverrides json.RawMessage `json:"inferenceAcceleratorOverrides,omitempty"`
 }
 
 type containerOverride struct {
-	Name              string     `json:"name"`
-	Command           []string   `json:"command,omitempty"`
-	Environment       []keyValue `json:"environment,omitempty"`
-	CPU               *int       `json:"cpu,omitempty"`
-	Memory            *int       `json:"memory,omitempty"`
-	MemoryReservation *int       `json:"memoryReservation,omitempty"`
+	Name              string                    `json:"name"`
+	Command           []string                  `json:"command,omitempty"`
+	Environment       []keyValue                `json:"environment,omitempty"`
+	EnvironmentFiles  []taskdef.EnvironmentFile `json:"environmentFiles,omitempty"`
+	CPU               *int                      `json:"cpu,omitempty"`
+	Memory            *int                      `json:"memory,omitempty"`
+	MemoryReservation *int                      `json:"memoryReservation,omitempty"`
+	// Refused when set: GPUs and inference accelerators.
+	ResourceRequirements json.RawMessage `json:"resourceRequirements,omitempty"`
 }
 
 type clusterOut struct {

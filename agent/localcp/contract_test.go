@@ -32,9 +32,8 @@ func TestPayloadRoundTrip(t *testing.T) {
 			got, ok := m.(*acs.PayloadMessage)
 			require.True(t, ok, "want a PayloadMessage, got %T", m)
 			require.Len(t, got.Tasks, 1)
-			back, warnings, err := acs.Definition(got.Tasks[0])
+			back, err := acs.Definition(got.Tasks[0])
 			require.NoError(t, err)
-			assert.Empty(t, warnings)
 			require.NoError(t, back.Validate())
 
 			assert.Equal(t, def.NewTask(rec.Arn), back.NewTask(rec.Arn))
@@ -70,7 +69,6 @@ func TestPayloadExecutionRolePulls(t *testing.T) {
 	}
 	accepted, err := acs.TranslateTask(sent)
 	require.NoError(t, err)
-	assert.Empty(t, accepted.Warnings)
 	want := def.NewTask(sent.Arn)
 	for i, c := range accepted.Task.Containers {
 		assert.Equal(t, want.Containers[i].ECRAuth, c.ECRAuth, c.Name)

@@ -19,7 +19,8 @@ var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/*.golden 
 
 // goldenFullDef sets every field of a task definition that reaches the ACS payload; the golden frames
 // and the payload round trip with agent/acs both use it.
-const goldenFullDef = `{"family":"full","networkMode":"host","cpu":"512","memory":"1 GB",
+const goldenFullDef = `{"family":"full","networkMode":"bridge","cpu":"512","memory":"1 GB","pidMode":"task","ipcMode":"host",
+	"executionRoleArn":"arn:aws:iam::012345678901:role/exec",
 	"volumes":[{"name":"scratch"},{"name":"data","host":{"sourcePath":"/srv/data"}},
 	           {"name":"named","dockerVolumeConfiguration":{"scope":"shared","autoprovision":true,"driver":"local","driverOpts":{"o":"bind"},"labels":{"a":"b"}}},
 	           {"name":"plain","dockerVolumeConfiguration":{"scope":"task"}}],
@@ -27,20 +28,34 @@ const goldenFullDef = `{"family":"full","networkMode":"host","cpu":"512","memory
 	 {"name":"db","image":"postgres:16","cpu":256,"memoryReservation":128,"essential":true,
 	  "entryPoint":["/bin/sh","-c"],"command":["exec postgres"],
 	  "environment":[{"name":"PGDATA","value":"/data"}],
+	  "environmentFiles":[{"value":"arn:aws:s3:::config/db.env","type":"s3"}],
+	  "secrets":[{"name":"DB_PASS","valueFrom":"arn:aws:ssm:us-east-1:012345678901:parameter/db/pass"},
+	             {"name":"API_KEY","valueFrom":"arn:aws:secretsmanager:us-east-1:012345678901:secret:api-AbCdEf:key::"}],
+	  "repositoryCredentials":{"credentialsParameter":"arn:aws:secretsmanager:us-east-1:012345678901:secret:registry-AbCdEf"},
 	  "portMappings":[{"containerPort":5432,"hostPort":5432,"protocol":"tcp"},{"containerPort":53,"protocol":"udp"}],
 	  "mountPoints":[{"sourceVolume":"data","containerPath":"/data"},{"sourceVolume":"scratch","containerPath":"/tmp","readOnly":true}],
 	  "healthCheck":{"command":["CMD-SHELL","pg_isready"],"interval":10,"timeout":3,"retries":5,"startPeriod":20},
 	  "stopTimeout":30,"startTimeout":60,"user":"postgres","workingDirectory":"/data",
 	  "ulimits":[{"name":"nofile","softLimit":1024,"hardLimit":4096}],
 	  "dockerLabels":{"team":"core"},
-	  "logConfiguration":{"logDriver":"json-file","options":{"max-size":"10m"}},
-	  "privileged":true,"readonlyRootFilesystem":true,"linuxParameters":{"initProcessEnabled":true}},
+	  "logConfiguration":{"logDriver":"awslogs","options":{"awslogs-group":"db"},"secretOptions":[{"name":"awslogs-endpoint","valueFrom":"/logs/endpoint"}]},
+	  "privileged":true,"readonlyRootFilesystem":true,
+	  "linuxParameters":{"initProcessEnabled":true,"capabilities":{"add":["NET_ADMIN"],"drop":["MKNOD"]},
+	    "devices":[{"hostPath":"/dev/null","containerPath":"/dev/nothing","permissions":["read","write"]}],
+	    "sharedMemorySize":64,"tmpfs":[{"containerPath":"/run","size":32,"mountOptions":["noexec","mode=1777"]}]},
+	  "hostname":"db","dnsServers":["10.0.0.2"],"dnsSearchDomains":["corp.internal"],
+	  "extraHosts":[{"hostname":"api","ipAddress":"10.0.0.9"}],"systemControls":[{"namespace":"net.core.somaxconn","value":"1024"}],
+	  "dockerSecurityOptions":["no-new-privileges"],"pseudoTerminal":true,"interactive":true,
+	  "restartPolicy":{"enabled":true,"ignoredExitCodes":[0,143],"restartAttemptPeriod":60}},
 	 {"name":"app","image":"app:1","memory":64,"essential":false,
 	  "volumesFrom":[{"sourceContainer":"db","readOnly":true},{"sourceContainer":"db"}],
 	  "mountPoints":[{"sourceVolume":"named","containerPath":"/named"}],
-	  "links":["db"],
+	  "portMappings":[{"containerPortRange":"9000-9002","protocol":"udp"}],
+	  "links":["db:database"],
+	  "linuxParameters":{"maxSwap":128,"swappiness":10},
+	  "restartPolicy":{"enabled":true},
 	  "dependsOn":[{"containerName":"db","condition":"HEALTHY"},{"containerName":"db","condition":"START"}]},
-	 {"name":"bare","image":"busybox","memoryReservation":16}]}`
+	 {"name":"bare","image":"busybox","memoryReservation":16,"disableNetworking":true}]}`
 
 var goldenUUID = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 

@@ -504,3 +504,25 @@ func TestNewRefusesNewerSchema(t *testing.T) {
 	_, err = New(Config{DBPath: h.path, Keys: testKeys}, nil)
 	require.ErrorContains(t, err, "schema version 99")
 }
+
+// TestUnsupportedFieldsAreRefusedByName: a task definition or a RunTask asking for what Berth cannot
+// do gets a ClientException naming the field, and nothing is registered or started.
+func TestUnsupportedFieldsAreRefusedByName(t *testing.T) {
+	h := newHarness(t)
+	msg := h.fails("RegisterTaskDefinition", `{"family":"fl","containerDefinitions":[{"name":"c","image":"i","memory":8,
+		"firelensConfiguration":{"type":"fluentbit"}}]}`, "ClientException")
+	assert.Contains(t, msg, "containerDefinitions[0].firelensConfiguration: not supported by Berth: FireLens is not supported by Berth yet")
+	families := h.ok("ListTaskDefinitionFamilies", `{}`)
+	assert.Empty(t, families["families"])
+
+	h.ok("RegisterTaskDefinition", sleepDef)
+	for body, want := range map[string]string{
+		`{"taskDefinition":"sleep","enableExecuteCommand":true}`:                                                                             "enableExecuteCommand: ECS Exec is not supported by Berth yet",
+		`{"taskDefinition":"sleep","overrides":{"ephemeralStorage":{"sizeInGiB":30}}}`:                                                       "overrides.ephemeralStorage: not supported by Berth",
+		`{"taskDefinition":"sleep","overrides":{"containerOverrides":[{"name":"app","resourceRequirements":[{"type":"GPU","value":"1"}]}]}}`: "overrides.containerOverrides[0].resourceRequirements",
+	} {
+		assert.Contains(t, h.fails("RunTask", body, "ClientException"), want)
+	}
+	tasks := h.ok("ListTasks", `{}`)
+	assert.Empty(t, tasks["taskArns"])
+}

@@ -197,10 +197,7 @@ func (s *Server) registerTaskDefinition(_ *http.Request, body []byte) (any, erro
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("task definition registered", "task_definition", s.taskDefArn(rec.Family, rec.Revision), "warnings", len(def.Warnings))
-	for _, w := range def.Warnings {
-		s.log.Info("task definition field ignored", "task_definition", s.taskDefArn(rec.Family, rec.Revision), "field", w)
-	}
+	s.log.Info("task definition registered", "task_definition", s.taskDefArn(rec.Family, rec.Revision))
 	out, err := s.taskDefOut(rec)
 	if err != nil {
 		return nil, err

@@ -29,6 +29,8 @@ type runTaskRequest struct {
 	LaunchType         string        `json:"launchType"`
 	ContainerInstances []string      `json:"containerInstances"` // StartTask
 	Tags               []tag         `json:"tags"`
+	// Refused when set: ECS Exec.
+	EnableExecuteCommand bool `json:"enableExecuteCommand"`
 }
 
 func (s *Server) runTask(_ *http.Request, req *runTaskRequest) (any, error) {
@@ -44,6 +46,32 @@ func (s *Server) runTask(_ *http.Request, req *runTaskRequest) (any, error) {
 	return s.startTasks(req, false)
 }
 
+// refuseUnsupported answers a RunTask or StartTask that asks for what Berth cannot do with a
+// ClientException naming the field, as a task definition field would be.
+func refuseUnsupported(req *runTaskRequest) error {
+	if req.EnableExecuteCommand {
+		return clientError("enableExecuteCommand: ECS Exec is not supported by Berth yet")
+	}
+	o := req.Overrides
+	if o == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"overrides.ephemeralStorage", o.EphemeralStorage}, {"overrides.inferenceAcceleratorOverrides", o.InferenceAcceleratorOverrides}} {
+		if len(f.raw) > 0 && string(f.raw) != "null" && string(f.raw) != "[]" && string(f.raw) != "{}" {
+			return clientError("%s: not supported by Berth", f.name)
+		}
+	}
+	for i, co := range o.ContainerOverrides {
+		if r := co.ResourceRequirements; len(r) > 0 && string(r) != "null" && string(r) != "[]" {
+			return clientError("overrides.containerOverrides[%d].resourceRequirements: GPUs and inference accelerators are not supported by Berth yet", i)
+		}
+	}
+	return nil
+}
+
 func (s *Server) startTask(_ *http.Request, req *runTaskRequest) (any, error) {
 	if len(req.ContainerInstances) == 0 {
 		return nil, invalidParameter("containerInstances can not be empty.")
@@ -57,6 +85,9 @@ func (s *Server) startTask(_ *http.Request, req *runTaskRequest) (any, error) {
 // startTasks creates the tasks of a RunTask (placed on the cluster's instance) or StartTask (one on
 // each given instance) and sends them to the agents.
 func (s *Server) startTasks(req *runTaskRequest, explicit bool) (any, error) {
+	if err := refuseUnsupported(req); err != nil {
+		return nil, err
+	}
 	var tasks []*taskRecord
 	failures := []failure{}
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -202,6 +233,7 @@ func effectiveDefinition(td *taskDefRecord, o *taskOverride) (*taskdef.Definitio
 		if co.Command != nil {
 			c.Command = slices.Clone(co.Command)
 		}
+		c.EnvironmentFiles = append(c.EnvironmentFiles, co.EnvironmentFiles...)
 		for _, kv := range co.Environment {
 			j := slices.IndexFunc(c.Environment, func(e taskdef.KeyValue) bool { return e.Name == kv.Name })
 			if j >= 0 {

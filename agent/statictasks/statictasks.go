@@ -339,9 +339,6 @@ func (w *Watcher) apply(ctx context.Context, name string) {
 	if n := w.restarts[name].count; n > 0 {
 		arn = fmt.Sprintf("%s-r%d", base, n)
 	}
-	for _, warning := range def.Warnings {
-		w.log.Warn("static task definition: "+warning, "file", name)
-	}
 	t := def.NewTask(arn)
 	t.CreatedAt = time.Now()
 	t.Static = true

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -53,6 +55,10 @@ type PortMapping struct {
 	ContainerPort uint16 `json:"containerPort"`
 	HostPort      uint16 `json:"hostPort"`
 	Protocol      string `json:"protocol"` // tcp or udp
+	// ContainerPortRange, when set ("8000-8010"), maps a range of ports instead of ContainerPort:
+	// to the same host ports in host and awsvpc mode, to a range of host ports the agent picks from
+	// ECS_DYNAMIC_HOST_PORT_RANGE in bridge mode.
+	ContainerPortRange string `json:"containerPortRange,omitempty"`
 }
 
 // NetworkBinding is a port binding as Docker made it.
@@ -106,8 +112,9 @@ type Ulimit struct {
 
 // LogConfiguration selects a Docker logging driver.
 type LogConfiguration struct {
-	LogDriver string            `json:"logDriver"`
-	Options   map[string]string `json:"options,omitempty"`
+	LogDriver     string            `json:"logDriver"`
+	Options       map[string]string `json:"options,omitempty"`
+	SecretOptions []Secret          `json:"secretOptions,omitempty"`
 }
 
 // Volume is a task volume. Exactly one of Host and Docker is set. A Host volume without a SourcePath
@@ -173,6 +180,27 @@ type Container struct {
 	Privileged             bool              `json:"privileged,omitempty"`
 	ReadonlyRootFilesystem bool              `json:"readonlyRootFilesystem,omitempty"`
 	InitProcessEnabled     bool              `json:"initProcessEnabled,omitempty"`
+	Linux                  *LinuxParameters  `json:"linux,omitempty"`
+	Links                  []string          `json:"links,omitempty"` // name:alias or name, bridge mode
+	Hostname               string            `json:"hostname,omitempty"`
+	DNSServers             []string          `json:"dnsServers,omitempty"`
+	DNSSearchDomains       []string          `json:"dnsSearchDomains,omitempty"`
+	ExtraHosts             []HostEntry       `json:"extraHosts,omitempty"`
+	SystemControls         []SystemControl   `json:"systemControls,omitempty"`
+	DockerSecurityOptions  []string          `json:"dockerSecurityOptions,omitempty"`
+	PseudoTerminal         bool              `json:"pseudoTerminal,omitempty"`
+	Interactive            bool              `json:"interactive,omitempty"`
+	DisableNetworking      bool              `json:"disableNetworking,omitempty"`
+	// Secrets and EnvironmentFiles add to the environment, LogConfiguration.SecretOptions to the log
+	// driver's options, and RepositoryCredentials authenticates the pull: all fetched with the task's
+	// execution role when the container is created, never stored.
+	Secrets               []Secret               `json:"secrets,omitempty"`
+	EnvironmentFiles      []EnvironmentFile      `json:"environmentFiles,omitempty"`
+	RepositoryCredentials *RepositoryCredentials `json:"repositoryCredentials,omitempty"`
+	// LogsAuthExecutionRole gives the awslogs driver the execution role's credentials (ACS's
+	// logsAuthStrategy ExecutionRole).
+	LogsAuthExecutionRole bool           `json:"logsAuthExecutionRole,omitempty"`
+	RestartPolicy         *RestartPolicy `json:"restartPolicy,omitempty"`
 	// ECRAuth, when set, says how the image is pulled from ECR; nil: with the agent's own credentials.
 	ECRAuth *ECRAuth `json:"ecrAuth,omitempty"`
 	// Pause marks the pause container Berth adds to an awsvpc task; it is not in the definition.
@@ -195,6 +223,9 @@ type Container struct {
 	CreatedAt       time.Time        `json:"createdAt,omitzero"`
 	StartedAt       time.Time        `json:"startedAt,omitzero"`
 	FinishedAt      time.Time        `json:"finishedAt,omitzero"`
+	// RestartCount counts the restarts of RestartPolicy; RestartedAt is the last one.
+	RestartCount int       `json:"restartCount,omitempty"`
+	RestartedAt  time.Time `json:"restartedAt,omitzero"`
 }
 
 // SteadyState is the status the container settles in while its task runs.
@@ -235,14 +266,18 @@ type AWSVPC struct {
 
 // Task is one task: its definition, its containers and its state.
 type Task struct {
-	Arn         string       `json:"arn"`
-	Family      string       `json:"family"`
-	Revision    int          `json:"revision"`
-	NetworkMode NetworkMode  `json:"networkMode"`
-	CPU         int          `json:"cpu,omitempty"`    // CPU units for the whole task, 0 when unset
-	Memory      int          `json:"memory,omitempty"` // MiB for the whole task, 0 when unset
-	Volumes     []Volume     `json:"volumes,omitempty"`
-	Containers  []*Container `json:"containers"`
+	Arn         string      `json:"arn"`
+	Family      string      `json:"family"`
+	Revision    int         `json:"revision"`
+	NetworkMode NetworkMode `json:"networkMode"`
+	CPU         int         `json:"cpu,omitempty"`    // CPU units for the whole task, 0 when unset
+	Memory      int         `json:"memory,omitempty"` // MiB for the whole task, 0 when unset
+	// PidMode and IpcMode share a namespace among the task's containers (task) or with the host
+	// (host); empty: each container has its own.
+	PidMode    string       `json:"pidMode,omitempty"`
+	IpcMode    string       `json:"ipcMode,omitempty"`
+	Volumes    []Volume     `json:"volumes,omitempty"`
+	Containers []*Container `json:"containers"`
 	// Static marks a task of ECS_STATIC_TASKS_DIR: the host's own, unknown to any control plane.
 	Static bool `json:"static,omitempty"`
 	// ENI is the interface ECS attached for an awsvpc task; nil in local mode.
@@ -355,9 +390,10 @@ type StartBlock struct {
 	Fail error
 }
 
-// CanStart evaluates c's dependsOn against the current state of the task's other containers.
+// CanStart evaluates c's dependsOn against the current state of the task's other containers. A link
+// is a dependency with condition START: Docker links only to a container that runs.
 func (t *Task) CanStart(c *Container) StartBlock {
-	for _, d := range c.DependsOn {
+	for _, d := range c.dependencies() {
 		dep := t.Container(d.ContainerName)
 		if dep == nil {
 			return StartBlock{Fail: fmt.Errorf("dependency %q is not a container of the task", d.ContainerName)}
@@ -407,7 +443,20 @@ func exitText(code *int) string {
 	return fmt.Sprintf("exit code %d", *code)
 }
 
-// StopBlockers returns the containers that must stop before c may: those that depend on c and have not
+// dependencies returns c's dependsOn and, for each link, a START dependency on its target.
+func (c *Container) dependencies() []Dependency {
+	if len(c.Links) == 0 {
+		return c.DependsOn
+	}
+	deps := slices.Clone(c.DependsOn)
+	for _, l := range c.Links {
+		name, _, _ := strings.Cut(l, ":")
+		deps = append(deps, Dependency{ContainerName: name, Condition: ConditionStart})
+	}
+	return deps
+}
+
+// StopBlockers returns the containers that must stop before c may: those that depend on (or link to) c and have not
 // stopped yet, so shutdown runs in reverse dependency order. Every container of an awsvpc task also
 // stops before its pause container.
 func (t *Task) StopBlockers(c *Container) []string {
@@ -420,7 +469,7 @@ func (t *Task) StopBlockers(c *Container) []string {
 			out = append(out, other.Name)
 			continue
 		}
-		for _, d := range other.DependsOn {
+		for _, d := range other.dependencies() {
 			if d.ContainerName == c.Name && other.KnownStatus != ContainerNone {
 				out = append(out, other.Name)
 				break

@@ -12,23 +12,11 @@ import (
 )
 
 // decoder fills a Go value from a generic JSON tree (what json.Decoder with UseNumber produces) the way
-// encoding/json would, except that it matches field names exactly, keeps going after a type error, and
-// names every type error and every ignored field by its full path.
+// encoding/json would, except that it matches field names exactly, keeps going after a type error,
+// names every type error by its full path, and answers a field the Go value lacks as the table of
+// fields says: informational fields are skipped, refused and unknown ones are errors.
 type decoder struct {
-	errs     []error
-	warnings []string
-	ignored  int // warnings not kept, past maxWarnings
-}
-
-// maxWarnings bounds the warnings Parse lists; the rest are counted in a last one.
-const maxWarnings = 50
-
-// summary returns the warnings kept, and one more counting those that were not.
-func (d *decoder) summary() []string {
-	if d.ignored == 0 {
-		return d.warnings
-	}
-	return append(d.warnings, fmt.Sprintf("and %d more ignored fields", d.ignored))
+	errs []error
 }
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
@@ -119,7 +107,7 @@ func (d *decoder) decode(path string, v any, rv reflect.Value) {
 	}
 }
 
-// decodeStruct decodes the known keys of obj in field order, then warns about the others.
+// decodeStruct decodes the known keys of obj in field order, then answers the others.
 func (d *decoder) decodeStruct(path string, obj map[string]any, rv reflect.Value) {
 	t := rv.Type()
 	var known set.Set[string]
@@ -136,23 +124,28 @@ func (d *decoder) decodeStruct(path string, obj map[string]any, rv reflect.Value
 		}
 	}
 	for _, k := range sortedKeys(obj) {
-		if known.Has(k) {
-			continue
+		if !known.Has(k) {
+			d.other(join(path, k), k, obj[k], folded)
 		}
-		reason := "unknown field, ignored"
-		if name, ok := folded[strings.ToLower(k)]; ok {
-			reason = fmt.Sprintf("unknown field (did you mean %q?), ignored", name)
-		}
-		d.ignore(join(path, k), obj[k], reason)
 	}
 }
 
-// ignore records a warning that the field at path was ignored, unless its value is null, [] or {}:
-// describe-task-definition prints many such empty fields and ignoring them loses nothing.
-func (d *decoder) ignore(path string, v any, reason string) {
+// other answers a field the Go value has no place for. A field that asks for nothing (null, false,
+// "", [] or {}, as describe-task-definition prints many) is skipped whatever it is; so is an
+// informational one. A refused field is an error saying why, an unknown one an error suggesting
+// the field its name differs from only in case.
+func (d *decoder) other(path, key string, v any, folded map[string]string) {
 	switch v := v.(type) {
 	case nil:
 		return
+	case bool:
+		if !v {
+			return
+		}
+	case string:
+		if v == "" {
+			return
+		}
 	case []any:
 		if len(v) == 0 {
 			return
@@ -162,11 +155,18 @@ func (d *decoder) ignore(path string, v any, reason string) {
 			return
 		}
 	}
-	if len(d.warnings) >= maxWarnings {
-		d.ignored++
-		return
+	f, ok := lookupField(path)
+	switch {
+	case ok && f.Support == Informational:
+	case ok:
+		d.errs = append(d.errs, &FieldError{Path: path, Msg: "not supported by Berth: " + f.Note})
+	default:
+		msg := "unknown field"
+		if name, ok := folded[strings.ToLower(key)]; ok {
+			msg = fmt.Sprintf("unknown field (did you mean %q?)", name)
+		}
+		d.errs = append(d.errs, &FieldError{Path: path, Msg: msg})
 	}
-	d.warnings = append(d.warnings, path+": "+reason)
 }
 
 func (d *decoder) wrongType(path, want string, v any) {

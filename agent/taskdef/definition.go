@@ -2,11 +2,11 @@
 // such translation: static task files, the embedded control plane and ACS payloads all go through
 // Parse (or Validate) and NewTask.
 //
-// A Definition mirrors the ECS JSON for the fields Berth supports and marshals back to it, so it can be
-// stored and returned as ECS would. Fields Berth does not support are accepted and ignored, each named
-// in Definition.Warnings; every problem that would make ECS reject the definition is a *FieldError
-// whose Path names the field the way the JSON spells it, e.g.
-// containerDefinitions[1].dependsOn[0].containerName.
+// A Definition mirrors the ECS JSON for the fields Berth honours and marshals back to it, so it can be
+// stored and returned as ECS would. Fields (the table Fields) lists every field of ECS's task
+// definition with what Berth does with it. Every problem that would make ECS reject the definition,
+// and every field Berth cannot honour, is a *FieldError whose Path names the field the way the JSON
+// spells it, e.g. containerDefinitions[1].dependsOn[0].containerName.
 package taskdef
 
 import (
@@ -34,41 +34,91 @@ type Definition struct {
 	NetworkMode      task.NetworkMode `json:"networkMode,omitempty"` // bridge when empty
 	CPU              CPUUnits         `json:"cpu,omitempty"`
 	Memory           MiB              `json:"memory,omitempty"`
+	PidMode          string           `json:"pidMode,omitempty"` // host or task
+	IpcMode          string           `json:"ipcMode,omitempty"` // host, task or none
 	// RequiresCompatibilities is kept for round trips and otherwise ignored.
 	RequiresCompatibilities []string              `json:"requiresCompatibilities,omitempty"`
 	Volumes                 []Volume              `json:"volumes,omitempty"`
 	ContainerDefinitions    []ContainerDefinition `json:"containerDefinitions"`
-
-	// Warnings names each field Parse ignored, as "path: reason". It is not part of the JSON.
-	Warnings []string `json:"-"`
 }
 
 // ContainerDefinition is one entry of containerDefinitions.
 type ContainerDefinition struct {
-	Name                   string            `json:"name"`
-	Image                  string            `json:"image"`
-	CPU                    int               `json:"cpu,omitempty"`
-	Memory                 *int              `json:"memory,omitempty"`            // MiB, hard limit
-	MemoryReservation      *int              `json:"memoryReservation,omitempty"` // MiB, soft limit
-	Essential              *bool             `json:"essential,omitempty"`         // true when nil
-	EntryPoint             []string          `json:"entryPoint,omitempty"`
-	Command                []string          `json:"command,omitempty"`
-	Environment            []KeyValue        `json:"environment,omitempty"`
-	PortMappings           []PortMapping     `json:"portMappings,omitempty"`
-	MountPoints            []MountPoint      `json:"mountPoints,omitempty"`
-	VolumesFrom            []VolumeFrom      `json:"volumesFrom,omitempty"`
-	DependsOn              []Dependency      `json:"dependsOn,omitempty"`
-	HealthCheck            *HealthCheck      `json:"healthCheck,omitempty"`
-	StopTimeout            int               `json:"stopTimeout,omitempty"`  // seconds, 0: the agent's default
-	StartTimeout           int               `json:"startTimeout,omitempty"` // seconds, 0: the agent's default
-	User                   string            `json:"user,omitempty"`
-	WorkingDirectory       string            `json:"workingDirectory,omitempty"`
-	Ulimits                []Ulimit          `json:"ulimits,omitempty"`
-	DockerLabels           map[string]string `json:"dockerLabels,omitempty"`
-	LogConfiguration       *LogConfiguration `json:"logConfiguration,omitempty"`
-	Privileged             bool              `json:"privileged,omitempty"`
-	ReadonlyRootFilesystem bool              `json:"readonlyRootFilesystem,omitempty"`
-	LinuxParameters        *LinuxParameters  `json:"linuxParameters,omitempty"`
+	Name                   string                 `json:"name"`
+	Image                  string                 `json:"image"`
+	CPU                    int                    `json:"cpu,omitempty"`
+	Memory                 *int                   `json:"memory,omitempty"`            // MiB, hard limit
+	MemoryReservation      *int                   `json:"memoryReservation,omitempty"` // MiB, soft limit
+	Essential              *bool                  `json:"essential,omitempty"`         // true when nil
+	EntryPoint             []string               `json:"entryPoint,omitempty"`
+	Command                []string               `json:"command,omitempty"`
+	Environment            []KeyValue             `json:"environment,omitempty"`
+	PortMappings           []PortMapping          `json:"portMappings,omitempty"`
+	MountPoints            []MountPoint           `json:"mountPoints,omitempty"`
+	VolumesFrom            []VolumeFrom           `json:"volumesFrom,omitempty"`
+	DependsOn              []Dependency           `json:"dependsOn,omitempty"`
+	HealthCheck            *HealthCheck           `json:"healthCheck,omitempty"`
+	StopTimeout            int                    `json:"stopTimeout,omitempty"`  // seconds, 0: the agent's default
+	StartTimeout           int                    `json:"startTimeout,omitempty"` // seconds, 0: the agent's default
+	User                   string                 `json:"user,omitempty"`
+	WorkingDirectory       string                 `json:"workingDirectory,omitempty"`
+	Ulimits                []Ulimit               `json:"ulimits,omitempty"`
+	DockerLabels           map[string]string      `json:"dockerLabels,omitempty"`
+	LogConfiguration       *LogConfiguration      `json:"logConfiguration,omitempty"`
+	Privileged             bool                   `json:"privileged,omitempty"`
+	ReadonlyRootFilesystem bool                   `json:"readonlyRootFilesystem,omitempty"`
+	LinuxParameters        *LinuxParameters       `json:"linuxParameters,omitempty"`
+	Links                  []string               `json:"links,omitempty"`
+	Hostname               string                 `json:"hostname,omitempty"`
+	DNSServers             []string               `json:"dnsServers,omitempty"`
+	DNSSearchDomains       []string               `json:"dnsSearchDomains,omitempty"`
+	ExtraHosts             []HostEntry            `json:"extraHosts,omitempty"`
+	SystemControls         []SystemControl        `json:"systemControls,omitempty"`
+	DockerSecurityOptions  []string               `json:"dockerSecurityOptions,omitempty"`
+	PseudoTerminal         bool                   `json:"pseudoTerminal,omitempty"`
+	Interactive            bool                   `json:"interactive,omitempty"`
+	DisableNetworking      bool                   `json:"disableNetworking,omitempty"`
+	Secrets                []Secret               `json:"secrets,omitempty"`
+	EnvironmentFiles       []EnvironmentFile      `json:"environmentFiles,omitempty"`
+	RepositoryCredentials  *RepositoryCredentials `json:"repositoryCredentials,omitempty"`
+	RestartPolicy          *RestartPolicy         `json:"restartPolicy,omitempty"`
+}
+
+// HostEntry is one extraHosts entry.
+type HostEntry struct {
+	Hostname  string `json:"hostname"`
+	IPAddress string `json:"ipAddress"`
+}
+
+// SystemControl is one systemControls entry.
+type SystemControl struct {
+	Namespace string `json:"namespace"`
+	Value     string `json:"value"`
+}
+
+// Secret is one secrets or logConfiguration.secretOptions entry: an SSM parameter (name or ARN) or a
+// Secrets Manager secret (ARN, optionally with :json-key:version-stage:version-id, or name).
+type Secret struct {
+	Name      string `json:"name"`
+	ValueFrom string `json:"valueFrom"`
+}
+
+// EnvironmentFile is one environmentFiles entry: an S3 object ARN; Type must be s3.
+type EnvironmentFile struct {
+	Value string `json:"value"`
+	Type  string `json:"type"`
+}
+
+// RepositoryCredentials names the Secrets Manager secret with a private registry's credentials.
+type RepositoryCredentials struct {
+	CredentialsParameter string `json:"credentialsParameter"`
+}
+
+// RestartPolicy is a container's restartPolicy; times in seconds, nil: ECS's default (300).
+type RestartPolicy struct {
+	Enabled              bool  `json:"enabled"`
+	IgnoredExitCodes     []int `json:"ignoredExitCodes,omitempty"`
+	RestartAttemptPeriod *int  `json:"restartAttemptPeriod,omitempty"`
 }
 
 // KeyValue is one environment variable.
@@ -80,9 +130,14 @@ type KeyValue struct {
 // PortMapping publishes a container port. HostPort 0 asks for a dynamic port in bridge mode and means
 // "the container port" in host and awsvpc mode; Protocol is tcp when empty.
 type PortMapping struct {
-	ContainerPort int    `json:"containerPort"`
-	HostPort      int    `json:"hostPort,omitempty"`
-	Protocol      string `json:"protocol,omitempty"`
+	ContainerPort      int    `json:"containerPort,omitempty"`
+	HostPort           int    `json:"hostPort,omitempty"`
+	Protocol           string `json:"protocol,omitempty"`
+	ContainerPortRange string `json:"containerPortRange,omitempty"` // "8000-8010", instead of containerPort
+	// Name and AppProtocol name the mapping for Service Connect; Berth keeps them and otherwise
+	// ignores them, as the ECS agent does.
+	Name        string `json:"name,omitempty"`
+	AppProtocol string `json:"appProtocol,omitempty"`
 }
 
 // MountPoint mounts a task volume into the container.
@@ -123,13 +178,40 @@ type Ulimit struct {
 
 // LogConfiguration selects a Docker logging driver.
 type LogConfiguration struct {
-	LogDriver string            `json:"logDriver"`
-	Options   map[string]string `json:"options,omitempty"`
+	LogDriver     string            `json:"logDriver"`
+	Options       map[string]string `json:"options,omitempty"`
+	SecretOptions []Secret          `json:"secretOptions,omitempty"`
 }
 
-// LinuxParameters holds the supported Linux-specific container settings.
+// LinuxParameters holds a container's Linux-specific settings. Sizes are in MiB.
 type LinuxParameters struct {
-	InitProcessEnabled bool `json:"initProcessEnabled,omitempty"`
+	Capabilities       *KernelCapabilities `json:"capabilities,omitempty"`
+	Devices            []Device            `json:"devices,omitempty"`
+	InitProcessEnabled bool                `json:"initProcessEnabled,omitempty"`
+	SharedMemorySize   *int                `json:"sharedMemorySize,omitempty"`
+	Tmpfs              []Tmpfs             `json:"tmpfs,omitempty"`
+	MaxSwap            *int                `json:"maxSwap,omitempty"`
+	Swappiness         *int                `json:"swappiness,omitempty"`
+}
+
+// KernelCapabilities are the Linux capabilities added to and dropped from Docker's default set.
+type KernelCapabilities struct {
+	Add  []string `json:"add,omitempty"`
+	Drop []string `json:"drop,omitempty"`
+}
+
+// Device is a host device exposed to the container.
+type Device struct {
+	HostPath      string   `json:"hostPath"`
+	ContainerPath string   `json:"containerPath,omitempty"`
+	Permissions   []string `json:"permissions,omitempty"`
+}
+
+// Tmpfs is a tmpfs mount of Size MiB.
+type Tmpfs struct {
+	ContainerPath string   `json:"containerPath"`
+	Size          int      `json:"size"`
+	MountOptions  []string `json:"mountOptions,omitempty"`
 }
 
 // Volume is a task volume. With neither Host nor DockerVolumeConfiguration it is a task-scoped empty
@@ -155,14 +237,16 @@ type DockerVolumeConfiguration struct {
 }
 
 // Parse reads a task definition: either the bare object register-task-definition takes or the
-// {"taskDefinition": {...}} wrapper describe-task-definition prints. It validates the result. The
-// returned error joins one *FieldError per problem, each matching ErrInvalid: a syntax error gives the
-// line and column, every other problem the path of the offending field; type errors are all reported,
-// and validation runs only when there are none. Unsupported fields are not errors; they are listed in
-// Definition.Warnings (except those whose value is null, [] or {}). Volume types Berth cannot provide
-// (EFS, FSx) are errors, since ignoring them would silently give the task an empty volume. A
-// definition over one of Validate's count limits is refused before it is decoded, with only those
-// errors; at most maxErrors errors and maxWarnings warnings are listed, the last one counting the rest.
+// {"taskDefinition": {...}} wrapper describe-task-definition prints (whose other members are
+// ignored). It validates the result. The returned error joins one *FieldError per problem, each
+// matching ErrInvalid: a syntax error gives the line and column, every other problem the path of the
+// offending field; type errors are all reported, and validation runs only when there are none.
+//
+// Every field is answered as the table of fields (Fields) says: a field Berth cannot honour (EFS
+// volumes, FireLens, …) or that ECS does not have is an error naming it, so a definition never runs
+// without part of itself; informational fields are accepted. A definition over one of Validate's
+// count limits is refused before it is decoded, with only those errors; at most maxErrors errors are
+// listed, the last one counting the rest.
 func Parse(data []byte) (*Definition, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -177,13 +261,7 @@ func Parse(data []byte) (*Definition, error) {
 	if !ok {
 		return nil, &FieldError{Msg: "the task definition must be a JSON object, got " + describe(doc)}
 	}
-	d := &decoder{}
 	if inner, ok := obj["taskDefinition"]; ok {
-		for _, k := range sortedKeys(obj) {
-			if k != "taskDefinition" {
-				d.ignore(k, obj[k], "outside taskDefinition, ignored")
-			}
-		}
 		obj, ok = inner.(map[string]any)
 		if !ok {
 			return nil, &FieldError{Path: "taskDefinition", Msg: "want an object, got " + describe(inner)}
@@ -193,33 +271,15 @@ func Parse(data []byte) (*Definition, error) {
 		return nil, joinErrors(errs)
 	}
 	def := &Definition{}
+	d := &decoder{}
 	d.decode("", obj, reflectValue(def))
-	d.errs = append(d.errs, unsupportedVolumes(obj)...)
 	if len(d.errs) > 0 {
 		return nil, joinErrors(d.errs)
 	}
-	def.Warnings = d.summary()
 	if err := def.Validate(); err != nil {
 		return nil, err
 	}
 	return def, nil
-}
-
-// unsupportedVolumes reports volumes of a type Berth cannot provide (EFS, FSx, EBS configured at
-// launch). Ignoring the field would run the task with an empty volume in its place, so each is an
-// error rather than a warning.
-func unsupportedVolumes(obj map[string]any) []error {
-	vols, _ := obj["volumes"].([]any)
-	var errs []error
-	for i, vol := range vols {
-		m, _ := vol.(map[string]any)
-		for _, k := range []string{"efsVolumeConfiguration", "fsxWindowsFileServerVolumeConfiguration", "configuredAtLaunch"} {
-			if v, ok := m[k]; ok && v != nil && v != false {
-				errs = append(errs, &FieldError{Path: fmt.Sprintf("volumes[%d].%s", i, k), Msg: "not supported by Berth"})
-			}
-		}
-	}
-	return errs
 }
 
 // syntaxError turns a json decoding error into a *FieldError that gives the line and column.
@@ -248,7 +308,7 @@ func position(data []byte, offset int64) string {
 }
 
 // Canonical returns the JSON encoding of def that the control plane stores and returns: fields in a
-// fixed order, map keys sorted, no HTML escaping, no Warnings. Equal definitions encode equally.
+// fixed order, map keys sorted, no HTML escaping. Equal definitions encode equally.
 func Canonical(def *Definition) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

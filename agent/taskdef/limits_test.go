@@ -81,14 +81,15 @@ func TestValidationIsLinear(t *testing.T) {
 	assert.Less(t, large, 2*time.Second)
 }
 
-func TestWarningsAreBounded(t *testing.T) {
+func TestFieldErrorsAreBounded(t *testing.T) {
 	var extra []string
 	for i := range 200 {
 		extra = append(extra, fmt.Sprintf(`"x%03d": 1`, i))
 	}
-	d, err := Parse([]byte(doc(strings.Join(extra, ", "), ctr("a", ""))))
-	require.NoError(t, err)
-	require.Len(t, d.Warnings, maxWarnings+1)
-	assert.Equal(t, "x049: unknown field, ignored", d.Warnings[maxWarnings-1])
-	assert.Equal(t, "and 150 more ignored fields", d.Warnings[maxWarnings])
+	_, err := Parse([]byte(doc(strings.Join(extra, ", "), ctr("a", ""))))
+	require.ErrorIs(t, err, ErrInvalid)
+	lines := strings.Split(err.Error(), "\n")
+	require.Len(t, lines, maxErrors+1)
+	assert.Equal(t, "x049: unknown field", lines[maxErrors-1])
+	assert.Equal(t, "and 150 more problems", lines[maxErrors])
 }

@@ -25,6 +25,8 @@ func (d *Definition) NewTask(arn string) *task.Task {
 		NetworkMode:   cmp.Or(d.NetworkMode, task.NetworkBridge),
 		CPU:           int(d.CPU),
 		Memory:        int(d.Memory),
+		PidMode:       d.PidMode,
+		IpcMode:       d.IpcMode,
 		Containers:    make([]*task.Container, 0, len(d.ContainerDefinitions)),
 		DesiredStatus: task.TaskRunning,
 
@@ -38,6 +40,8 @@ func (d *Definition) NewTask(arn string) *task.Task {
 		c := newContainer(&d.ContainerDefinitions[i])
 		if d.ExecutionRoleArn != "" {
 			c.ECRAuth = &task.ECRAuth{UseExecutionRole: true}
+			// As Amazon ECS decides it: awslogs gets the execution role's credentials.
+			c.LogsAuthExecutionRole = c.LogConfiguration != nil && c.LogConfiguration.LogDriver == "awslogs"
 		}
 		t.Containers = append(t.Containers, c)
 	}
@@ -81,7 +85,39 @@ func newContainer(c *ContainerDefinition) *task.Container {
 		Privileged:             c.Privileged,
 		ReadonlyRootFilesystem: c.ReadonlyRootFilesystem,
 		InitProcessEnabled:     c.LinuxParameters != nil && c.LinuxParameters.InitProcessEnabled,
+		Linux:                  newLinux(c.LinuxParameters),
+		Links:                  slices.Clone(c.Links),
+		Hostname:               c.Hostname,
+		DNSServers:             slices.Clone(c.DNSServers),
+		DNSSearchDomains:       slices.Clone(c.DNSSearchDomains),
+		DockerSecurityOptions:  slices.Clone(c.DockerSecurityOptions),
+		PseudoTerminal:         c.PseudoTerminal,
+		Interactive:            c.Interactive,
+		DisableNetworking:      c.DisableNetworking,
+		Secrets:                newSecrets(c.Secrets),
 		DesiredStatus:          task.ContainerRunning,
+	}
+	for _, h := range c.ExtraHosts {
+		out.ExtraHosts = append(out.ExtraHosts, task.HostEntry(h))
+	}
+	for _, sc := range c.SystemControls {
+		out.SystemControls = append(out.SystemControls, task.SystemControl(sc))
+	}
+	for _, f := range c.EnvironmentFiles {
+		out.EnvironmentFiles = append(out.EnvironmentFiles, task.EnvironmentFile(f))
+	}
+	if rc := c.RepositoryCredentials; rc != nil {
+		out.RepositoryCredentials = &task.RepositoryCredentials{CredentialsParameter: rc.CredentialsParameter}
+	}
+	if rp := c.RestartPolicy; rp != nil {
+		out.RestartPolicy = &task.RestartPolicy{
+			Enabled:          rp.Enabled,
+			IgnoredExitCodes: slices.Clone(rp.IgnoredExitCodes),
+			AttemptPeriod:    task.DefaultRestartAttemptPeriod,
+		}
+		if rp.RestartAttemptPeriod != nil {
+			out.RestartPolicy.AttemptPeriod = seconds(*rp.RestartAttemptPeriod)
+		}
 	}
 	for _, kv := range c.Environment {
 		out.Environment = append(out.Environment, task.KeyValue{Name: kv.Name, Value: kv.Value})
@@ -91,6 +127,8 @@ func newContainer(c *ContainerDefinition) *task.Container {
 			ContainerPort: uint16(pm.ContainerPort),
 			HostPort:      uint16(pm.HostPort),
 			Protocol:      cmp.Or(pm.Protocol, "tcp"),
+
+			ContainerPortRange: pm.ContainerPortRange,
 		})
 	}
 	for _, m := range c.MountPoints {
@@ -116,9 +154,51 @@ func newContainer(c *ContainerDefinition) *task.Container {
 		out.Ulimits = append(out.Ulimits, task.Ulimit{Name: u.Name, SoftLimit: u.SoftLimit, HardLimit: u.HardLimit})
 	}
 	if lc := c.LogConfiguration; lc != nil {
-		out.LogConfiguration = &task.LogConfiguration{LogDriver: lc.LogDriver, Options: maps.Clone(lc.Options)}
+		out.LogConfiguration = &task.LogConfiguration{LogDriver: lc.LogDriver, Options: maps.Clone(lc.Options),
+			SecretOptions: newSecrets(lc.SecretOptions)}
 	}
 	return out
+}
+
+// newLinux returns the linuxParameters beyond initProcessEnabled, or nil when there are none.
+func newLinux(lp *LinuxParameters) *task.LinuxParameters {
+	if lp == nil {
+		return nil
+	}
+	out := &task.LinuxParameters{
+		SharedMemorySize: deref(lp.SharedMemorySize, 0),
+		MaxSwap:          cloneInt(lp.MaxSwap),
+		Swappiness:       cloneInt(lp.Swappiness),
+	}
+	if c := lp.Capabilities; c != nil {
+		out.CapAdd, out.CapDrop = slices.Clone(c.Add), slices.Clone(c.Drop)
+	}
+	for _, d := range lp.Devices {
+		out.Devices = append(out.Devices, task.Device{HostPath: d.HostPath, ContainerPath: d.ContainerPath, Permissions: slices.Clone(d.Permissions)})
+	}
+	for _, t := range lp.Tmpfs {
+		out.Tmpfs = append(out.Tmpfs, task.Tmpfs{ContainerPath: t.ContainerPath, Size: t.Size, MountOptions: slices.Clone(t.MountOptions)})
+	}
+	if out.SharedMemorySize == 0 && out.MaxSwap == nil && out.Swappiness == nil && len(out.CapAdd)+len(out.CapDrop)+len(out.Devices)+len(out.Tmpfs) == 0 {
+		return nil
+	}
+	return out
+}
+
+func newSecrets(in []Secret) []task.Secret {
+	var out []task.Secret
+	for _, s := range in {
+		out = append(out, task.Secret{Name: s.Name, ValueFrom: s.ValueFrom})
+	}
+	return out
+}
+
+func cloneInt(p *int) *int {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }
 
 func seconds(n int) time.Duration { return time.Duration(n) * time.Second }

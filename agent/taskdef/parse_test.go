@@ -35,7 +35,6 @@ func validCases(t testing.TB) []validCase {
 			name: "two-container web example",
 			json: web,
 			check: func(t *testing.T, d *Definition, tk *task.Task) {
-				assert.Empty(t, d.Warnings)
 				assert.Equal(t, "web", tk.Family)
 				assert.Equal(t, task.NetworkBridge, tk.NetworkMode)
 				assert.Equal(t, 512, tk.CPU)
@@ -82,14 +81,12 @@ func validCases(t testing.TB) []validCase {
 			check: func(t *testing.T, d *Definition, tk *task.Task) {
 				assert.Equal(t, "web", d.Family)
 				assert.Len(t, tk.Containers, 2)
-				assert.Equal(t, []string{"tags: outside taskDefinition, ignored"}, d.Warnings)
 			},
 		},
 		{
 			name: "minimal",
 			json: `{"family": "m", "containerDefinitions": [{"name": "c", "image": "busybox", "memory": 6}]}`,
 			check: func(t *testing.T, d *Definition, tk *task.Task) {
-				assert.Empty(t, d.Warnings)
 				assert.Equal(t, &task.Task{
 					Arn:         "arn:aws:ecs:us-east-1:123456789012:task/default/1",
 					Family:      "m",
@@ -205,11 +202,6 @@ func validCases(t testing.TB) []validCase {
 					"environment": [], "mountPoints": [], "volumesFrom": [], "systemControls": [], "secrets": null}],
 				"volumes": []}}`,
 			check: func(t *testing.T, d *Definition, tk *task.Task) {
-				assert.Equal(t, []string{
-					"compatibilities: unknown field, ignored",
-					"status: unknown field, ignored",
-					"taskDefinitionArn: unknown field, ignored",
-				}, d.Warnings)
 				assert.Equal(t, 3, tk.Revision)
 			},
 		},
@@ -234,55 +226,62 @@ func TestParseValid(t *testing.T) {
 	}
 }
 
-func TestParseWarnings(t *testing.T) {
+func TestParseAnswersEveryField(t *testing.T) {
 	tests := []struct {
 		name string
 		json string
-		want []string
+		want []string // errors; none: the definition is accepted
 	}{
 		{
-			name: "unknown fields at every level",
-			json: `{"family": "w", "tags": [{"key": "k"}], "placementConstraints": [{"type": "memberOf"}], "pidMode": "task",
-				"volumes": [{"name": "v", "host": {"sourcePath": "/v", "extra": 1}, "x": true}],
-				"containerDefinitions": [{"name": "c", "image": "i", "memory": 8, "secrets": [{"name": "s", "valueFrom": "arn"}],
-					"links": ["x"], "portMappings": [{"containerPort": 80, "name": "http", "appProtocol": "http"}],
-					"linuxParameters": {"initProcessEnabled": true, "capabilities": {"add": ["NET_ADMIN"]}},
-					"healthCheck": {"command": ["CMD", "true"], "grace": 1},
-					"logConfiguration": {"logDriver": "awslogs", "secretOptions": [{"name": "a", "valueFrom": "b"}]}}]}`,
+			name: "refused and unknown fields at every level",
+			json: `{"family": "w", "proxyConfiguration": {"type": "APPMESH"}, "ephemeralStorage": {"sizeInGiB": 30},
+				"volumes": [{"name": "v", "host": {"sourcePath": "/v", "extra": 1}, "x": true},
+					{"name": "e", "efsVolumeConfiguration": {"fileSystemId": "fs-1"}}],
+				"containerDefinitions": [{"name": "c", "image": "i", "memory": 8,
+					"firelensConfiguration": {"type": "fluentbit"}, "resourceRequirements": [{"type": "GPU", "value": "1"}],
+					"healthCheck": {"command": ["CMD", "true"], "grace": 1}}]}`,
 			want: []string{
-				"volumes[0].host.extra: unknown field, ignored",
-				"volumes[0].x: unknown field, ignored",
-				"containerDefinitions[0].portMappings[0].appProtocol: unknown field, ignored",
-				"containerDefinitions[0].portMappings[0].name: unknown field, ignored",
-				"containerDefinitions[0].healthCheck.grace: unknown field, ignored",
-				"containerDefinitions[0].logConfiguration.secretOptions: unknown field, ignored",
-				"containerDefinitions[0].linuxParameters.capabilities: unknown field, ignored",
-				"containerDefinitions[0].links: unknown field, ignored",
-				"containerDefinitions[0].secrets: unknown field, ignored",
-				"pidMode: unknown field, ignored",
-				"placementConstraints: unknown field, ignored",
-				"tags: unknown field, ignored",
+				"volumes[0].host.extra: unknown field",
+				"volumes[0].x: unknown field",
+				"volumes[1].efsVolumeConfiguration: not supported by Berth: EFS: this volume type is not supported by Berth yet",
+				"containerDefinitions[0].healthCheck.grace: unknown field",
+				"containerDefinitions[0].firelensConfiguration: not supported by Berth: FireLens is not supported by Berth yet",
+				"containerDefinitions[0].resourceRequirements: not supported by Berth: GPUs and inference accelerators are not supported by Berth yet",
+				"ephemeralStorage: not supported by Berth: applies to AWS Fargate only",
+				"proxyConfiguration: not supported by Berth: App Mesh proxy configuration is not supported by Berth yet",
 			},
 		},
 		{
 			name: "wrong case suggests the field",
 			json: `{"family": "w", "NetworkMode": "host", "containerDefinitions": [{"name": "c", "image": "i", "Memory": 8, "memory": 8}]}`,
 			want: []string{
-				`containerDefinitions[0].Memory: unknown field (did you mean "memory"?), ignored`,
-				`NetworkMode: unknown field (did you mean "networkMode"?), ignored`,
+				`containerDefinitions[0].Memory: unknown field (did you mean "memory"?)`,
+				`NetworkMode: unknown field (did you mean "networkMode"?)`,
 			},
 		},
 		{
-			name: "empty unknown fields are not worth a warning",
-			json: `{"family": "w", "tags": [], "proxyConfiguration": null, "runtimePlatform": {},
-				"containerDefinitions": [{"name": "c", "image": "i", "memory": 8, "secrets": []}]}`,
+			name: "informational fields are accepted",
+			json: `{"family": "w", "tags": [{"key": "k"}], "placementConstraints": [{"type": "memberOf"}],
+				"runtimePlatform": {"cpuArchitecture": "X86_64"}, "requiresAttributes": [{"name": "a"}],
+				"containerDefinitions": [{"name": "c", "image": "i", "memory": 8, "versionConsistency": "enabled",
+					"portMappings": [{"containerPort": 80, "name": "http", "appProtocol": "http"}]}]}`,
+		},
+		{
+			name: "empty refused and unknown fields ask for nothing",
+			json: `{"family": "w", "proxyConfiguration": null, "inferenceAccelerators": [], "enableFaultInjection": false,
+				"volumes": [{"name": "v", "configuredAtLaunch": false}],
+				"containerDefinitions": [{"name": "c", "image": "i", "memory": 8, "credentialSpecs": [], "bogus": ""}]}`,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := Parse([]byte(tt.json))
-			require.NoError(t, err)
-			assert.Equal(t, tt.want, d.Warnings)
+			_, err := Parse([]byte(tt.json))
+			if len(tt.want) == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.Equal(t, tt.want, strings.Split(err.Error(), "\n"))
 		})
 	}
 }

@@ -80,6 +80,7 @@ func (d *Definition) Validate() error {
 	}
 	v := &validator{def: d, index: make(map[string]int, len(d.ContainerDefinitions))}
 	v.task()
+	v.taskModes()
 	v.checkVolumes()
 	for i := range d.ContainerDefinitions {
 		v.container(i)
@@ -129,6 +130,14 @@ var containerLists = []struct {
 	{"dependsOn", MaxEntries, func(c *ContainerDefinition) int { return len(c.DependsOn) }},
 	{"ulimits", maxUlimits, func(c *ContainerDefinition) int { return len(c.Ulimits) }},
 	{"dockerLabels", MaxEntries, func(c *ContainerDefinition) int { return len(c.DockerLabels) }},
+	{"links", MaxEntries, func(c *ContainerDefinition) int { return len(c.Links) }},
+	{"dnsServers", MaxEntries, func(c *ContainerDefinition) int { return len(c.DNSServers) }},
+	{"dnsSearchDomains", MaxEntries, func(c *ContainerDefinition) int { return len(c.DNSSearchDomains) }},
+	{"extraHosts", MaxEntries, func(c *ContainerDefinition) int { return len(c.ExtraHosts) }},
+	{"systemControls", MaxEntries, func(c *ContainerDefinition) int { return len(c.SystemControls) }},
+	{"dockerSecurityOptions", MaxEntries, func(c *ContainerDefinition) int { return len(c.DockerSecurityOptions) }},
+	{"secrets", MaxEntries, func(c *ContainerDefinition) int { return len(c.Secrets) }},
+	{"environmentFiles", MaxEntries, func(c *ContainerDefinition) int { return len(c.EnvironmentFiles) }},
 }
 
 // goCounts returns the limited counts of d. The containers' lists are counted only when the number
@@ -328,6 +337,7 @@ func (v *validator) container(i int) {
 	if c.LogConfiguration != nil && c.LogConfiguration.LogDriver == "" {
 		v.fail(p+".logConfiguration.logDriver", "required")
 	}
+	v.options(p, c)
 }
 
 func (v *validator) memory(p string, c *ContainerDefinition) {
@@ -359,6 +369,10 @@ func (v *validator) portMappings(p string, c *ContainerDefinition) {
 	}
 	for j, pm := range c.PortMappings {
 		pp := fmt.Sprintf("%s.portMappings[%d]", p, j)
+		if pm.ContainerPortRange != "" {
+			v.portRangeMapping(pp, pm)
+			continue
+		}
 		v.bounds(pp+".containerPort", pm.ContainerPort, 1, 65535, "")
 		v.bounds(pp+".hostPort", pm.HostPort, 0, 65535, "")
 		switch pm.Protocol {
@@ -369,6 +383,29 @@ func (v *validator) portMappings(p string, c *ContainerDefinition) {
 		if (mode == task.NetworkHost || mode == task.NetworkAWSVPC) && pm.HostPort != 0 && pm.HostPort != pm.ContainerPort {
 			v.fail(pp+".hostPort", "must be 0 or equal containerPort (%d) in %s network mode", pm.ContainerPort, mode)
 		}
+	}
+}
+
+// portRangeMapping checks a mapping with a containerPortRange: ECS allows it in bridge and awsvpc
+// mode, without containerPort or hostPort.
+func (v *validator) portRangeMapping(pp string, pm PortMapping) {
+	mode := v.def.NetworkMode
+	if mode != "" && mode != task.NetworkBridge && mode != task.NetworkAWSVPC {
+		v.fail(pp+".containerPortRange", "only allowed with networkMode bridge or awsvpc, not %s", mode)
+	}
+	if _, _, ok := portRange(pm.ContainerPortRange); !ok {
+		v.fail(pp+".containerPortRange", "%q is not a port range such as 8000-8010", clip(pm.ContainerPortRange))
+	}
+	if pm.ContainerPort != 0 {
+		v.fail(pp+".containerPort", "not allowed with containerPortRange")
+	}
+	if pm.HostPort != 0 {
+		v.fail(pp+".hostPort", "not allowed with containerPortRange (the agent picks the host ports)")
+	}
+	switch pm.Protocol {
+	case "", "tcp", "udp":
+	default:
+		v.fail(pp+".protocol", "unknown protocol %q (want tcp or udp)", pm.Protocol)
 	}
 }
 

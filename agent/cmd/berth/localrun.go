@@ -69,9 +69,6 @@ func runTaskFile(ctx context.Context, cfg *config.Config, file string, out io.Wr
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
-	for _, w := range def.Warnings {
-		fmt.Fprintf(out, "warning: %s\n", w)
-	}
 	canonical, err := taskdef.Canonical(def)
 	if err != nil {
 		return err

@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/berth-agent/berth/agent/task"
+)
+
+// SecretSource fetches, with a task's execution role, what its containers get from AWS when they
+// are created. Values are returned to the caller only: never saved, never logged.
+type SecretSource interface {
+	// ContainerSecrets returns the variables of c's environmentFiles (in file order) and of its
+	// secrets, and the log driver options of its logConfiguration.secretOptions. An error names the
+	// secret or file and the AWS error code, never a value.
+	ContainerSecrets(ctx context.Context, t *task.Task, c *task.Container) (ContainerSecrets, error)
+}
+
+// ContainerSecrets is what a SecretSource fetched for one container.
+type ContainerSecrets struct {
+	FileEnv    []string // NAME=VALUE
+	SecretEnv  []string // NAME=VALUE
+	LogOptions map[string]string
+}
+
+// TaskCgroups manages the cgroups of tasks with task-level limits; *taskcgroup.Manager satisfies it
+// through a small adapter in app.
+type TaskCgroups interface {
+	// Create makes (or reuses) the task's cgroup with its limits and returns the cgroup parent
+	// Docker takes.
+	Create(taskID string, cpuUnits, memoryMiB, containerCPUUnits int) (string, error)
+	// Remove deletes the task's cgroup; one already gone is fine.
+	Remove(taskID string) error
+	// TaskIDs lists the task cgroups that exist.
+	TaskIDs() ([]string, error)
+}
+
+// ErrNoSecretSource is the reason a container that asks for secrets cannot be created when the
+// engine has no way to fetch them.
+var ErrNoSecretSource = errors.New("this agent cannot fetch secrets")
+
+// needsSecrets reports whether c asks for anything a SecretSource fetches at create time.
+func needsSecrets(c *task.Container) bool {
+	return len(c.Secrets) > 0 || len(c.EnvironmentFiles) > 0 || (c.LogConfiguration != nil && len(c.LogConfiguration.SecretOptions) > 0)
+}
+
+// gatherInputs gathers what c's create needs beyond the task: its secrets, host port ranges and
+// the task's cgroup. Each failure names its cause.
+func (w *worker) gatherInputs(ctx context.Context, c *task.Container) (createInputs, error) {
+	var in createInputs
+	if needsSecrets(c) {
+		if w.e.cfg.Secrets == nil {
+			return in, ErrNoSecretSource
+		}
+		s, err := w.e.cfg.Secrets.ContainerSecrets(ctx, w.t, c)
+		if err != nil {
+			return in, err
+		}
+		in.FileEnv, in.SecretEnv, in.LogOptions = s.FileEnv, s.SecretEnv, s.LogOptions
+	}
+	if w.t.NetworkMode == task.NetworkBridge {
+		for i, pm := range c.PortMappings {
+			if pm.ContainerPortRange == "" {
+				continue
+			}
+			lo, hi := portRangeBounds(pm.ContainerPortRange)
+			first, err := w.e.ports.pick(hi-lo+1, protocol(pm.Protocol))
+			if err != nil {
+				return in, fmt.Errorf("portMappings[%d] containerPortRange %s: %w", i, pm.ContainerPortRange, err)
+			}
+			if in.HostPorts == nil {
+				in.HostPorts = map[int]int{}
+			}
+			in.HostPorts[i] = first
+		}
+	}
+	parent, err := w.taskCgroup()
+	if err != nil {
+		return in, err
+	}
+	in.CgroupParent = parent
+	if c.LogsAuthExecutionRole && c.LogConfiguration != nil && c.LogConfiguration.LogDriver == "awslogs" && w.t.ExecutionCredentialsID != "" {
+		// Docker's awslogs driver asks the task endpoint (169.254.170.2) for the role's credentials.
+		if in.LogOptions == nil {
+			in.LogOptions = map[string]string{}
+		}
+		in.LogOptions["awslogs-credentials-endpoint"] = "/v2/credentials/" + w.t.ExecutionCredentialsID
+	}
+	return in, nil
+}
+
+// taskCgroup returns the task's cgroup parent, creating the cgroup the first time: "" for a task
+// without task-level cpu or memory, or when task cgroups are off.
+func (w *worker) taskCgroup() (string, error) {
+	cg := w.e.cfg.TaskCgroups
+	if cg == nil || (w.t.CPU == 0 && w.t.Memory == 0) {
+		return "", nil
+	}
+	sum := 0
+	for _, c := range w.t.Containers {
+		sum += c.CPU
+	}
+	parent, err := cg.Create(CNITaskID(w.arn), w.t.CPU, w.t.Memory, sum)
+	if err != nil {
+		return "", fmt.Errorf("task cgroup: %w", err)
+	}
+	return parent, nil
+}
+
+// removeCgroup deletes the task's cgroup, if task cgroups are on; a failure is logged and the
+// cgroup is left for the next agent start.
+func (w *worker) removeCgroup() {
+	if w.e.cfg.TaskCgroups == nil || (w.t.CPU == 0 && w.t.Memory == 0) {
+		return
+	}
+	if err := w.e.cfg.TaskCgroups.Remove(CNITaskID(w.arn)); err != nil {
+		w.log.Warn("removing the task cgroup failed; it is retried at the next agent start", "error", err)
+	}
+}
+
+// RemoveCgroupLeftovers deletes the cgroups of tasks the engine does not hold (an agent killed
+// before a task's cleanup finished). Call it after Restore; without task cgroups it does nothing.
+func (e *Engine) RemoveCgroupLeftovers() {
+	cg := e.cfg.TaskCgroups
+	if cg == nil {
+		return
+	}
+	known := map[string]bool{}
+	for _, t := range e.Tasks() {
+		known[CNITaskID(t.Arn)] = true
+	}
+	ids, err := cg.TaskIDs()
+	if err != nil {
+		e.log.Warn("listing task cgroups failed", "error", err)
+		return
+	}
+	var removed []string
+	for _, id := range ids {
+		if known[id] {
+			continue
+		}
+		if err := cg.Remove(id); err != nil {
+			e.log.Warn("removing the cgroup of a task no longer known failed", "task_id", id, "error", err)
+			continue
+		}
+		removed = append(removed, id)
+	}
+	if len(removed) > 0 {
+		e.log.Info("removed the cgroups of tasks no longer known", "tasks", removed)
+	}
+}
