@@ -113,6 +113,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return fmt.Errorf("recover saved tasks: %w", err)
 	}
 	eng.RemoveNetworkLeftovers(ctx)
+	eng.RemoveCgroupLeftovers()
 	var reporting errgroup.Group
 	reporting.Go(func() error { cp.Report(engineCtx, eng.Tasks()); return nil })
 	defer func() { _ = reporting.Wait() }()
@@ -179,6 +180,17 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		}
 		awsvpc.TaskBridgeReady = func(ctx context.Context) error { return installTaskBridgeNAT(ctx, cfg) }
 	}
+	pauseImage := awsvpc.PauseImage
+	if pauseImage == "" {
+		// Tasks with pidMode or ipcMode task need it too; without it they are refused, saying why.
+		if pauseImage, err = engine.NamespacePauseImage(ctx, client, cfg.PauseImageTarball, log); err != nil {
+			log.Warn("tasks with pidMode or ipcMode task cannot run", "error", err)
+		}
+	}
+	cgroups, err := taskCgroups(cfg)
+	if err != nil {
+		return nil, resources, err
+	}
 	endpoint := engine.TaskEndpointConfig{URL: taskEndpointURL, Credentials: cfg.TaskIAMRoleEnabled,
 		HostNetwork: cfg.TaskIAMRoleNetworkHost, Region: cfg.AWSRegion}
 	// Execution role credentials come from the control plane (ecs mode) or the agent's own roles.
@@ -190,6 +202,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: hook, DisablePrivileged: cfg.PrivilegedDisabled,
 		TaskEndpoint: endpoint, ExecutionRoleAuth: executionRoleAuth{auth.ExecutionRoles(execCreds)},
+		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg),
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
 			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: instanceARN}},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),

@@ -134,6 +134,14 @@ type Config struct {
 	// ContainerMetadataEnabled writes the container metadata file of every container
 	// (ECS_ENABLE_CONTAINER_METADATA).
 	ContainerMetadataEnabled bool
+	// TaskCPUMemLimit gives each task with task-level cpu or memory its own cgroup under
+	// CgroupPath/ecs, with CgroupCPUPeriod as the CFS period of its CPU quota.
+	TaskCPUMemLimit bool
+	CgroupPath      string
+	CgroupCPUPeriod time.Duration
+	// DynamicHostPortRange is where containerPortRange mappings get host ports in bridge mode;
+	// zero: the kernel's ephemeral range (ip_local_port_range), else 49153-65535.
+	DynamicHostPortRange [2]int
 
 	TaskENIEnabled                 bool
 	CNIPluginsPath                 string

@@ -241,6 +241,32 @@ func (f rateField) parse(v value) (string, error) {
 
 func (f rateField) show() any { return fmt.Sprintf("%d,%d", *f.steady, *f.burst) }
 
+// portRangeField is a range of ports, "first-last"; empty leaves it zero.
+type portRangeField struct{ p *[2]int }
+
+func (f portRangeField) parse(v value) (string, error) {
+	s := strings.TrimSpace(v.text)
+	if s == "" {
+		*f.p = [2]int{}
+		return "", nil
+	}
+	a, b, ok := strings.Cut(s, "-")
+	lo, err1 := strconv.Atoi(strings.TrimSpace(a))
+	hi, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || lo < 1 || hi > 65535 || lo > hi {
+		return "", fmt.Errorf("%q is not a port range such as 49153-65535", s)
+	}
+	*f.p = [2]int{lo, hi}
+	return "", nil
+}
+
+func (f portRangeField) show() any {
+	if *f.p == [2]int{} {
+		return ""
+	}
+	return fmt.Sprintf("%d-%d", f.p[0], f.p[1])
+}
+
 // hostName matches a DNS name or an IPv4 or IPv6 address, without port.
 var hostName = regexp.MustCompile(`^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$|^[0-9A-Fa-f:.]+$`)
 

@@ -65,6 +65,15 @@ func NewAWSVPC(ctx context.Context, s AWSVPCSetup, images ImageLoader, log *logg
 	}, nil
 }
 
+// NamespacePauseImage returns the pause image for tasks outside awsvpc mode that share PID or IPC
+// namespaces, loading it from its tarball when the Docker Engine lacks it, or "" and why not.
+func NamespacePauseImage(ctx context.Context, images ImageLoader, tarball string, log *logger.Logger) (string, error) {
+	if err := ensurePauseImage(ctx, images, tarball, log); err != nil {
+		return "", err
+	}
+	return PauseImage, nil
+}
+
 // ensurePauseImage loads the pause image from its tarball when the Docker Engine lacks it.
 func ensurePauseImage(ctx context.Context, images ImageLoader, tarball string, log *logger.Logger) error {
 	if _, err := images.InspectImage(ctx, PauseImage); err == nil {
