@@ -231,6 +231,7 @@ func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.R
 		return nil, err
 	}
 	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
+	reg.PIDIPCSharing = eng.SharesNamespaces()
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Hook: hook,
 		DisablePrivileged: cfg.PrivilegedDisabled, CredentialsStore: credentials},
 		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), nil

@@ -54,5 +54,6 @@ func NewRegistration(cfg *config.Config, resources engine.Resources, dockerVersi
 		AgentVersion: version.Get().Version, AgentHash: version.Get().GitHash, DockerVersion: dockerVersion,
 		DockerAPIVersion: dockerAPIVersion, LoggingDrivers: cfg.AvailableLoggingDrivers, TaskENI: cfg.TaskENIEnabled,
 		Privileged: !cfg.PrivilegedDisabled, Attributes: cfg.InstanceAttributes,
-		TaskIAMRole: cfg.TaskIAMRoleEnabled, TaskIAMRoleNetworkHost: cfg.TaskIAMRoleNetworkHost}
+		TaskIAMRole: cfg.TaskIAMRoleEnabled, TaskIAMRoleNetworkHost: cfg.TaskIAMRoleNetworkHost,
+		TaskCPUMemLimit: cfg.TaskCPUMemLimit}
 }

@@ -30,6 +30,16 @@ const (
 	AttrPrivilegedContainer   = "com.amazonaws.ecs.capability.privileged-container"
 	AttrTaskIAMRole           = "com.amazonaws.ecs.capability.task-iam-role"
 	AttrTaskIAMRoleHost       = "com.amazonaws.ecs.capability.task-iam-role-network-host"
+	AttrSecretsSSMEnv         = "ecs.capability.secrets.ssm.environment-variables"
+	AttrSecretsASMEnv         = "ecs.capability.secrets.asm.environment-variables"
+	AttrSecretsSSMLogDriver   = "ecs.capability.secrets.ssm.bootstrap.log-driver"
+	AttrSecretsASMLogDriver   = "ecs.capability.secrets.asm.bootstrap.log-driver"
+	AttrPrivateRegistryASM    = "ecs.capability.private-registry-authentication.secretsmanager"
+	AttrEnvFilesS3            = "ecs.capability.env-files.s3"
+	AttrExecutionRoleAWSLogs  = "ecs.capability.execution-role-awslogs"
+	AttrContainerPortRange    = "ecs.capability.network.container-port-range"
+	AttrTaskCPUMemLimit       = "ecs.capability.task-cpu-mem-limit"
+	AttrPIDIPCSharing         = "ecs.capability.pid-ipc-namespace-sharing"
 	AttrOSType                = "ecs.os-type"
 	AttrOSFamily              = "ecs.os-family"
 	AttrCPUArchitecture       = "ecs.cpu-architecture"
@@ -70,6 +80,11 @@ type Registration struct {
 	TaskENI bool
 	// Privileged registers the privileged-container capability (unless ECS_DISABLE_PRIVILEGED).
 	Privileged bool
+	// TaskCPUMemLimit registers task-cpu-mem-limit: tasks get cgroups with their task-level limits.
+	TaskCPUMemLimit bool
+	// PIDIPCSharing registers pid-ipc-namespace-sharing: pidMode and ipcMode task can run (the
+	// pause image is there).
+	PIDIPCSharing bool
 	// TaskIAMRole and TaskIAMRoleNetworkHost register the task-iam-role capabilities: containers get
 	// their task role's credentials (of host-network tasks too, for the second).
 	TaskIAMRole, TaskIAMRoleNetworkHost bool
@@ -164,6 +179,13 @@ func Attributes(r Registration, goarch string) (map[string]string, error) {
 		AttrExecutionRoleECRPull: "",
 		AttrContainerOrdering:    "",
 		AttrDockerPluginLocal:    "",
+		AttrSecretsSSMEnv:        "",
+		AttrSecretsASMEnv:        "",
+		AttrSecretsSSMLogDriver:  "",
+		AttrSecretsASMLogDriver:  "",
+		AttrPrivateRegistryASM:   "",
+		AttrEnvFilesS3:           "",
+		AttrContainerPortRange:   "",
 		AttrOSType:               "linux",
 		AttrOSFamily:             "LINUX",
 		AttrCPUArchitecture:      cpuArchitecture(goarch),
@@ -178,6 +200,16 @@ func Attributes(r Registration, goarch string) (map[string]string, error) {
 	}
 	if r.TaskENI {
 		attrs[AttrTaskENI] = ""
+	}
+	if r.TaskCPUMemLimit {
+		attrs[AttrTaskCPUMemLimit] = ""
+	}
+	if r.PIDIPCSharing {
+		attrs[AttrPIDIPCSharing] = ""
+	}
+	if slices.Contains(r.LoggingDrivers, "awslogs") && r.TaskIAMRoleNetworkHost {
+		// The Docker daemon's awslogs driver reaches the credentials endpoint from the host.
+		attrs[AttrExecutionRoleAWSLogs] = ""
 	}
 	if r.TaskIAMRole {
 		attrs[AttrTaskIAMRole] = ""

@@ -188,6 +188,10 @@ func New(cfg Config, d Docker, p Puller, auth dockerclient.AuthSource, store Sto
 		spawn: make(chan *worker), done: make(chan struct{})}
 }
 
+// SharesNamespaces reports whether tasks with pidMode or ipcMode task can run: the engine has a
+// pause image for them.
+func (e *Engine) SharesNamespaces() bool { return e.cfg.PauseImage != "" }
+
 // pauseImage returns the pause image for t: awsvpc's for an awsvpc task, else the one for tasks
 // that share PID or IPC namespaces.
 func (e *Engine) pauseImage(t *task.Task) string {

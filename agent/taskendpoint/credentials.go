@@ -3,7 +3,9 @@ package taskendpoint
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/berth-agent/berth/agent/errdefs"
@@ -45,6 +47,9 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 		return
 	}
 	c, err := h.lookupCredentials(r.Context(), id)
+	if errdefs.IsNotFound(err) && h.logCreds != nil && h.fromHost(r) {
+		c, err = h.logCreds.TaskCredentials(r.Context(), id)
+	}
 	switch {
 	case errdefs.IsNotFound(err):
 		h.log.Debug("task credentials not found", "credentials_id", short(id), "api_version", version)
@@ -61,6 +66,32 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 	}
 	h.log.Debug("task credentials served", "credentials_id", short(id), "role_arn", c.RoleArn, "api_version", version)
 	writeJSON(w, http.StatusOK, body)
+}
+
+// fromHost reports whether r comes from one of the host's own addresses, as the Docker daemon's
+// requests do.
+func (h *Handler) fromHost(r *http.Request) bool {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	return err == nil && h.isHost(ap.Addr().Unmap())
+}
+
+// hostAddress reports whether ip is loopback or assigned to one of the host's interfaces.
+func hostAddress(ip netip.Addr) bool {
+	if ip.IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if addr, ok := netip.AddrFromSlice(n.IP); ok && addr.Unmap() == ip {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // lookupCredentials asks the source, treating a missing source as one that knows no credentials.

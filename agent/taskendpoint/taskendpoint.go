@@ -123,9 +123,16 @@ type Config struct {
 	RateLimit   RateLimit // zero: DefaultRateLimit()
 	Tasks       TaskSource
 	Credentials CredentialsSource // nil: every credentials ID is unknown
-	Stats       StatsSource       // nil: every stats request fails with 500
-	Logger      *logger.Logger    // nil: nothing is logged
-	Clock       clockwork.Clock   // nil: the real clock; it drives the rate limiters
+	// LogDriverCredentials are credentials only the host itself may have: the execution-role
+	// credentials the Docker daemon's awslogs driver asks for (awslogs-credentials-endpoint). They
+	// are asked when Credentials knows the ID not, and only for a request from one of the host's
+	// own addresses (a container's comes from its bridge address). nil: none.
+	LogDriverCredentials CredentialsSource
+	// HostAddress reports whether an address is the host's own; nil: the host's interface addresses.
+	HostAddress func(netip.Addr) bool
+	Stats       StatsSource     // nil: every stats request fails with 500
+	Logger      *logger.Logger  // nil: nothing is logged
+	Clock       clockwork.Clock // nil: the real clock; it drives the rate limiters
 }
 
 // Handler answers the task endpoints. Build it with New; it is safe for concurrent use.
@@ -133,6 +140,8 @@ type Handler struct {
 	instance Instance
 	tasks    TaskSource
 	creds    CredentialsSource
+	logCreds CredentialsSource
+	isHost   func(netip.Addr) bool
 	stats    StatsSource
 	log      *logger.Logger
 	limits   *limiter
@@ -163,10 +172,15 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Instance.LaunchType == "" {
 		cfg.Instance.LaunchType = "EC2"
 	}
+	if cfg.HostAddress == nil {
+		cfg.HostAddress = hostAddress
+	}
 	return &Handler{
 		instance: cfg.Instance,
 		tasks:    cfg.Tasks,
 		creds:    cfg.Credentials,
+		logCreds: cfg.LogDriverCredentials,
+		isHost:   cfg.HostAddress,
 		stats:    cfg.Stats,
 		log:      cfg.Logger,
 		limits:   newLimiter(rl, cfg.Clock, maxLimiters),

@@ -364,6 +364,20 @@ func TestCredentials(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, rec.Code)
 		assert.Contains(t, rec.Body.String(), "InvalidIdInRequest")
 	})
+	t.Run("log driver credentials: the host only", func(t *testing.T) {
+		e := newEnv(t, func(c *taskendpoint.Config) {
+			c.LogDriverCredentials = &fakeCredentials{creds: map[string]taskendpoint.Credentials{"exec-id": {AccessKeyID: "exec-key"}}}
+			c.HostAddress = func(ip netip.Addr) bool { return ip == netip.MustParseAddr("10.0.0.1") }
+		})
+		rec := e.get("/v2/credentials/exec-id", "10.0.0.1:40000")
+		assert.Equal(t, http.StatusOK, rec.Code, "the Docker daemon, from the host, gets them")
+		assert.Contains(t, rec.Body.String(), "exec-key")
+		for _, from := range []string{fromWeb, "169.254.172.3:40000"} {
+			rec = e.get("/v2/credentials/exec-id", from)
+			assert.Equal(t, http.StatusBadRequest, rec.Code, "a container at %s does not", from)
+			assert.NotContains(t, rec.Body.String(), "exec-key")
+		}
+	})
 	t.Run("no expiration: the field is left out", func(t *testing.T) {
 		e := newEnv(t, func(c *taskendpoint.Config) {
 			c.Credentials = &fakeCredentials{creds: map[string]taskendpoint.Credentials{"x": {AccessKeyID: "a"}}}
