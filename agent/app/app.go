@@ -199,10 +199,14 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		endpoint.Roles = roles
 		execCreds = append(execCreds, roles)
 	}
+	secretSource, err := newTaskSecrets(cfg, execCreds)
+	if err != nil {
+		return nil, resources, err
+	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, Resources: resources, AWSVPC: awsvpc, Hook: hook, DisablePrivileged: cfg.PrivilegedDisabled,
 		TaskEndpoint: endpoint, ExecutionRoleAuth: executionRoleAuth{auth.ExecutionRoles(execCreds)},
-		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg),
+		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
 			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: instanceARN}},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),

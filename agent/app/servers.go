@@ -23,6 +23,7 @@ import (
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/metrics"
+	"github.com/berth-agent/berth/agent/registryauth"
 	"github.com/berth-agent/berth/agent/rolecreds"
 	"github.com/berth-agent/berth/agent/taskendpoint"
 )
@@ -109,12 +110,15 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 	cp *controlplane.ControlPlane, roles *rolecreds.Provider, cfg *config.Config) error {
 	stats := containerstats.New(docker, containerstats.Config{Logger: s.log.With("component", "container_stats")})
 	creds := taskendpoint.Sources{cp.Credentials()}
+	execCreds := registryauth.RoleCredentialsSources{cp.Credentials()}
 	if roles != nil {
 		creds = append(creds, roles)
+		execCreds = append(execCreds, roles)
 	}
 	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: taskendpoint.Instance{Cluster: cfg.Cluster},
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
-		Tasks:     eng, Credentials: creds, Stats: stats, Logger: s.log.With("component", "task_endpoint")})
+		Tasks:     eng, Credentials: creds, Stats: stats, Logger: s.log.With("component", "task_endpoint"),
+		LogDriverCredentials: logDriverCredentials{eng: eng, creds: execCreds}})
 	if err != nil {
 		stats.Close()
 		return fmt.Errorf("task endpoint: %w", err)

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 
+	docker "github.com/fsouza/go-dockerclient"
+
+	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -15,6 +19,9 @@ type SecretSource interface {
 	// secrets, and the log driver options of its logConfiguration.secretOptions. An error names the
 	// secret or file and the AWS error code, never a value.
 	ContainerSecrets(ctx context.Context, t *task.Task, c *task.Container) (ContainerSecrets, error)
+	// RepositoryAuth returns the credentials source of the pulls of a container with
+	// repositoryCredentials. It does no I/O.
+	RepositoryAuth(t *task.Task, c *task.Container) dockerclient.AuthSource
 }
 
 // ContainerSecrets is what a SecretSource fetched for one container.
@@ -39,6 +46,16 @@ type TaskCgroups interface {
 // ErrNoSecretSource is the reason a container that asks for secrets cannot be created when the
 // engine has no way to fetch them.
 var ErrNoSecretSource = errors.New("this agent cannot fetch secrets")
+
+// noRepositoryAuth fails every pull of a container whose repositoryCredentials the engine cannot
+// fetch: pulling anonymously would drop part of the definition.
+type noRepositoryAuth struct{}
+
+func (noRepositoryAuth) Auth(context.Context, string) (docker.AuthConfiguration, error) {
+	return docker.AuthConfiguration{}, errdefs.Permanent(fmt.Errorf("repositoryCredentials: %w", ErrNoSecretSource))
+}
+
+func (noRepositoryAuth) Invalidate(string) {}
 
 // needsSecrets reports whether c asks for anything a SecretSource fetches at create time.
 func needsSecrets(c *task.Container) bool {
@@ -149,4 +166,24 @@ func (e *Engine) RemoveCgroupLeftovers() {
 	if len(removed) > 0 {
 		e.log.Info("removed the cgroups of tasks no longer known", "tasks", removed)
 	}
+}
+
+// LogDriverRole returns the execution role of the task whose execution-role credentials have this
+// ID, when the task is not stopped and one of its containers' awslogs driver uses them
+// (LogsAuthExecutionRole).
+func (e *Engine) LogDriverRole(credentialsID string) (roleArn string, ok bool) {
+	if credentialsID == "" {
+		return "", false
+	}
+	for _, t := range e.Tasks() {
+		if t.ExecutionCredentialsID != credentialsID || t.KnownStatus == task.TaskStopped {
+			continue
+		}
+		for _, c := range t.Containers {
+			if c.LogsAuthExecutionRole {
+				return t.ExecutionRoleArn, true
+			}
+		}
+	}
+	return "", false
 }

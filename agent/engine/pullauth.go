@@ -27,9 +27,16 @@ type ExecutionRoleAuth interface {
 	TaskRemoved(taskArn string)
 }
 
-// pullAuth returns the credentials source of c's image: the task's execution role's when the
-// container asks for it (and the engine has ExecutionRoleAuth), else the agent's own.
+// pullAuth returns the credentials source of c's image: its repositoryCredentials' secret; the
+// task's execution role's ECR token when the container asks for it (and the engine has
+// ExecutionRoleAuth); else the agent's own.
 func (e *Engine) pullAuth(t *task.Task, c *task.Container) dockerclient.AuthSource {
+	if c.RepositoryCredentials != nil {
+		if e.cfg.Secrets == nil {
+			return noRepositoryAuth{}
+		}
+		return e.cfg.Secrets.RepositoryAuth(t, c)
+	}
 	a := c.ECRAuth
 	if a == nil || !a.UseExecutionRole || e.cfg.ExecutionRoleAuth == nil {
 		return e.auth

@@ -1,0 +1,161 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	docker "github.com/fsouza/go-dockerclient"
+
+	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/registryauth"
+	"github.com/berth-agent/berth/agent/secrets"
+	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskendpoint"
+)
+
+// taskSecrets fetches what containers get from AWS when they are created, with the credentials
+// Amazon ECS would use: the task's execution role (from the control plane in ecs mode, assumed by
+// the agent in local mode). A task without an execution role uses the host's own credentials in
+// local mode, and is refused in ecs mode, where Amazon ECS requires the role.
+type taskSecrets struct {
+	fetcher   *secrets.Fetcher
+	execCreds registryauth.RoleCredentials
+	local     bool
+	hostCreds func() (aws.CredentialsProvider, error)
+}
+
+var _ engine.SecretSource = (*taskSecrets)(nil)
+
+func newTaskSecrets(cfg *config.Config, execCreds registryauth.RoleCredentials) (*taskSecrets, error) {
+	f, err := secrets.New(secrets.Config{Region: cfg.AWSRegion})
+	if err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	return &taskSecrets{fetcher: f, execCreds: execCreds, local: cfg.Mode == config.ModeLocal,
+		hostCreds: sync.OnceValues(func() (aws.CredentialsProvider, error) {
+			c, err := awsconfig.LoadDefaultConfig(context.Background())
+			if err != nil {
+				return nil, fmt.Errorf("load the host's AWS configuration: %w", err)
+			}
+			if c.Credentials == nil {
+				return nil, errors.New("the host has no AWS credentials")
+			}
+			return c.Credentials, nil
+		})}, nil
+}
+
+// credentials returns the provider the task's fetches are signed with.
+func (s *taskSecrets) credentials(t *task.Task) (aws.CredentialsProvider, error) {
+	if t.ExecutionCredentialsID != "" {
+		id := t.ExecutionCredentialsID
+		return aws.NewCredentialsCache(aws.CredentialsProviderFunc(func(ctx context.Context) (aws.Credentials, error) {
+			return s.execCreds.ExecutionRoleCredentials(ctx, id)
+		})), nil
+	}
+	if !s.local || t.ExecutionRoleArn != "" {
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "the task's execution role has no credentials (secrets, environment files and repository credentials are fetched with the task's executionRoleArn)")
+	}
+	return s.hostCreds()
+}
+
+func refs(in []task.Secret) []secrets.Ref {
+	out := make([]secrets.Ref, len(in))
+	for i, s := range in {
+		out[i] = secrets.Ref{Name: s.Name, ValueFrom: s.ValueFrom, Provider: s.Provider, Region: s.Region}
+	}
+	return out
+}
+
+// ContainerSecrets fetches c's environment files, secrets and log driver secret options.
+func (s *taskSecrets) ContainerSecrets(ctx context.Context, t *task.Task, c *task.Container) (engine.ContainerSecrets, error) {
+	var out engine.ContainerSecrets
+	creds, err := s.credentials(t)
+	if err != nil {
+		return out, err
+	}
+	if len(c.EnvironmentFiles) > 0 {
+		arns := make([]string, len(c.EnvironmentFiles))
+		for i, f := range c.EnvironmentFiles {
+			arns[i] = f.Value
+		}
+		kvs, err := s.fetcher.EnvFiles(ctx, creds, arns)
+		if err != nil {
+			return out, err
+		}
+		for _, kv := range kvs {
+			out.FileEnv = append(out.FileEnv, kv.Name+"="+kv.Value)
+		}
+	}
+	if len(c.Secrets) > 0 {
+		values, err := s.fetcher.Resolve(ctx, creds, refs(c.Secrets))
+		if err != nil {
+			return out, err
+		}
+		for _, sec := range c.Secrets {
+			out.SecretEnv = append(out.SecretEnv, sec.Name+"="+values[sec.Name])
+		}
+	}
+	if lc := c.LogConfiguration; lc != nil && len(lc.SecretOptions) > 0 {
+		values, err := s.fetcher.Resolve(ctx, creds, refs(lc.SecretOptions))
+		if err != nil {
+			return out, err
+		}
+		out.LogOptions = values
+	}
+	return out, nil
+}
+
+// RepositoryAuth returns the pull credentials of a container with repositoryCredentials: the
+// username and password in its Secrets Manager secret.
+func (s *taskSecrets) RepositoryAuth(t *task.Task, c *task.Container) dockerclient.AuthSource {
+	return &repositoryAuth{s: s, t: t, rc: *c.RepositoryCredentials}
+}
+
+type repositoryAuth struct {
+	s  *taskSecrets
+	t  *task.Task
+	rc task.RepositoryCredentials
+}
+
+func (a *repositoryAuth) Auth(ctx context.Context, image string) (docker.AuthConfiguration, error) {
+	creds, err := a.s.credentials(a.t)
+	if err != nil {
+		return docker.AuthConfiguration{}, errdefs.Permanent(fmt.Errorf("repository credentials %s: %w", a.rc.CredentialsParameter, err))
+	}
+	user, pass, err := a.s.fetcher.RegistryCredentials(ctx, creds, a.rc.CredentialsParameter, a.rc.Region)
+	if err != nil {
+		return docker.AuthConfiguration{}, err
+	}
+	return docker.AuthConfiguration{Username: user, Password: pass}, nil
+}
+
+// Invalidate has nothing to drop: the secret is fetched for every pull.
+func (a *repositoryAuth) Invalidate(string) {}
+
+// logDriverCredentials serves the execution-role credentials of a task with an awslogs container
+// that uses them (logsAuthStrategy ExecutionRole) to the Docker daemon's awslogs driver. Other IDs
+// are unknown.
+type logDriverCredentials struct {
+	eng   *engine.Engine
+	creds registryauth.RoleCredentials
+}
+
+func (l logDriverCredentials) TaskCredentials(ctx context.Context, id string) (taskendpoint.Credentials, error) {
+	role, ok := l.eng.LogDriverRole(id)
+	if !ok {
+		return taskendpoint.Credentials{}, errdefs.New(errdefs.ErrNotFound, "no log driver credentials with this ID")
+	}
+	ac, err := l.creds.ExecutionRoleCredentials(ctx, id)
+	if err != nil {
+		return taskendpoint.Credentials{}, err
+	}
+	return taskendpoint.Credentials{RoleArn: role, AccessKeyID: ac.AccessKeyID, SecretAccessKey: ac.SecretAccessKey,
+		SessionToken: ac.SessionToken, Expiration: ac.Expires}, nil
+}
