@@ -1,0 +1,300 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	docker "github.com/fsouza/go-dockerclient"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/localauth"
+	"github.com/berth-agent/berth/agent/localcp"
+	"github.com/berth-agent/berth/agent/logger"
+)
+
+// kitchenSink is a task definition that sets every honoured field Docker shows, in bridge mode
+// with PID and IPC namespaces shared through the pause container.
+func kitchenSink(family string) string {
+	return fmt.Sprintf(`{"family": %q, "networkMode": "bridge", "cpu": "512", "memory": "256", "pidMode": "task", "ipcMode": "task",
+	"volumes": [{"name": "scratch"}],
+	"containerDefinitions": [
+	 {"name": "app", "image": %q, "memory": 64, "cpu": 128, "command": ["sleep"],
+	  "environment": [{"name": "A", "value": "1"}],
+	  "portMappings": [{"containerPort": 8080, "protocol": "tcp"}, {"containerPortRange": "9000-9002", "protocol": "udp"}],
+	  "mountPoints": [{"sourceVolume": "scratch", "containerPath": "/scratch"}],
+	  "healthCheck": {"command": ["CMD", "/testapp", "exit"], "interval": 10, "timeout": 3, "retries": 2, "startPeriod": 5},
+	  "stopTimeout": 5, "user": "65534:65534", "workingDirectory": "/work",
+	  "ulimits": [{"name": "nofile", "softLimit": 1024, "hardLimit": 2048}],
+	  "dockerLabels": {"team": "core"},
+	  "logConfiguration": {"logDriver": "json-file", "options": {"max-size": "1m"}},
+	  "readonlyRootFilesystem": true,
+	  "linuxParameters": {"initProcessEnabled": true, "capabilities": {"add": ["NET_ADMIN"], "drop": ["MKNOD"]},
+	    "devices": [{"hostPath": "/dev/null", "containerPath": "/dev/nothing", "permissions": ["read", "write"]}],
+	    "sharedMemorySize": 32, "tmpfs": [{"containerPath": "/run", "size": 16, "mountOptions": ["noexec"]}],
+	    "maxSwap": 32, "swappiness": 10},
+	  "hostname": "app", "dnsServers": ["10.255.0.2"], "dnsSearchDomains": ["corp.internal"],
+	  "extraHosts": [{"hostname": "api", "ipAddress": "10.255.0.9"}],
+	  "systemControls": [{"namespace": "net.core.somaxconn", "value": "1024"}],
+	  "dockerSecurityOptions": ["no-new-privileges"], "pseudoTerminal": true, "interactive": true,
+	  "restartPolicy": {"enabled": true, "ignoredExitCodes": [0], "restartAttemptPeriod": 60}},
+	 {"name": "client", "image": %q, "memoryReservation": 16, "essential": false, "command": ["sleep"],
+	  "links": ["app:backend"], "dependsOn": [{"containerName": "app", "condition": "START"}]},
+	 {"name": "offline", "image": %q, "memoryReservation": 16, "essential": false, "command": ["sleep"], "disableNetworking": true}]}`,
+		family, testappImage, testappImage, testappImage)
+}
+
+// kitchenSinkPayload is kitchenSink as Amazon ECS sends it over ACS: first-class fields, and Docker's
+// own JSON for the rest, written here by hand from ECS's wire shapes rather than by Berth's encoder.
+func kitchenSinkPayload(arn, family string) *acs.Task {
+	app := &acs.Container{Name: "app", Image: testappImage, Memory: 64, CPU: 128, Command: []string{"sleep"},
+		Environment: map[string]string{"A": "1"},
+		PortMappings: []acs.PortMapping{{ContainerPort: 8080, Protocol: "tcp"}, {ContainerPortRange: "9000-9002", Protocol: "udp"}},
+		MountPoints:  []acs.MountPoint{{SourceVolume: "scratch", ContainerPath: "/scratch"}},
+		StopTimeout:  5, HealthCheckType: "docker",
+		LinuxParameters: &acs.LinuxParameters{InitProcessEnabled: new(true),
+			Capabilities: &acs.KernelCapabilities{Add: []string{"NET_ADMIN"}, Drop: []string{"MKNOD"}},
+			Devices:      []acs.Device{{HostPath: "/dev/null", ContainerPath: "/dev/nothing", Permissions: []string{"read", "write"}}},
+			SharedMemorySize: new(int64(32))},
+		RestartPolicy: &acs.RestartPolicy{Enabled: true, IgnoredExitCodes: []int64{0}, RestartAttemptPeriod: new(int64(60))},
+		DockerConfig: &acs.DockerConfig{
+			Config: `{"Hostname":"app","User":"65534:65534","WorkingDir":"/work","Tty":true,"OpenStdin":true,
+				"Labels":{"team":"core"},"Healthcheck":{"Test":["CMD","/testapp","exit"],"Interval":10000000000,
+				"Timeout":3000000000,"StartPeriod":5000000000,"Retries":2}}`,
+			HostConfig: `{"ReadonlyRootfs":true,"Tmpfs":{"/run":"noexec,size=16m"},"MemorySwap":100663296,"MemorySwappiness":10,
+				"ExtraHosts":["api:10.255.0.9"],"Dns":["10.255.0.2"],"DnsSearch":["corp.internal"],
+				"Sysctls":{"net.core.somaxconn":"1024"},"SecurityOpt":["no-new-privileges"],
+				"Ulimits":[{"Name":"nofile","Soft":1024,"Hard":2048}],
+				"LogConfig":{"Type":"json-file","Config":{"max-size":"1m"}}}`,
+		}}
+	client := &acs.Container{Name: "client", Image: testappImage, Essential: new(false), Command: []string{"sleep"},
+		Links: []string{"app:backend"}, DependsOn: []acs.ContainerDependency{{ContainerName: "app", Condition: "START"}},
+		DockerConfig: &acs.DockerConfig{HostConfig: `{"MemoryReservation":16777216}`}}
+	offline := &acs.Container{Name: "offline", Image: testappImage, Essential: new(false), Command: []string{"sleep"},
+		DockerConfig: &acs.DockerConfig{Config: `{"NetworkDisabled":true}`, HostConfig: `{"MemoryReservation":16777216}`}}
+	return &acs.Task{Arn: arn, Family: family, Version: "1", DesiredStatus: "RUNNING", NetworkMode: "bridge", CPU: 0.5, Memory: 256,
+		PidMode: "task", IpcMode: "task", Containers: []*acs.Container{app, client, offline},
+		Volumes: []*acs.Volume{{Name: "scratch", Type: "host", Host: &acs.HostVolume{}}}}
+}
+
+// startScriptedACS serves the ECS API from an embedded control plane and ACS from the test's
+// channel, on loopback.
+func startScriptedACS(t *testing.T) (*scriptedACS, string) {
+	t.Helper()
+	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
+		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
+	require.NoError(t, err)
+	standIn := &scriptedACS{cp: srv.Handler(), out: make(chan acs.Message, 8)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hs := &http.Server{Handler: standIn}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		close(standIn.out)
+		_ = hs.Close()
+		_ = srv.Close()
+	})
+	return standIn, ln.Addr().String()
+}
+
+// ecsModeEnv is the environment of an agent in ecs mode against startScriptedACS's stand-in.
+func ecsModeEnv(addr string, extra ...string) []string {
+	return append([]string{"AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://" + addr,
+		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}, extra...)
+}
+
+// familySettled reports whether the family has a task whose containers (but the pause container)
+// all run.
+func familySettled(family string) func([]handlers.TaskResponse) bool {
+	return func(ts []handlers.TaskResponse) bool {
+		for _, tk := range ts {
+			if tk.Family != family || tk.KnownStatus != "RUNNING" {
+				continue
+			}
+			all := len(tk.Containers) > 0
+			for _, c := range tk.Containers {
+				all = all && (c.KnownStatus == "RUNNING" || c.Name == engine.PauseContainerName)
+			}
+			if all {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// inspectFamily returns docker inspect of each container of the family's task, by container name.
+func inspectFamily(t *testing.T, dc *docker.Client, ts []handlers.TaskResponse, family string) map[string]*docker.Container {
+	t.Helper()
+	out := map[string]*docker.Container{}
+	for _, tk := range ts {
+		if tk.Family != family {
+			continue
+		}
+		for _, c := range tk.Containers {
+			ci, err := dc.InspectContainerWithOptions(docker.InspectContainerOptions{ID: c.DockerID})
+			require.NoError(t, err, "inspect %s/%s", family, c.Name)
+			out[c.Name] = ci
+		}
+	}
+	return out
+}
+
+var (
+	dockerIDs   = regexp.MustCompile(`[0-9a-f]{64}`)
+	randomNames = regexp.MustCompile(`-[0-9a-f]{12}\b`)
+	endpointEnv = regexp.MustCompile(`^(ECS_CONTAINER_METADATA_URI(_V4)?|AWS_CONTAINER_CREDENTIALS_RELATIVE_URI)=`)
+)
+
+// comparable reduces docker inspect to what the task definition decides: Config and HostConfig,
+// with the names, IDs and ports that differ from run to run (the task's family and ID among them)
+// replaced.
+func comparable(t *testing.T, ci *docker.Container, family string) map[string]any {
+	t.Helper()
+	conf := *ci.Config
+	conf.Hostname = strings.TrimPrefix(conf.Hostname, ci.ID[:12]) // Docker's default host name is the ID
+	conf.Env = slices.DeleteFunc(slices.Clone(conf.Env), endpointEnv.MatchString)
+	slices.Sort(conf.Env)
+	labels := map[string]string{}
+	for k, v := range conf.Labels {
+		if k != engine.LabelTaskARN && k != engine.LabelCluster && k != engine.LabelTaskFamily {
+			labels[k] = v
+		}
+	}
+	conf.Labels = labels
+	host := *ci.HostConfig
+	for port, bindings := range host.PortBindings {
+		host.PortBindings[port] = []docker.PortBinding{{HostIP: bindings[0].HostIP, HostPort: "(host port)"}}
+	}
+	b, err := json.Marshal(map[string]any{"Config": conf, "HostConfig": host, "Mounts": ci.Mounts})
+	require.NoError(t, err)
+	arn := ci.Config.Labels[engine.LabelTaskARN]
+	s := strings.ReplaceAll(string(b), arn, "(task arn)")
+	s = strings.ReplaceAll(s, engine.CNITaskID(arn), "(task id)")
+	s = strings.ReplaceAll(s, family, "(family)")
+	s = dockerIDs.ReplaceAllString(s, "(id)")
+	s = randomNames.ReplaceAllString(s, "-(random)")
+	var out map[string]any
+	require.NoError(t, json.Unmarshal([]byte(s), &out))
+	return out
+}
+
+// TestIntegrationKitchenSinkOnEveryPath runs one task definition that sets every honoured field
+// through a static file and the embedded control plane (local mode), and the same task as Amazon ECS
+// sends it over ACS (ecs mode): docker inspect must show the same containers, with each field
+// applied.
+func TestIntegrationKitchenSinkOnEveryPath(t *testing.T) {
+	bin := buildBerth(t)
+	dc := dockerFromEnv(t)
+	pause := "ECS_PAUSE_IMAGE_TARBALL=" + os.Getenv("BERTH_PAUSE_TARBALL")
+
+	local := newRecoveryEnv(t, bin)
+	require.NoError(t, os.WriteFile(filepath.Join(local.tasksDir, "kitchen.json"), []byte(kitchenSink("kitchen-static")), 0o600))
+	cpAddr := freeAddr(t)
+	agent := local.start("ECS_LOCAL_CONTROL_PLANE_ADDR="+cpAddr, pause)
+	var keys localauth.Keys
+	require.Eventually(t, func() bool {
+		var err error
+		keys, err = localauth.Load(localauth.Path(local.dataDir))
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "the agent wrote its keys")
+	ctx := context.Background()
+	var def json.RawMessage = []byte(kitchenSink("kitchen-cp"))
+	require.Eventually(t, func() bool {
+		return localcp.Call(ctx, http.DefaultClient, "http://"+cpAddr, keys, "RegisterTaskDefinition", def, nil) == nil
+	}, 30*time.Second, 200*time.Millisecond, "the embedded control plane registers the definition")
+	require.Eventually(t, func() bool {
+		var out struct {
+			Tasks []json.RawMessage `json:"tasks"`
+		}
+		err := localcp.Call(ctx, http.DefaultClient, "http://"+cpAddr, keys, "RunTask",
+			map[string]any{"cluster": local.cluster, "taskDefinition": "kitchen-cp"}, &out)
+		return err == nil && len(out.Tasks) == 1
+	}, 90*time.Second, 500*time.Millisecond, "the embedded control plane runs the task once the agent has registered")
+	ts := agent.waitTasks(2*time.Minute, "both local tasks run", func(ts []handlers.TaskResponse) bool {
+		return familySettled("kitchen-static")(ts) && familySettled("kitchen-cp")(ts)
+	})
+	static, viaCP := inspectFamily(t, dc, ts, "kitchen-static"), inspectFamily(t, dc, ts, "kitchen-cp")
+	agent.stop()
+
+	remote := newRecoveryEnv(t, bin)
+	standIn, addr := startScriptedACS(t)
+	standIn.out <- &acs.PayloadMessage{MessageID: "kitchen-1", SeqNum: 1, Tasks: []*acs.Task{
+		kitchenSinkPayload("arn:aws:ecs:us-east-1:000000000000:task/kitchen/"+randomHex(t, 16), "kitchen-acs")}}
+	agent = remote.start(ecsModeEnv(addr, pause)...)
+	ts = agent.waitTasks(2*time.Minute, "the ACS task runs", familySettled("kitchen-acs"))
+	viaACS := inspectFamily(t, dc, ts, "kitchen-acs")
+	agent.stop()
+
+	for _, name := range []string{"app", "client", "offline", engine.PauseContainerName} {
+		require.Contains(t, static, name)
+		require.Contains(t, viaCP, name)
+		require.Contains(t, viaACS, name)
+		want := comparable(t, static[name], "kitchen-static")
+		assert.Equal(t, want, comparable(t, viaCP[name], "kitchen-cp"), "%s: the embedded control plane's container differs from the static file's", name)
+		assert.Equal(t, want, comparable(t, viaACS[name], "kitchen-acs"), "%s: the ACS payload's container differs from the static file's", name)
+	}
+
+	// Every honoured field is applied, not merely the same on each path.
+	app, pauseC := static["app"], static[engine.PauseContainerName]
+	c, h := app.Config, app.HostConfig
+	assert.Equal(t, "app", c.Hostname)
+	assert.Equal(t, "65534:65534", c.User)
+	assert.Equal(t, "/work", c.WorkingDir)
+	assert.True(t, c.Tty)
+	assert.True(t, c.OpenStdin)
+	assert.Equal(t, "core", c.Labels["team"])
+	assert.Contains(t, c.Env, "A=1")
+	assert.Equal(t, []string{"CMD", "/testapp", "exit"}, c.Healthcheck.Test)
+	assert.Equal(t, []string{"NET_ADMIN"}, h.CapAdd)
+	assert.Equal(t, []string{"MKNOD"}, h.CapDrop)
+	assert.Equal(t, []docker.Device{{PathOnHost: "/dev/null", PathInContainer: "/dev/nothing", CgroupPermissions: "rw"}}, h.Devices)
+	assert.True(t, h.Init)
+	assert.EqualValues(t, 32<<20, h.ShmSize)
+	assert.Equal(t, map[string]string{"/run": "noexec,size=16m"}, h.Tmpfs)
+	assert.EqualValues(t, 64<<20, h.Memory)
+	assert.EqualValues(t, (64+32)<<20, h.MemorySwap)
+	require.NotNil(t, h.MemorySwappiness)
+	assert.EqualValues(t, 10, *h.MemorySwappiness)
+	assert.Equal(t, []string{"api:10.255.0.9"}, h.ExtraHosts)
+	assert.Equal(t, []string{"10.255.0.2"}, h.DNS)
+	assert.Equal(t, []string{"corp.internal"}, h.DNSSearch)
+	assert.Equal(t, map[string]string{"net.core.somaxconn": "1024"}, h.Sysctls)
+	assert.Equal(t, []string{"no-new-privileges"}, h.SecurityOpt)
+	assert.True(t, h.ReadonlyRootfs)
+	assert.Equal(t, []docker.ULimit{{Name: "nofile", Soft: 1024, Hard: 2048}}, h.Ulimits)
+	assert.Equal(t, docker.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m"}}, h.LogConfig)
+	assert.EqualValues(t, 128, h.CPUShares)
+	assert.Equal(t, "container:"+pauseC.ID, h.PidMode)
+	assert.Equal(t, "container:"+pauseC.ID, h.IpcMode)
+	assert.Equal(t, "shareable", pauseC.HostConfig.IpcMode)
+	assert.Equal(t, "/ecs/"+engine.CNITaskID(c.Labels[engine.LabelTaskARN]), h.CgroupParent, "the task cgroup is the containers' parent")
+	ranged := 0
+	for port, b := range h.PortBindings {
+		if strings.HasSuffix(string(port), "/udp") {
+			ranged++
+			assert.NotEmpty(t, b[0].HostPort, port)
+		}
+	}
+	assert.Equal(t, 3, ranged, "containerPortRange 9000-9002 maps three ports")
+	assert.Len(t, static["client"].HostConfig.Links, 1)
+	assert.True(t, strings.HasSuffix(static["client"].HostConfig.Links[0], ":/"+strings.TrimPrefix(static["client"].Name, "/")+"/backend"),
+		"the client links to app as backend: %v", static["client"].HostConfig.Links)
+	assert.True(t, static["offline"].Config.NetworkDisabled)
+}
