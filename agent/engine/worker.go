@@ -610,7 +610,8 @@ func (w *worker) pause() *task.Container {
 	return nil
 }
 
-// drain applies queued Docker events and, if asked, re-inspects every container.
+// drain applies queued Docker events and, if asked, re-inspects every container. A container found
+// exited is restarted in place when its restart policy says so (see restart.go).
 func (w *worker) drain(ctx context.Context) {
 	w.mu.Lock()
 	events, inspect := w.events, w.inspect
@@ -632,14 +633,14 @@ func (w *worker) drain(ctx context.Context) {
 		case ev.Action == "start" && c.KnownStatus >= task.ContainerRunning && c.KnownStatus != task.ContainerStopped:
 			// Berth started it and has inspected it since; only a start by someone else is news.
 		case ev.Action == "die" || ev.Action == "oom" || ev.Action == "start" || ev.Action == "destroy":
-			w.refresh(ctx, c)
+			w.refreshOrRestart(ctx, c)
 			changed = true
 		}
 	}
 	if inspect {
 		for _, c := range w.t.Containers {
 			if c.DockerID != "" && c.KnownStatus != task.ContainerStopped {
-				w.refresh(ctx, c)
+				w.refreshOrRestart(ctx, c)
 			}
 		}
 		changed = true

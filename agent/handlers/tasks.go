@@ -49,19 +49,21 @@ type TaskResponse struct {
 	PendingReason string              `json:"PendingReason,omitempty"`
 }
 
-// ContainerResponse is one container in the ECS agent's introspection shape. KnownStatus, ExitCode
-// and Reason are Berth extensions.
+// ContainerResponse is one container in the ECS agent's introspection shape. KnownStatus, ExitCode,
+// Reason and RestartCount are Berth extensions; RestartCount is present only for a container with an
+// enabled restart policy.
 type ContainerResponse struct {
-	DockerID    string            `json:"DockerId"`
-	DockerName  string            `json:"DockerName"`
-	Name        string            `json:"Name"`
-	Image       string            `json:"Image"`
-	ImageID     string            `json:"ImageID"`
-	Ports       []PortResponse    `json:"Ports,omitempty"`
-	Networks    []NetworkResponse `json:"Networks,omitempty"`
-	KnownStatus string            `json:"KnownStatus"`
-	ExitCode    *int              `json:"ExitCode,omitempty"`
-	Reason      string            `json:"Reason,omitempty"`
+	DockerID     string            `json:"DockerId"`
+	DockerName   string            `json:"DockerName"`
+	Name         string            `json:"Name"`
+	Image        string            `json:"Image"`
+	ImageID      string            `json:"ImageID"`
+	Ports        []PortResponse    `json:"Ports,omitempty"`
+	Networks     []NetworkResponse `json:"Networks,omitempty"`
+	KnownStatus  string            `json:"KnownStatus"`
+	ExitCode     *int              `json:"ExitCode,omitempty"`
+	Reason       string            `json:"Reason,omitempty"`
+	RestartCount *int              `json:"RestartCount,omitempty"`
 }
 
 // PortResponse is one port binding.
@@ -86,6 +88,9 @@ func taskResponse(t *task.Task) TaskResponse {
 	for _, c := range t.Containers {
 		cr := ContainerResponse{DockerID: c.DockerID, DockerName: c.DockerName, Name: c.Name, Image: c.Image,
 			ImageID: c.ImageID, KnownStatus: c.KnownStatus.String(), ExitCode: c.ExitCode, Reason: c.Reason}
+		if c.RestartPolicy != nil && c.RestartPolicy.Enabled {
+			cr.RestartCount = new(c.RestartCount)
+		}
 		for _, b := range c.NetworkBindings {
 			cr.Ports = append(cr.Ports, PortResponse{ContainerPort: b.ContainerPort, Protocol: b.Protocol, HostPort: b.HostPort, HostIP: b.BindIP})
 		}

@@ -44,7 +44,8 @@ func TestTasks(t *testing.T) {
 			Networks:        []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.2"}}}}}}
 	stopped := &task.Task{Arn: "arn:aws:ecs:local:000000000000:task/default/job1", Family: "job", Revision: 1,
 		DesiredStatus: task.TaskStopped, KnownStatus: task.TaskStopped, StoppedReason: task.StopReasonEssentialExited,
-		Containers: []*task.Container{{Name: "job", Image: "testapp:latest", KnownStatus: task.ContainerStopped, ExitCode: &code, Reason: "killed"}}}
+		Containers: []*task.Container{{Name: "job", Image: "testapp:latest", KnownStatus: task.ContainerStopped, ExitCode: &code, Reason: "killed",
+			RestartPolicy: &task.RestartPolicy{Enabled: true, IgnoredExitCodes: []int{137}}}}}
 	src := fixedTasks{web, stopped}
 
 	webJSON := `{"Arn":"arn:aws:ecs:local:000000000000:task/default/web1","DesiredStatus":"RUNNING","KnownStatus":"RUNNING","Family":"web","Version":"3",
@@ -53,7 +54,7 @@ func TestTasks(t *testing.T) {
 		"Networks":[{"NetworkMode":"bridge","IPv4Addresses":["172.17.0.2"]}],"KnownStatus":"RUNNING"}]}`
 	jobJSON := `{"Arn":"arn:aws:ecs:local:000000000000:task/default/job1","DesiredStatus":"STOPPED","KnownStatus":"STOPPED","Family":"job","Version":"1",
 		"StoppedReason":"Essential container in task exited",
-		"Containers":[{"DockerId":"","DockerName":"","Name":"job","Image":"testapp:latest","ImageID":"","KnownStatus":"STOPPED","ExitCode":137,"Reason":"killed"}]}`
+		"Containers":[{"DockerId":"","DockerName":"","Name":"job","Image":"testapp:latest","ImageID":"","KnownStatus":"STOPPED","ExitCode":137,"Reason":"killed","RestartCount":0}]}`
 	tests := []struct {
 		name       string
 		query      string

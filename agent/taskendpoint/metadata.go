@@ -74,6 +74,7 @@ type containerResponse struct {
 	LogOptions    map[string]string `json:"LogOptions,omitempty"`
 	Networks      []networkResponse `json:"Networks,omitempty"`
 	Health        *healthResponse   `json:"Health,omitempty"`
+	RestartCount  *int              `json:"RestartCount,omitempty"` // v4, with an enabled restart policy
 }
 
 // portResponse is one port of a container.
@@ -175,6 +176,9 @@ func (h *Handler) newContainerResponse(t *task.Task, c *task.Container, s shape)
 			status = task.HealthUnknown
 		}
 		r.Health = &healthResponse{Status: string(status)}
+	}
+	if s == shapeV4 && c.RestartPolicy != nil && c.RestartPolicy.Enabled {
+		r.RestartCount = new(c.RestartCount)
 	}
 	if s == shapeV4 && c.LogConfiguration != nil {
 		r.LogDriver, r.LogOptions = c.LogConfiguration.LogDriver, c.LogConfiguration.Options

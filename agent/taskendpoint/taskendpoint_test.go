@@ -192,12 +192,15 @@ func TestMetadataShapes(t *testing.T) {
 
 // TestTaskFieldsWhenTheyApply covers the fields the fixtures leave out: a stopped task's
 // ExecutionStoppedAt, a task without limits, an awsvpc task in local mode (no ENI), a container
-// whose health check has not reported yet, and an instance of ECS Anywhere.
+// whose health check has not reported yet, a container with a restart policy (RestartCount, v4
+// only), and an instance of ECS Anywhere.
 func TestTaskFieldsWhenTheyApply(t *testing.T) {
 	tk := awsvpcTask()
 	tk.ENI = nil
 	tk.KnownStatus, tk.DesiredStatus, tk.StoppedAt = task.TaskStopped, task.TaskStopped, at(30)
 	tk.Containers[1].HealthCheck = &task.HealthCheck{Command: []string{"CMD", "true"}}
+	tk.Containers[1].RestartPolicy = &task.RestartPolicy{Enabled: true, AttemptPeriod: 300 * time.Second}
+	tk.Containers[1].RestartCount = 2
 	e := newEnv(t, func(c *taskendpoint.Config) {
 		c.Instance = taskendpoint.Instance{Cluster: "edge", LaunchType: "EXTERNAL"}
 		c.Tasks.(*fakeTasks).tokens["tok-local"] = held{tk, "api"}
@@ -214,6 +217,11 @@ func TestTaskFieldsWhenTheyApply(t *testing.T) {
 	api := got["Containers"].([]any)[1].(map[string]any)
 	assert.Equal(t, []any{map[string]any{"NetworkMode": "awsvpc", "IPv4Addresses": []any{"10.0.2.61"}}}, api["Networks"])
 	assert.Equal(t, map[string]any{"status": "UNKNOWN"}, api["Health"])
+	assert.Equal(t, 2.0, api["RestartCount"])
+	assert.NotContains(t, got["Containers"].([]any)[0], "RestartCount", "only a container with a restart policy has one")
+	rec = e.get("/v3/tok-local", fromAWSVPC)
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.NotContains(t, rec.Body.String(), "RestartCount", "v3 has no RestartCount")
 
 	tk.AWSVPC = nil // not set up yet: no network at all
 	rec = e.get("/v4/tok-local", fromAWSVPC)

@@ -67,10 +67,7 @@ func printTasks(w io.Writer, tasks []handlers.TaskResponse, unknown []handlers.U
 			if i == 0 && taskReason != "" {
 				reason = taskReason
 			}
-			status := c.KnownStatus
-			if c.ExitCode != nil {
-				status = fmt.Sprintf("%s (exit %d)", status, *c.ExitCode)
-			}
+			status := containerStatus(c)
 			dockerID := "-"
 			if c.DockerID != "" {
 				dockerID = c.DockerID[:min(12, len(c.DockerID))]
@@ -91,6 +88,22 @@ func printTasks(w io.Writer, tasks []handlers.TaskResponse, unknown []handlers.U
 	}
 	_ = tw.Flush()
 	printUnknown(w, unknown)
+}
+
+// containerStatus is a container's STATUS cell: its known status, with its exit code once it exited
+// and its restart count when it has a restart policy, e.g. "RUNNING (restarts 2)".
+func containerStatus(c handlers.ContainerResponse) string {
+	var notes []string
+	if c.ExitCode != nil {
+		notes = append(notes, fmt.Sprintf("exit %d", *c.ExitCode))
+	}
+	if c.RestartCount != nil {
+		notes = append(notes, fmt.Sprintf("restarts %d", *c.RestartCount))
+	}
+	if len(notes) == 0 {
+		return c.KnownStatus
+	}
+	return fmt.Sprintf("%s (%s)", c.KnownStatus, strings.Join(notes, ", "))
 }
 
 // printUnknown renders the running containers of no known task, if any, under a heading that says
