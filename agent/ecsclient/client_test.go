@@ -416,3 +416,36 @@ func TestSubmitAttachmentStateChanges(t *testing.T) {
 		t.Errorf("body = %v", b)
 	}
 }
+
+// TestAttributesAdvertiseWhatWorks: the capabilities of the container-definition fields are
+// registered exactly when what they need is there.
+func TestAttributesAdvertiseWhatWorks(t *testing.T) {
+	always := []string{AttrSecretsSSMEnv, AttrSecretsASMEnv, AttrSecretsSSMLogDriver, AttrSecretsASMLogDriver,
+		AttrPrivateRegistryASM, AttrEnvFilesS3, AttrContainerPortRange, AttrContainerRestart}
+	conditional := []string{AttrTaskCPUMemLimit, AttrPIDIPCSharing, AttrExecutionRoleAWSLogs}
+	check := func(name string, r Registration, want, notWant []string) {
+		t.Helper()
+		r.DockerAPIVersion = "1.41"
+		attrs, err := Attributes(r, "amd64")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, a := range want {
+			if _, ok := attrs[a]; !ok {
+				t.Errorf("%s: %s is not registered", name, a)
+			}
+		}
+		for _, a := range notWant {
+			if _, ok := attrs[a]; ok {
+				t.Errorf("%s: %s is registered", name, a)
+			}
+		}
+	}
+	check("bare", Registration{LoggingDrivers: []string{"json-file"}}, always, conditional)
+	check("everything on", Registration{LoggingDrivers: []string{"json-file", "awslogs"}, TaskCPUMemLimit: true,
+		PIDIPCSharing: true, TaskIAMRole: true, TaskIAMRoleNetworkHost: true},
+		append(append(slices.Clone(always), conditional...), AttrLoggingDriverPrefix+"awslogs"), nil)
+	// Without host-network credentials the Docker daemon cannot reach the credentials endpoint.
+	check("awslogs without host credentials", Registration{LoggingDrivers: []string{"awslogs"}, TaskIAMRole: true},
+		nil, []string{AttrExecutionRoleAWSLogs})
+}

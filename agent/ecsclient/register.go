@@ -38,6 +38,7 @@ const (
 	AttrEnvFilesS3            = "ecs.capability.env-files.s3"
 	AttrExecutionRoleAWSLogs  = "ecs.capability.execution-role-awslogs"
 	AttrContainerPortRange    = "ecs.capability.network.container-port-range"
+	AttrContainerRestart      = "ecs.capability.container-restart-policy"
 	AttrTaskCPUMemLimit       = "ecs.capability.task-cpu-mem-limit"
 	AttrPIDIPCSharing         = "ecs.capability.pid-ipc-namespace-sharing"
 	AttrOSType                = "ecs.os-type"
@@ -186,6 +187,7 @@ func Attributes(r Registration, goarch string) (map[string]string, error) {
 		AttrPrivateRegistryASM:   "",
 		AttrEnvFilesS3:           "",
 		AttrContainerPortRange:   "",
+		AttrContainerRestart:     "",
 		AttrOSType:               "linux",
 		AttrOSFamily:             "LINUX",
 		AttrCPUArchitecture:      cpuArchitecture(goarch),
