@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -63,13 +64,13 @@ func kitchenSink(family string) string {
 // own JSON for the rest, written here by hand from ECS's wire shapes rather than by Berth's encoder.
 func kitchenSinkPayload(arn, family string) *acs.Task {
 	app := &acs.Container{Name: "app", Image: testappImage, Memory: 64, CPU: 128, Command: []string{"sleep"},
-		Environment: map[string]string{"A": "1"},
+		Environment:  map[string]string{"A": "1"},
 		PortMappings: []acs.PortMapping{{ContainerPort: 8080, Protocol: "tcp"}, {ContainerPortRange: "9000-9002", Protocol: "udp"}},
 		MountPoints:  []acs.MountPoint{{SourceVolume: "scratch", ContainerPath: "/scratch"}},
 		StopTimeout:  5, HealthCheckType: "docker",
 		LinuxParameters: &acs.LinuxParameters{InitProcessEnabled: new(true),
-			Capabilities: &acs.KernelCapabilities{Add: []string{"NET_ADMIN"}, Drop: []string{"MKNOD"}},
-			Devices:      []acs.Device{{HostPath: "/dev/null", ContainerPath: "/dev/nothing", Permissions: []string{"read", "write"}}},
+			Capabilities:     &acs.KernelCapabilities{Add: []string{"NET_ADMIN"}, Drop: []string{"MKNOD"}},
+			Devices:          []acs.Device{{HostPath: "/dev/null", ContainerPath: "/dev/nothing", Permissions: []string{"read", "write"}}},
 			SharedMemorySize: new(int64(32))},
 		RestartPolicy: &acs.RestartPolicy{Enabled: true, IgnoredExitCodes: []int64{0}, RestartAttemptPeriod: new(int64(60))},
 		DockerConfig: &acs.DockerConfig{
@@ -297,4 +298,78 @@ func TestIntegrationKitchenSinkOnEveryPath(t *testing.T) {
 	assert.True(t, strings.HasSuffix(static["client"].HostConfig.Links[0], ":/"+strings.TrimPrefix(static["client"].Name, "/")+"/backend"),
 		"the client links to app as backend: %v", static["client"].HostConfig.Links)
 	assert.True(t, static["offline"].Config.NetworkDisabled)
+}
+
+// TestIntegrationUnsupportedFieldRefusedOnEveryPath sets FireLens, which Berth cannot honour, on
+// each path a task definition takes: the embedded control plane answers ClientException naming the
+// field; a static file is logged once with the field's path and never run; an ACS task is reported
+// STOPPED with a reason naming the field.
+func TestIntegrationUnsupportedFieldRefusedOnEveryPath(t *testing.T) {
+	bin := buildBerth(t)
+	firelens := func(family string) string {
+		return fmt.Sprintf(`{"family": %q, "containerDefinitions": [{"name": "app", "image": %q, "memory": 16,
+			"command": ["sleep"], "firelensConfiguration": {"type": "fluentbit"}}]}`, family, testappImage)
+	}
+	const field = "containerDefinitions[0].firelensConfiguration"
+
+	local := newRecoveryEnv(t, bin)
+	require.NoError(t, os.WriteFile(filepath.Join(local.tasksDir, "firelens.json"), []byte(firelens("firelens-static")), 0o600))
+	cpAddr := freeAddr(t)
+	agent := local.start("ECS_LOCAL_CONTROL_PLANE_ADDR=" + cpAddr)
+	var keys localauth.Keys
+	require.Eventually(t, func() bool {
+		var err error
+		keys, err = localauth.Load(localauth.Path(local.dataDir))
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "the agent wrote its keys")
+	var err error
+	require.Eventually(t, func() bool {
+		err = localcp.Call(context.Background(), http.DefaultClient, "http://"+cpAddr, keys, "RegisterTaskDefinition",
+			json.RawMessage(firelens("firelens-cp")), nil)
+		var apiErr *localcp.APIError
+		return errors.As(err, &apiErr)
+	}, 30*time.Second, 200*time.Millisecond, "the embedded control plane answers")
+	var apiErr *localcp.APIError
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, "ClientException", apiErr.Type)
+	assert.Contains(t, apiErr.Message, field+": not supported by Berth")
+
+	// The directory is scanned every 2 s; the file must be logged once, not at every scan.
+	require.Eventually(t, func() bool { return strings.Contains(agent.out.String(), field) }, 30*time.Second, 100*time.Millisecond,
+		"the static file's refusal is logged")
+	// That nothing more is logged can only be watched for: three scan periods of it.
+	<-time.After(7 * time.Second)
+	assert.Equal(t, 1, strings.Count(agent.out.String(), field), "logged once:\n%s", agent.out.String())
+	ts, err := agent.tasks()
+	require.NoError(t, err)
+	for _, tk := range ts {
+		assert.NotEqual(t, "firelens-static", tk.Family, "the refused file never runs")
+	}
+	agent.stop()
+
+	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
+		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
+	require.NoError(t, err)
+	arn := "arn:aws:ecs:us-east-1:000000000000:task/firelens/" + randomHex(t, 16)
+	standIn := &rejectingACS{cp: srv.Handler(), stopped: map[string]string{}, payload: &acs.PayloadMessage{
+		MessageID: "firelens-1", SeqNum: 1, Tasks: []*acs.Task{{Arn: arn, Family: "firelens-acs", Version: "1", DesiredStatus: "RUNNING",
+			Containers: []*acs.Container{{Name: "app", Image: testappImage, Memory: 16,
+				FirelensConfiguration: json.RawMessage(`{"type":"fluentbit","options":{}}`)}}}}}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hs := &http.Server{Handler: standIn}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		_ = srv.Close()
+	})
+	remote := newRecoveryEnv(t, bin)
+	agent = remote.start(ecsModeEnv(ln.Addr().String())...)
+	require.Eventually(t, func() bool {
+		_, stopped := standIn.state()
+		return stopped[arn] != ""
+	}, time.Minute, 100*time.Millisecond, "the ACS task is reported STOPPED; log:\n%s", agent.out.String())
+	_, stopped := standIn.state()
+	assert.Contains(t, stopped[arn], field, "the reason names the field")
+	agent.stop()
 }
