@@ -21,6 +21,8 @@
 //	ignore-term                                ignore SIGTERM and SIGINT and sleep forever: only SIGKILL stops it
 //	health      [-url http://127.0.0.1:8080/health] [-timeout 3s]
 //	                                           health-check client: exit 0 on HTTP 200, 1 otherwise
+//	alloc       -mib N                         allocate N MiB, touching every page, and hold it until
+//	                                           SIGTERM (exit 0); the kernel's OOM killer may end it first
 //	connect     -addr HOST:PORT [-timeout 5s] [-read]
 //	                                           TCP dial: exit 0 when it connects, 1 (error on stderr) otherwise;
 //	                                           -read also requires one line from the peer and prints it
@@ -77,6 +79,7 @@ const usage = `usage: testapp <mode> [flags]
 modes:
   sleep       [-d DURATION]                 sleep (default forever), exit 0; SIGTERM exits 0
   exit        [-code N] [-after DURATION]   exit with code N after DURATION
+  alloc       -mib N                        allocate and touch N MiB, hold it until SIGTERM
   http        [-addr :8080] [-healthy-after DURATION]
                                             serve /, /health, /env, /echo?msg=; SIGTERM exits 0
   env         [-stay]                       print the sorted environment, exit 0 (or stay)
@@ -119,6 +122,7 @@ type options struct {
 	Msg          string        // listen -msg; "" is "testapp host=<hostname>"
 	CredsOnly    bool          // aws-identity -creds-only
 	MetaPath     string        // metadata -path
+	MiB          int           // alloc -mib
 }
 
 // errUsage reports arguments that cannot be run; the message says why.
@@ -132,6 +136,15 @@ var modeFlags = map[string]func(fs *flag.FlagSet, o *options) func() error{
 	"sleep": func(fs *flag.FlagSet, o *options) func() error {
 		fs.DurationVar(&o.Duration, "d", 0, "how long to sleep (0: forever)")
 		return func() error { return nonNegative("-d", o.Duration) }
+	},
+	"alloc": func(fs *flag.FlagSet, o *options) func() error {
+		fs.IntVar(&o.MiB, "mib", 0, "MiB to allocate and touch")
+		return func() error {
+			if o.MiB < 1 || o.MiB > 1<<20 {
+				return errUsage{fmt.Sprintf("-mib %d is outside 1..1048576", o.MiB)}
+			}
+			return nil
+		}
 	},
 	"exit": func(fs *flag.FlagSet, o *options) func() error {
 		fs.IntVar(&o.Code, "code", 0, "exit code, 0..255")
@@ -314,6 +327,19 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, "testapp: sleeping until SIGTERM")
 		}
 		waitFor(ctx, o.Duration)
+		return 0
+	case "alloc":
+		fmt.Fprintf(stdout, "testapp: allocating %d MiB\n", o.MiB)
+		held := make([][]byte, 0, o.MiB)
+		for range o.MiB {
+			b := make([]byte, 1<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1 // touch every page, so the memory is really used
+			}
+			held = append(held, b)
+		}
+		fmt.Fprintf(stdout, "testapp: holding %d MiB until SIGTERM\n", len(held))
+		<-ctx.Done()
 		return 0
 	case "exit":
 		if o.After > 0 {

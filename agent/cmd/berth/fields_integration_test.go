@@ -373,3 +373,55 @@ func TestIntegrationUnsupportedFieldRefusedOnEveryPath(t *testing.T) {
 	assert.Contains(t, stopped[arn], field, "the reason names the field")
 	agent.stop()
 }
+
+// TestIntegrationTaskCgroup runs a task with task-level cpu and memory and reads its limits back
+// from the cgroup filesystem; runs a task whose container allocates past the task's memory, which
+// the kernel kills, stopping the task; and checks that a task cgroup left by an agent that died is
+// removed at the next start.
+func TestIntegrationTaskCgroup(t *testing.T) {
+	bin := buildBerth(t)
+	const cgfs = "/sys/fs/cgroup"
+	leftover := "berth-it-" + randomHex(t, 8)
+	for _, ctrl := range []string{"memory", "cpu"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(cgfs, ctrl, "ecs", leftover), 0o755))
+	}
+	env := newRecoveryEnv(t, bin)
+	writeDef := func(family, cpu, memory, command string) {
+		def := fmt.Sprintf(`{"family": %q, "cpu": %q, "memory": %q, "containerDefinitions": [{"name": "app", "image": %q,
+			"memoryReservation": 16, "command": %s}]}`, family, cpu, memory, testappImage, command)
+		require.NoError(t, os.WriteFile(filepath.Join(env.tasksDir, family+".json"), []byte(def), 0o600))
+	}
+	writeDef("cg-limits", "512", "128", `["sleep"]`)
+	writeDef("cg-oom", "256", "64", `["alloc", "-mib", "256"]`)
+	agent := env.start()
+	ts := agent.waitTasks(time.Minute, "the limited task runs and the hog has stopped", func(ts []handlers.TaskResponse) bool {
+		return familyRunning("cg-limits", 1)(ts) && familyStopped("cg-oom")(ts)
+	})
+	for _, ctrl := range []string{"memory", "cpu"} {
+		_, err := os.Stat(filepath.Join(cgfs, ctrl, "ecs", leftover))
+		assert.ErrorIs(t, err, os.ErrNotExist, "the %s cgroup of a task no longer known is removed at start", ctrl)
+	}
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return strings.TrimSpace(string(b))
+	}
+	for _, tk := range ts {
+		switch tk.Family {
+		case "cg-limits":
+			dir := engine.CNITaskID(tk.Arn)
+			assert.Equal(t, fmt.Sprint(128<<20), read(filepath.Join(cgfs, "memory", "ecs", dir, "memory.limit_in_bytes")))
+			assert.Equal(t, "100000", read(filepath.Join(cgfs, "cpu", "ecs", dir, "cpu.cfs_period_us")))
+			assert.Equal(t, "50000", read(filepath.Join(cgfs, "cpu", "ecs", dir, "cpu.cfs_quota_us")), "512 units: half a CPU")
+			procs := read(filepath.Join(cgfs, "memory", "ecs", dir, tk.Containers[0].DockerID, "cgroup.procs"))
+			assert.NotEmpty(t, procs, "the container runs inside the task cgroup")
+		case "cg-oom":
+			c := tk.Containers[0]
+			require.NotNil(t, c.ExitCode)
+			assert.Equal(t, 137, *c.ExitCode, "killed by the kernel")
+			assert.Equal(t, "OutOfMemoryError: Container killed due to memory usage", c.Reason)
+			assert.Equal(t, "Essential container in task exited", tk.StoppedReason)
+		}
+	}
+	agent.stop()
+}

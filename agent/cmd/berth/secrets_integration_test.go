@@ -54,7 +54,7 @@ func TestIntegrationSecrets(t *testing.T) {
 		return &acs.Task{Arn: "arn:aws:ecs:us-east-1:000000000000:task/secrets/" + randomHex(t, 16), Family: family, Version: "1",
 			DesiredStatus: "RUNNING", ExecutionRoleCredentials: &c,
 			Containers: []*acs.Container{{Name: "app", Image: image, Memory: 16, Command: []string{"sleep"},
-				Environment: map[string]string{"A": "from-env"},
+				Environment:            map[string]string{"A": "from-env"},
 				RegistryAuthentication: &acs.RegistryAuthentication{Type: "asm", ASMAuthData: &acs.ASMAuthData{CredentialsParameter: regArn}},
 				Secrets: []acs.Secret{
 					{Name: "DB_PASS", ValueFrom: dbPassFrom, Provider: "ssm", Type: "ENVIRONMENT_VARIABLE", Target: "CONTAINER"},
