@@ -102,10 +102,13 @@ func TestCreateOptions(t *testing.T) {
 			name: "awsvpc pause container itself",
 			mod: func(tk *task.Task, c *task.Container) {
 				tk.NetworkMode = task.NetworkAWSVPC
+				tk.ENI = &task.ENI{DNSServers: []string{"10.77.0.2"}, SearchDomains: []string{"ec2.internal"}}
 				c.Pause = true
 			},
 			check: func(t *testing.T, o docker.CreateContainerOptions) {
 				assert.Equal(t, "none", o.HostConfig.NetworkMode)
+				assert.Equal(t, []string{"10.77.0.2"}, o.HostConfig.DNS, "the ENI's DNS servers are the task's")
+				assert.Equal(t, []string{"ec2.internal"}, o.HostConfig.DNSSearch)
 			},
 		},
 		{

@@ -61,8 +61,12 @@ func applyOptions(t *task.Task, c *task.Container, pauseID string, in createInpu
 		}
 	}
 	conf.Hostname = c.Hostname
-	host.DNS = slices.Clone(c.DNSServers)
-	host.DNSSearch = slices.Clone(c.DNSSearchDomains)
+	if len(c.DNSServers) > 0 { // an awsvpc pause container has its ENI's already
+		host.DNS = slices.Clone(c.DNSServers)
+	}
+	if len(c.DNSSearchDomains) > 0 {
+		host.DNSSearch = slices.Clone(c.DNSSearchDomains)
+	}
 	for _, h := range c.ExtraHosts {
 		host.ExtraHosts = append(host.ExtraHosts, h.Hostname+":"+h.IPAddress)
 	}
