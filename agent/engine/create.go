@@ -107,12 +107,16 @@ func (w *worker) gatherInputs(ctx context.Context, c *task.Container) (createInp
 	return in, nil
 }
 
-// taskCgroup returns the task's cgroup parent, creating the cgroup the first time: "" for a task
-// without task-level cpu or memory, or when task cgroups are off.
+// taskCgroup returns the task's cgroup parent: "" for a task without task-level cpu or memory, or
+// when task cgroups are off. The cgroup is made (or, after an agent restart, reused with its limits
+// written again) at the first container create of this worker.
 func (w *worker) taskCgroup() (string, error) {
 	cg := w.e.cfg.TaskCgroups
 	if cg == nil || (w.t.CPU == 0 && w.t.Memory == 0) {
 		return "", nil
+	}
+	if w.cgroupParent != "" {
+		return w.cgroupParent, nil
 	}
 	sum := 0
 	for _, c := range w.t.Containers {
@@ -122,6 +126,7 @@ func (w *worker) taskCgroup() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("task cgroup: %w", err)
 	}
+	w.cgroupParent = parent
 	return parent, nil
 }
 
@@ -180,7 +185,7 @@ func (e *Engine) LogDriverRole(credentialsID string) (roleArn string, ok bool) {
 			continue
 		}
 		for _, c := range t.Containers {
-			if c.LogsAuthExecutionRole {
+			if c.LogsAuthExecutionRole && c.LogConfiguration != nil && c.LogConfiguration.LogDriver == "awslogs" {
 				return t.ExecutionRoleArn, true
 			}
 		}

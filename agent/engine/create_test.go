@@ -479,17 +479,25 @@ func TestLogDriverRole(t *testing.T) {
 	logs.ExecutionRoleArn, logs.ExecutionCredentialsID = execRole, "11111111111111111111111111111111"
 	plain := newTask("arn:aws:ecs:local:000000000000:task/test-cluster/plain", ctr("app", awslogs))
 	plain.ExecutionRoleArn, plain.ExecutionCredentialsID = execRole, "22222222222222222222222222222222"
+	splunk := newTask("arn:aws:ecs:local:000000000000:task/test-cluster/splunk", ctr("app", func(c *task.Container) {
+		c.LogConfiguration = &task.LogConfiguration{LogDriver: "splunk"}
+		c.LogsAuthExecutionRole = true
+	}))
+	splunk.ExecutionRoleArn, splunk.ExecutionCredentialsID = execRole, "44444444444444444444444444444444"
 	h.add(logs)
 	h.add(plain)
+	h.add(splunk)
 	h.waitStatus(logs.Arn, task.TaskRunning)
 	h.waitStatus(plain.Arn, task.TaskRunning)
+	h.waitStatus(splunk.Arn, task.TaskRunning)
 
 	tests := []struct {
 		id   string
 		want bool
 	}{
 		{id: logs.ExecutionCredentialsID, want: true},
-		{id: plain.ExecutionCredentialsID}, // no container asks for it
+		{id: plain.ExecutionCredentialsID},  // no container asks for it
+		{id: splunk.ExecutionCredentialsID}, // not the awslogs driver: the daemon never asks
 		{id: "33333333333333333333333333333333"},
 		{id: ""},
 	}
@@ -506,12 +514,15 @@ func TestLogDriverRole(t *testing.T) {
 	endpoints := map[string]string{}
 	for _, o := range h.docker.createCalls() {
 		endpoints[o.Config.Labels[LabelTaskARN]+" "+o.Config.Labels[LabelContainerName]] = o.HostConfig.LogConfig.Config["awslogs-credentials-endpoint"]
-		assert.Equal(t, "g", o.HostConfig.LogConfig.Config["awslogs-group"])
+		if o.HostConfig.LogConfig.Type == "awslogs" {
+			assert.Equal(t, "g", o.HostConfig.LogConfig.Config["awslogs-group"])
+		}
 	}
 	assert.Equal(t, map[string]string{
-		logs.Arn + " app":  "/v2/credentials/" + logs.ExecutionCredentialsID,
-		logs.Arn + " side": "",
-		plain.Arn + " app": "",
+		logs.Arn + " app":   "/v2/credentials/" + logs.ExecutionCredentialsID,
+		logs.Arn + " side":  "",
+		plain.Arn + " app":  "",
+		splunk.Arn + " app": "",
 	}, endpoints, "only the container that asks for the role is told where its credentials are")
 	_, has := h.engine.Task(logs.Arn).Container("app").LogConfiguration.Options["awslogs-credentials-endpoint"]
 	assert.False(t, has, "the task's log options are not changed")

@@ -157,7 +157,7 @@ func (p *hostPortPicker) pick(n int, protocol string) (int, error) {
 	defer p.mu.Unlock()
 	size := p.hi - p.lo + 1
 	if n > size {
-		return 0, fmt.Errorf("a range of %d ports does not fit the dynamic host port range %d-%d", n, p.lo, p.hi)
+		return 0, fmt.Errorf("a range of %d ports does not fit the dynamic host port range %d-%d (ECS_DYNAMIC_HOST_PORT_RANGE)", n, p.lo, p.hi)
 	}
 	start := p.next
 	for tried := 0; tried < size; {

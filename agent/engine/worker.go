@@ -60,6 +60,7 @@ type worker struct {
 	waitingSince map[string]time.Time     // container name → when its dependsOn wait began (run only)
 	metadata     map[string]*metadataFile // container name → its metadata file as last written (run only)
 	saved        [sha256.Size]byte        // digest of the task's JSON as last saved; zero before (run only, and add before run)
+	cgroupParent string                   // the task cgroup, once made by this worker (run only)
 }
 
 func newWorker(e *Engine, t *task.Task) *worker {

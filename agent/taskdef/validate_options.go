@@ -174,7 +174,7 @@ func (v *validator) linux(p string, lp *LinuxParameters, c *ContainerDefinition)
 	}
 	if lp.MaxSwap != nil {
 		v.bounds(p+".maxSwap", *lp.MaxSwap, 0, maxMemory, " MiB")
-		if c.Memory == nil && *lp.MaxSwap > 0 {
+		if c.Memory == nil {
 			v.fail(p+".maxSwap", "needs the container's memory (swap is allowed on top of a hard limit)")
 		}
 	}
