@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/scripts/internal/agentproc"
 )
 
@@ -42,6 +43,8 @@ func (b *bench) agentMemory(ctx context.Context) {
 	agent.Env = append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
 		"ECS_INTROSPECTION_ADDR="+addr, "ECS_CLUSTER="+benchCluster, "ECS_STATIC_TASKS_DIR="+tasksDir,
 		"ECS_DATADIR="+filepath.Join(dir, "data"), "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached", "ECS_LOGLEVEL=warn")
+	var out logger.Buffer // what the agent says, shown when it does not do what is waited for
+	agent.Stdout, agent.Stderr = &out, &out
 	if err := agent.Start(); err != nil {
 		fail("start berth: %v", err)
 	}
@@ -68,7 +71,7 @@ func (b *bench) agentMemory(ctx context.Context) {
 				return
 			}
 			if time.Now().After(deadline) {
-				fail("agent: %s did not happen within 5 minutes (last error: %v)", what, err)
+				fail("agent: %s did not happen within 5 minutes (last error: %v); the agent said:\n%s", what, err, out.String())
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
