@@ -17,6 +17,7 @@ package acs
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -56,6 +57,12 @@ type Handler interface {
 	HandleENIAttachment(ctx context.Context, a ENIAttachment) error
 	// SeqNum returns the seqNum of the last payload handled; it is sent when connecting.
 	SeqNum() int64
+	// HandleTaskManifest compares ACS's list of the instance's tasks with the agent's and returns
+	// the candidates to stop: tasks the agent runs that the manifest does not list, or lists as
+	// STOPPED. The client acknowledges the manifest and asks ACS to confirm the candidates.
+	HandleTaskManifest(ctx context.Context, tasks []TaskIdentifier) ([]TaskIdentifier, error)
+	// HandleStopVerification stops the tasks ACS confirmed may be stopped.
+	HandleStopVerification(ctx context.Context, tasks []TaskIdentifier) error
 }
 
 // Payload is a PayloadMessage translated into the task model.
@@ -153,6 +160,9 @@ type Client struct {
 
 	firstConnection atomic.Bool // sendCredentials=true until a connection succeeded
 	seen            *recentIDs  // payload message IDs handled and acked
+
+	unsupportedMu sync.Mutex
+	unsupported   set.Set[string] // types of unsupported messages already logged
 }
 
 // New returns a client for cfg; it fails only for an unusable Endpoint or a nil handler.
@@ -493,7 +503,19 @@ func (s *session) dispatch(data []byte, work chan<- Message) error {
 	switch m := m.(type) {
 	case *HeartbeatMessage:
 		return s.write(&HeartbeatAckRequest{MessageID: m.MessageID})
-	case *PayloadMessage, *IAMRoleCredentialsMessage, *AttachTaskNetworkInterfacesMessage:
+	case *StageUpdateMessage:
+		s.c.logUnsupported(m.MessageType(), "Berth is updated by its package, not by ACS; refused")
+		return s.write(s.nack(m.MessageID, m.ClusterArn, m.ContainerInstanceArn))
+	case *PerformUpdateMessage:
+		s.c.logUnsupported(m.MessageType(), "Berth is updated by its package, not by ACS; refused")
+		return s.write(s.nack(m.MessageID, m.ClusterArn, m.ContainerInstanceArn))
+	case *AttachInstanceNetworkInterfacesMessage:
+		s.c.logUnsupported(m.MessageType(), "instance ENIs (trunking) are not supported by Berth; ignored")
+		return nil
+	case *ConfirmAttachmentMessage:
+		s.c.logUnsupported(m.MessageType(), "resource attachments (EBS volumes) are not supported by Berth; ignored")
+		return nil
+	case *PayloadMessage, *IAMRoleCredentialsMessage, *AttachTaskNetworkInterfacesMessage, *TaskManifestMessage, *TaskStopVerificationAck:
 		select {
 		case work <- m:
 		default:
@@ -581,6 +603,27 @@ func (s *session) handle(ctx context.Context, m Message) error {
 			CredentialsID: m.RoleCredentials.CredentialsID,
 			Expiration:    m.RoleCredentials.Expiration,
 		})
+	case *TaskManifestMessage:
+		candidates, err := h.HandleTaskManifest(ctx, m.Tasks)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("task manifest not handled; leaving it unacknowledged", "message_id", m.MessageID, "error", err)
+			}
+			return nil
+		}
+		if err := s.write(s.ack(m.MessageID, m.ClusterArn, m.ContainerInstanceArn)); err != nil {
+			return err
+		}
+		if len(candidates) == 0 {
+			return nil
+		}
+		log.Info("tasks missing from ACS's task manifest; asking ACS whether to stop them", "tasks", len(candidates))
+		return s.write(&TaskStopVerificationMessage{MessageID: crand.Text(), StopCandidates: candidates})
+	case *TaskStopVerificationAck:
+		if err := h.HandleStopVerification(ctx, m.StopTasks); err != nil && ctx.Err() == nil {
+			log.Warn("stopping the tasks ACS confirmed failed", "message_id", m.MessageID, "error", err)
+		}
+		return nil
 	case *AttachTaskNetworkInterfacesMessage:
 		a := ENIAttachment{
 			MessageID:   m.MessageID,
@@ -597,6 +640,24 @@ func (s *session) handle(ctx context.Context, m Message) error {
 		return s.write(s.ack(m.MessageID, m.ClusterArn, m.ContainerInstanceArn))
 	}
 	return nil
+}
+
+// nack refuses an update: Berth does not update itself.
+func (s *session) nack(messageID, cluster, instance string) *NackRequest {
+	a := s.ack(messageID, cluster, instance)
+	return &NackRequest{Cluster: a.Cluster, ContainerInstance: a.ContainerInstance, MessageID: messageID,
+		Reason: "Berth does not update itself over ACS; update its package"}
+}
+
+// logUnsupported logs a message type Berth does not act on, once per type for the client's life.
+func (c *Client) logUnsupported(typ, what string) {
+	c.unsupportedMu.Lock()
+	defer c.unsupportedMu.Unlock()
+	if c.unsupported.Has(typ) {
+		return
+	}
+	c.unsupported.Add(typ)
+	c.log.Warn("ACS message not supported by Berth: "+what, "type", typ)
 }
 
 // ack builds an AckRequest naming the cluster and instance as the message did, or as configured.

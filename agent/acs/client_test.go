@@ -187,6 +187,10 @@ type fakeHandler struct {
 	tasks    map[string]int // task ARN → times seen
 	seq      atomic.Int64
 
+	manifests  [][]TaskIdentifier // the task lists of the manifests handled
+	candidates []TaskIdentifier   // what HandleTaskManifest answers
+	stopped    []TaskIdentifier   // the tasks HandleStopVerification was asked to stop
+
 	block   chan struct{} // when set, HandlePayload waits for it
 	entered chan string   // when set, receives each payload's message ID on entry
 	fail    atomic.Bool   // HandlePayload fails
@@ -233,6 +237,20 @@ func (h *fakeHandler) HandleENIAttachment(_ context.Context, a ENIAttachment) er
 }
 
 func (h *fakeHandler) SeqNum() int64 { return h.seq.Load() }
+
+func (h *fakeHandler) HandleTaskManifest(_ context.Context, tasks []TaskIdentifier) ([]TaskIdentifier, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.manifests = append(h.manifests, tasks)
+	return h.candidates, nil
+}
+
+func (h *fakeHandler) HandleStopVerification(_ context.Context, tasks []TaskIdentifier) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = append(h.stopped, tasks...)
+	return nil
+}
 
 func (h *fakeHandler) payloadCount() int {
 	h.mu.Lock()
@@ -757,4 +775,75 @@ func TestMalformedFrameIsInvalidArgument(t *testing.T) {
 	require.ErrorIs(t, err, ErrMalformedFrame)
 	assert.True(t, errdefs.IsInvalidArgument(err))
 	assert.False(t, errdefs.IsRetriable(err))
+}
+
+// TestTaskManifestAskedThenStopped: a manifest is acknowledged and the handler's candidates are sent
+// back for verification; the tasks ACS then confirms reach the handler to be stopped.
+func TestTaskManifestAskedThenStopped(t *testing.T) {
+	f := newFakeACS(t)
+	h := newFakeHandler()
+	h.candidates = []TaskIdentifier{{TaskArn: "arn:task/gone", DesiredStatus: "STOPPED"}}
+	start(t, testConfig(f), h)
+	c := f.next(t)
+
+	c.send(t, &TaskManifestMessage{MessageID: "m-1", Tasks: []TaskIdentifier{{TaskArn: "arn:task/kept", DesiredStatus: "RUNNING"}}})
+	requireAck(t, c, "m-1")
+	verify, ok := c.recv(t).(*TaskStopVerificationMessage)
+	require.True(t, ok, "the agent asks ACS to confirm the candidates")
+	assert.NotEmpty(t, verify.MessageID)
+	assert.Equal(t, h.candidates, verify.StopCandidates)
+
+	c.send(t, &TaskStopVerificationAck{MessageID: verify.MessageID, StopTasks: h.candidates})
+	require.Eventually(t, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.stopped) == 1
+	}, waitFor, tick)
+	h.mu.Lock()
+	assert.Equal(t, []TaskIdentifier{{TaskArn: "arn:task/kept", DesiredStatus: "RUNNING"}}, h.manifests[0])
+	assert.Equal(t, "arn:task/gone", h.stopped[0].TaskArn)
+	h.mu.Unlock()
+
+	// No candidates: acknowledged, nothing asked.
+	h.mu.Lock()
+	h.candidates = nil
+	h.mu.Unlock()
+	c.send(t, &TaskManifestMessage{MessageID: "m-2"})
+	requireAck(t, c, "m-2")
+	c.send(t, &HeartbeatMessage{MessageID: "hb"})
+	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t), "nothing was sent between the ack and the heartbeat's")
+}
+
+// TestUpdatesRefusedAndOtherMessagesLoggedOnce: ACS's self-update messages get a NackRequest; the
+// instance-level attachment messages Berth does not support are logged once per type.
+func TestUpdatesRefusedAndOtherMessagesLoggedOnce(t *testing.T) {
+	f := newFakeACS(t)
+	var buf logger.Buffer
+	log, err := logger.New(logger.Config{Level: logger.LevelInfo}, &buf)
+	require.NoError(t, err)
+	t.Cleanup(log.Close)
+	cfg := testConfig(f)
+	cfg.Logger = log
+	start(t, cfg, newFakeHandler())
+	c := f.next(t)
+
+	c.send(t, &StageUpdateMessage{MessageID: "u-1"})
+	nack, ok := c.recv(t).(*NackRequest)
+	require.True(t, ok)
+	assert.Equal(t, "u-1", nack.MessageID)
+	assert.Equal(t, testCluster, nack.Cluster)
+	assert.Contains(t, nack.Reason, "does not update itself")
+	c.send(t, &PerformUpdateMessage{MessageID: "u-2"})
+	nack, ok = c.recv(t).(*NackRequest)
+	require.True(t, ok)
+	assert.Equal(t, "u-2", nack.MessageID)
+
+	for i := range 3 {
+		c.send(t, &AttachInstanceNetworkInterfacesMessage{MessageID: fmt.Sprintf("a-%d", i)})
+		c.send(t, &ConfirmAttachmentMessage{MessageID: fmt.Sprintf("c-%d", i)})
+	}
+	c.send(t, &HeartbeatMessage{MessageID: "hb"})
+	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t), "the unsupported messages got no answer")
+	assert.Equal(t, 1, strings.Count(buf.String(), TypeAttachInstanceNetworkInterfacesMessage), buf.String())
+	assert.Equal(t, 1, strings.Count(buf.String(), TypeConfirmAttachmentMessage), buf.String())
 }

@@ -454,6 +454,22 @@ func newMessage(typ string) Message {
 		return &AccessDeniedException{}
 	case TypeInactiveInstanceException:
 		return &InactiveInstanceException{}
+	case TypeTaskManifestMessage:
+		return &TaskManifestMessage{}
+	case TypeTaskStopVerificationMessage:
+		return &TaskStopVerificationMessage{}
+	case TypeTaskStopVerificationAck:
+		return &TaskStopVerificationAck{}
+	case TypeAttachInstanceNetworkInterfacesMessage:
+		return &AttachInstanceNetworkInterfacesMessage{}
+	case TypeConfirmAttachmentMessage:
+		return &ConfirmAttachmentMessage{}
+	case TypeStageUpdateMessage:
+		return &StageUpdateMessage{}
+	case TypePerformUpdateMessage:
+		return &PerformUpdateMessage{}
+	case TypeNackRequest:
+		return &NackRequest{}
 	}
 	return nil
 }

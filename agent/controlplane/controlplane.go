@@ -16,6 +16,7 @@ package controlplane
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,10 @@ import (
 type Engine interface {
 	// AddTask returns once the task (or, for a known task, its stop) is saved.
 	AddTask(ctx context.Context, t *task.Task) error
+	// Tasks returns a copy of every task the engine holds.
+	Tasks() []*task.Task
+	// StopTask stops a task the engine holds, with reason.
+	StopTask(ctx context.Context, arn, reason string) error
 }
 
 var _ Engine = (*engine.Engine)(nil)
@@ -369,6 +374,51 @@ func (c *ControlPlane) HandleENIAttachment(_ context.Context, a acs.ENIAttachmen
 		c.log.Info("ENI attachment announced", "task", a.TaskArn, "mac", eni.MacAddress)
 	}
 	return nil
+}
+
+// ReasonNotInManifest is the stop reason of a task ACS confirmed it no longer places here.
+const ReasonNotInManifest = "Task stopped by Amazon ECS: not in the instance's task manifest"
+
+// HandleTaskManifest returns the tasks the agent runs for the control plane that the manifest does
+// not list, or lists as STOPPED: the candidates to stop, which ACS is asked to confirm. Static tasks
+// are the host's own and never candidates.
+func (c *ControlPlane) HandleTaskManifest(_ context.Context, tasks []acs.TaskIdentifier) ([]acs.TaskIdentifier, error) {
+	listed := make(map[string]string, len(tasks))
+	for _, ti := range tasks {
+		listed[ti.TaskArn] = ti.DesiredStatus
+	}
+	var out []acs.TaskIdentifier
+	for _, t := range c.eng.Tasks() {
+		if t.Static || t.DesiredStatus == task.TaskStopped || t.KnownStatus == task.TaskStopped {
+			continue
+		}
+		if desired, ok := listed[t.Arn]; ok && desired != "STOPPED" {
+			continue
+		}
+		out = append(out, acs.TaskIdentifier{TaskArn: t.Arn, DesiredStatus: "STOPPED"})
+	}
+	return out, nil
+}
+
+// HandleStopVerification stops the tasks ACS confirmed may be stopped; tasks the agent does not
+// hold (or holds as static tasks) are skipped.
+func (c *ControlPlane) HandleStopVerification(ctx context.Context, tasks []acs.TaskIdentifier) error {
+	static := map[string]bool{}
+	for _, t := range c.eng.Tasks() {
+		static[t.Arn] = t.Static
+	}
+	var errs []error
+	for _, ti := range tasks {
+		isStatic, held := static[ti.TaskArn]
+		if !held || isStatic {
+			continue
+		}
+		c.log.Info("stopping a task ACS confirmed is not in the manifest", "task", ti.TaskArn)
+		if err := c.eng.StopTask(ctx, ti.TaskArn, ReasonNotInManifest); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // SeqNum is the sequence number of the last payload handled.

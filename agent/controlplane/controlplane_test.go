@@ -41,9 +41,27 @@ func (f *fakeControl) ForgetPollEndpoint(string) { f.forgotten++ }
 
 // fakeEngine accepts tasks; refuse makes AddTask fail for one ARN.
 type fakeEngine struct {
-	mu     sync.Mutex
-	added  []*task.Task
-	refuse string
+	mu      sync.Mutex
+	added   []*task.Task
+	refuse  string
+	held    []*task.Task      // what Tasks returns
+	stopped map[string]string // task ARN → the reason StopTask was given
+}
+
+func (e *fakeEngine) Tasks() []*task.Task {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.held
+}
+
+func (e *fakeEngine) StopTask(_ context.Context, arn, reason string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped == nil {
+		e.stopped = map[string]string{}
+	}
+	e.stopped[arn] = reason
+	return nil
 }
 
 func (e *fakeEngine) AddTask(_ context.Context, t *task.Task) error {
@@ -258,4 +276,28 @@ func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
 		reg := NewRegistration(cfg, engine.Resources{}, "27.0", "1.47")
 		assert.Equal(t, !disabled, reg.Privileged, "ECS_DISABLE_PRIVILEGED=%v", disabled)
 	}
+}
+
+// TestTaskManifest: the candidates to stop are the control plane's running tasks the manifest does
+// not list or lists as STOPPED, never static or stopped ones; the tasks ACS confirms are stopped
+// with the manifest's reason, unknown and static ones skipped.
+func TestTaskManifest(t *testing.T) {
+	ctx := context.Background()
+	eng := &fakeEngine{held: []*task.Task{
+		{Arn: "arn:listed", DesiredStatus: task.TaskRunning, KnownStatus: task.TaskRunning},
+		{Arn: "arn:unlisted", DesiredStatus: task.TaskRunning, KnownStatus: task.TaskRunning},
+		{Arn: "arn:listed-stopped", DesiredStatus: task.TaskRunning, KnownStatus: task.TaskRunning},
+		{Arn: "arn:static", DesiredStatus: task.TaskRunning, KnownStatus: task.TaskRunning, Static: true},
+		{Arn: "arn:stopping", DesiredStatus: task.TaskStopped, KnownStatus: task.TaskRunning},
+		{Arn: "arn:stopped", DesiredStatus: task.TaskStopped, KnownStatus: task.TaskStopped},
+	}}
+	cp := New(Config{Clock: clockwork.NewFakeClock()}, &fakeControl{fakeECS: newFakeECS()}, eng, state.NewMemory(), logger.Nop())
+	candidates, err := cp.HandleTaskManifest(ctx, []acs.TaskIdentifier{
+		{TaskArn: "arn:listed", DesiredStatus: "RUNNING"}, {TaskArn: "arn:listed-stopped", DesiredStatus: "STOPPED"},
+		{TaskArn: "arn:not-here", DesiredStatus: "RUNNING"}})
+	require.NoError(t, err)
+	assert.Equal(t, []acs.TaskIdentifier{{TaskArn: "arn:unlisted", DesiredStatus: "STOPPED"}, {TaskArn: "arn:listed-stopped", DesiredStatus: "STOPPED"}}, candidates)
+
+	require.NoError(t, cp.HandleStopVerification(ctx, []acs.TaskIdentifier{{TaskArn: "arn:unlisted"}, {TaskArn: "arn:static"}, {TaskArn: "arn:unknown"}}))
+	assert.Equal(t, map[string]string{"arn:unlisted": ReasonNotInManifest}, eng.stopped)
 }
