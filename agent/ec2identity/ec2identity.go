@@ -259,6 +259,11 @@ type callState struct {
 	tokenStatus int // the last non-200 status of a token request
 }
 
+var (
+	_ HTTPClient      = (*http.Client)(nil)
+	_ imds.HTTPClient = tokenRecorder{}
+)
+
 // tokenRecorder notes the status of a refused token request in the call's state: the SDK's error
 // for a failed token fetch does not unwrap to its HTTP response error.
 type tokenRecorder struct{ next imds.HTTPClient }
@@ -533,6 +538,8 @@ func (c *Client) WatchSpot(ctx context.Context, interval time.Duration, onNotice
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, ErrBadResponse):
+			c.log.Warn("spot interruption notice not understood", "error", err)
 		case err != nil:
 			c.log.Debug("spot interruption notice not read", "error", err)
 		case ok:

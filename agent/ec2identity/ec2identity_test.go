@@ -300,7 +300,7 @@ func TestTokenRequired(t *testing.T) {
 	assert.Equal(t, 1, f.tokens, "the token is fetched once and reused")
 	assert.Equal(t, 1, f.refused, "only the tokenless GET above was refused")
 
-	f.noToken = true
+	f.refuseTokens(http.StatusForbidden)
 	c = f.client(nil) // a fresh client has no token cached
 	_, err = c.Region(context.Background())
 	require.ErrorIs(t, err, errdefs.ErrUnauthorized)
@@ -501,10 +501,7 @@ func TestWaitInServiceContextEnds(t *testing.T) {
 // TestTokenNotFound: an IMDS without the token endpoint is not "no spot notice".
 func TestTokenNotFound(t *testing.T) {
 	f := newFakeIMDS(t, nil)
-	mux := http.NewServeMux()
-	mux.Handle("PUT /latest/api/token", http.NotFoundHandler())
-	mux.Handle("/", f.srv.Config.Handler)
-	f.srv.Config.Handler = mux
+	f.refuseTokens(http.StatusNotFound)
 	_, found, err := f.client(nil).SpotInstanceAction(context.Background())
 	assert.False(t, found)
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)

@@ -30,13 +30,13 @@ type answer struct {
 type fakeIMDS struct {
 	srv *httptest.Server
 
-	mu      sync.Mutex
-	paths   map[string]answer
-	seq     map[string][]answer // served in turn, the last one repeated, before paths
-	gets    map[string]int      // GETs per path that carried the token
-	tokens  int                 // token PUTs answered
-	refused int                 // GETs without a valid token
-	noToken bool                // the token endpoint answers 403 (IMDSv2 off)
+	mu          sync.Mutex
+	paths       map[string]answer
+	seq         map[string][]answer // served in turn, the last one repeated, before paths
+	gets        map[string]int      // GETs per path that carried the token
+	tokens      int                 // token PUTs answered
+	refused     int                 // GETs without a valid token
+	tokenStatus int                 // when not 0, the token endpoint answers it
 }
 
 // newFakeIMDS starts a fake IMDS serving paths; it stops with the test. It also makes sure
@@ -61,8 +61,8 @@ func (f *fakeIMDS) serve(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method != http.MethodPut:
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		case f.noToken:
-			http.Error(w, "forbidden", http.StatusForbidden)
+		case f.tokenStatus != 0:
+			http.Error(w, http.StatusText(f.tokenStatus), f.tokenStatus)
 		case r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds") == "":
 			http.Error(w, "missing ttl", http.StatusBadRequest)
 		default:
@@ -106,6 +106,13 @@ func (f *fakeIMDS) sequence(path string, answers ...answer) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.seq[path] = answers
+}
+
+// refuseTokens makes the token endpoint answer status from now on.
+func (f *fakeIMDS) refuseTokens(status int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tokenStatus = status
 }
 
 // count returns the GETs of path that carried the token.
