@@ -10,7 +10,7 @@ LDFLAGS := -X $(PKG)/agent/version.GitHash=$(GIT_HASH)
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision images cni-plugins lint fmt vet staticcheck clean bench fuzz soak
+.PHONY: all build run test unit integration provision images cni-plugins ec2-metadata-mock lint fmt vet staticcheck clean bench fuzz soak
 
 all: build
 
@@ -45,7 +45,7 @@ run: images build cni-plugins
 
 # Every test: provisioning, then unit and integration tests (with the fuzz seed corpora) under -race.
 # Packages run one at a time (-p 1): one integration test restarts the Docker Engine.
-test: images cni-plugins lint
+test: images cni-plugins ec2-metadata-mock lint
 	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) BERTH_PAUSE_TARBALL=$(RUN_DIR)/images/pause.tar \
 		$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
 
@@ -95,3 +95,7 @@ staticcheck:
 
 clean:
 	rm -rf bin
+
+# AWS's instance metadata mock, pinned, for agent/ec2identity's integration test (go install; quick when cached).
+ec2-metadata-mock:
+	$(GO) install github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock@v1.13.0
