@@ -6,11 +6,16 @@ BIN := bin/berth
 RUN_DIR := $(CURDIR)/.run
 CNI_PLUGINS_DIR := $(RUN_DIR)/cni-plugins
 GIT_HASH := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -X $(PKG)/agent/version.GitHash=$(GIT_HASH)
+# The version bin/berth reports and the packages carry: a release tag vX.Y.Z on HEAD, else the Version
+# of agent/version/version.go, else 0.0.0-dev. `make packages BERTH_VERSION=1.2.3` overrides it.
+BERTH_VERSION ?= $(or $(patsubst v%,%,$(shell git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null)),$(shell sed -n 's/^var Version = "\(.*\)"$$/\1/p' agent/version/version.go 2>/dev/null),0.0.0-dev)
+BERTH_VERSION := $(BERTH_VERSION)
+LDFLAGS := -X $(PKG)/agent/version.Version=$(BERTH_VERSION) -X $(PKG)/agent/version.GitHash=$(GIT_HASH)
+PACKAGES_DIR := bin/packages
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision images cni-plugins ec2-metadata-mock lint fmt vet staticcheck clean bench fuzz soak
+.PHONY: all build run test unit integration provision images cni-plugins ec2-metadata-mock packages packages-test lint fmt vet staticcheck clean bench fuzz soak
 
 all: build
 
@@ -43,9 +48,26 @@ run: images build cni-plugins
 		ECS_ENABLE_TASK_ENI=true ECS_CNI_PLUGINS_PATH=$(CNI_PLUGINS_DIR) ECS_PAUSE_IMAGE_TARBALL=$(RUN_DIR)/images/pause.tar \
 		exec $(BIN) agent
 
-# Every test: provisioning, then unit and integration tests (with the fuzz seed corpora) under -race.
-# Packages run one at a time (-p 1): one integration test restarts the Docker Engine.
-test: images cni-plugins ec2-metadata-mock lint
+# The .deb and the .rpm (packaging/nfpm.yaml) in bin/packages: the binary, the systemd unit
+# (misc/berth.service), the CNI plugins, the pause image, /etc/ecs/ecs.config and the agent's directories.
+# nfpm is pinned and fetched through the Go module proxy like any module.
+NFPM := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+
+packages: build images cni-plugins
+	rm -rf $(PACKAGES_DIR) && mkdir -p $(PACKAGES_DIR)
+	for format in deb rpm; do \
+		BERTH_VERSION=$(BERTH_VERSION) BERTH_ARCH=$$($(GO) env GOARCH) $(GO) run $(NFPM) package \
+			--config packaging/nfpm.yaml --packager $$format --target $(PACKAGES_DIR)/ || exit 1; \
+	done
+
+# Installs the .deb on this host (root), checks its files, modes, unit (systemd-analyze verify) and
+# binary, removes and purges it, and checks the .rpm's contents with rpm -qlp (scripts/packages-test.sh).
+packages-test: packages
+	bash scripts/packages-test.sh $(PACKAGES_DIR) $(BERTH_VERSION)
+
+# Every test: provisioning, the package test, then unit and integration tests (with the fuzz seed
+# corpora) under -race. Packages run one at a time (-p 1): one integration test restarts the Docker Engine.
+test: images cni-plugins ec2-metadata-mock lint packages-test
 	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) BERTH_PAUSE_TARBALL=$(RUN_DIR)/images/pause.tar \
 		$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
 

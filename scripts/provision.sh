@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Provision what Berth's tests and `make run` need on a Debian host, idempotently:
-#   - packages: docker.io, docker-registry, iproute2, awscli, curl (installed only when missing)
+#   - packages: docker.io, docker-registry, iproute2, awscli, curl, and rpm for the package
+#     test's rpm -qlp (installed only when missing)
 #   - a Docker Engine answering on DOCKER_HOST (started when none answers)
 #   - a local registry on 127.0.0.1:5000 (started when none answers)
 # Safe to run again: it only acts on what is missing. Logs go to $BERTH_RUN_DIR (default .run/).
@@ -14,7 +15,7 @@ say() { printf 'provision: %s\n' "$*"; }
 die() { printf 'provision: %s\n' "$*" >&2; exit 1; }
 
 missing=()
-for pkg in docker.io docker-registry iproute2 iptables awscli curl; do
+for pkg in docker.io docker-registry iproute2 iptables awscli curl rpm; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
