@@ -20,6 +20,7 @@ import (
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/imagecleanup"
@@ -47,6 +48,10 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		log.Close()
 	}()
 	logStart(res, log)
+	imds := ec2identity.New(ec2identity.Options{Logger: log})
+	if err := resolveRegion(ctx, cfg, imds, log); err != nil {
+		return err
+	}
 
 	auth, err := NewRegistryAuth(ctx, cfg, log)
 	if err != nil {
@@ -90,7 +95,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	defer servers.close()
 	installTaskEndpointNAT(ctx, cfg, log)
-	cp, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, opts.Hook, log)
+	cp, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, imds, opts.Hook, log)
 	if err != nil {
 		return err
 	}
@@ -228,7 +233,7 @@ func (a executionRoleAuth) AuthSource(r engine.ExecutionRole) dockerclient.AuthS
 
 // newControlPlane builds the agent's side of the control plane the configuration chose.
 func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.Resources, docker dockerclient.VersionInfo,
-	eng *engine.Engine, store state.Store, credentials *controlplane.CredentialsStore, hook engine.Hook,
+	eng *engine.Engine, store state.Store, credentials *controlplane.CredentialsStore, imds *ec2identity.Client, hook engine.Hook,
 	log *logger.Logger) (*controlplane.ControlPlane, error) {
 	ecs, creds, region, err := controlplane.NewECSClient(ctx, cfg, log)
 	if err != nil {
@@ -236,6 +241,9 @@ func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.R
 	}
 	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
 	reg.PIDIPCSharing = eng.SharesNamespaces()
+	if cfg.Mode == config.ModeECS {
+		ec2Registration(ctx, imds, &reg, log)
+	}
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Hook: hook,
 		DisablePrivileged: cfg.PrivilegedDisabled, CredentialsStore: credentials},
 		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), nil

@@ -1,0 +1,58 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/ec2identity"
+	"github.com/berth-agent/berth/agent/ecsclient"
+	"github.com/berth-agent/berth/agent/logger"
+)
+
+// resolveRegion sets the region of an ecs-mode agent whose configuration names none from the
+// instance metadata service, as the ECS agent does. Local mode never gets here: it never asks IMDS.
+func resolveRegion(ctx context.Context, cfg *config.Config, imds *ec2identity.Client, log *logger.Logger) error {
+	if cfg.Mode != config.ModeECS || cfg.AWSRegion != "" {
+		return nil
+	}
+	region, err := imds.Region(ctx)
+	if err != nil {
+		return fmt.Errorf("ECS_CLUSTER is set but no AWS region is configured, and the instance metadata service "+
+			"did not give one (%w): set AWS_DEFAULT_REGION (or AWS_REGION) in /etc/ecs/ecs.config or the environment", err)
+	}
+	cfg.AWSRegion = region
+	log.Info("region read from the instance metadata service", "region", region)
+	return nil
+}
+
+// ec2Registration adds this EC2 instance's identity to reg, as the ECS agent registers it: the
+// signed instance identity document and the EC2 attributes (ecs.instance-type, ecs.availability-zone,
+// ecs.ami-id, ecs.vpc-id, ecs.subnet-id, …), the operator's ECS_INSTANCE_ATTRIBUTES winning on a
+// clash. With the instance metadata service turned off (AWS_EC2_METADATA_DISABLED) nothing is
+// asked; when it does not answer, the instance registers without them and the agent says so. It
+// returns the identity, zero when there is none.
+func ec2Registration(ctx context.Context, imds *ec2identity.Client, reg *ecsclient.Registration, log *logger.Logger) ec2identity.Identity {
+	id, err := imds.Identity(ctx)
+	switch {
+	case errors.Is(err, ec2identity.ErrDisabled):
+		log.Info("the instance metadata service is turned off; registering without an EC2 identity")
+		return ec2identity.Identity{}
+	case err != nil:
+		log.Warn("registering without an EC2 identity: Amazon ECS cannot tie this container instance to its EC2 instance", "error", err)
+		return ec2identity.Identity{}
+	}
+	reg.InstanceIdentityDocument, reg.InstanceIdentityDocumentSignature = id.Document, id.Signature
+	attrs, err := imds.Attributes(ctx, id)
+	if err != nil {
+		log.Warn("some EC2 attributes could not be read", "error", err)
+	}
+	operator := reg.Attributes
+	reg.Attributes = make(map[string]string, len(attrs)+len(operator))
+	maps.Copy(reg.Attributes, attrs)
+	maps.Copy(reg.Attributes, operator)
+	log.Info("EC2 identity read", "instance_id", id.InstanceID, "availability_zone", id.AvailabilityZone, "instance_type", id.InstanceType)
+	return id
+}
