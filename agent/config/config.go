@@ -156,6 +156,8 @@ type Config struct {
 	StaticTasksDir        string
 	IntrospectionAddr     string
 	LocalControlPlaneAddr string
+	// LocalControlPlane runs the embedded control plane even when ECS_CLUSTER is set.
+	LocalControlPlane bool
 	// LocalControlPlaneAllowedHosts are Host header names accepted besides loopback ones; non-empty,
 	// it allows a non-loopback LocalControlPlaneAddr.
 	LocalControlPlaneAllowedHosts set.Set[string]

@@ -10,6 +10,7 @@ const (
 	keyJSONFile    = "ECS_AGENT_CONFIG_FILE_PATH"
 	keyCluster     = "ECS_CLUSTER"
 	keyLocalCPAddr = "ECS_LOCAL_CONTROL_PLANE_ADDR"
+	keyLocalCP     = "ECS_LOCAL_CONTROL_PLANE"
 	keyRegion      = "AWS_DEFAULT_REGION"
 )
 
@@ -184,6 +185,8 @@ func keyTable() []key {
 
 		{name: "ECS_STATIC_TASKS_DIR", def: "", berth: true, doc: "directory of task definitions kept running on this host",
 			field: func(c *Config) field { return stringField{p: &c.StaticTasksDir} }},
+		{name: keyLocalCP, def: "false", berth: true, doc: "run the embedded control plane (local mode) even with ECS_CLUSTER set, which then names its cluster",
+			field: func(c *Config) field { return boolField{p: &c.LocalControlPlane} }},
 		{name: keyLocalCPAddr, def: "127.0.0.1:51677", berth: true, doc: "local mode: listen address of the embedded control plane (ECS API on POST /, ACS on /ws)",
 			field: func(c *Config) field { return stringField{p: &c.LocalControlPlaneAddr} }},
 		{name: "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS", def: "", berth: true, doc: "local mode: names other hosts' agents use to reach the embedded control plane; setting it allows a non-loopback ECS_LOCAL_CONTROL_PLANE_ADDR",

@@ -265,9 +265,10 @@ func isLoopbackHost(h string) bool {
 	return err == nil && a.Unmap().IsLoopback()
 }
 
-// chooseMode picks ecs mode when the operator named a cluster and AWS is configured with a region;
-// otherwise local. Credentials are left to the AWS SDK's chain in ecs mode. Nothing here touches the
-// network.
+// chooseMode picks ecs mode when the operator named a cluster, as the ECS agent does (the region, when
+// none is configured, is read from the instance metadata service at start, not here), unless
+// ECS_LOCAL_CONTROL_PLANE asks for the embedded control plane; otherwise local. Credentials are left to
+// the AWS SDK's chain in ecs mode. Nothing here touches the network.
 func chooseMode(res *Result) (Mode, string) {
 	c := res.Config
 	clusterSet := res.Origins[keyCluster].Kind != SourceDefault && c.Cluster != ""
@@ -277,8 +278,10 @@ func chooseMode(res *Result) (Mode, string) {
 	switch {
 	case !clusterSet:
 		return ModeLocal, "ECS_CLUSTER is not set"
+	case c.LocalControlPlane:
+		return ModeLocal, fmt.Sprintf("ECS_CLUSTER is set (%s) and %s=true (%s) asks for the embedded control plane", res.Origins[keyCluster], keyLocalCP, res.Origins[keyLocalCP])
 	case c.AWSRegion == "":
-		return ModeLocal, fmt.Sprintf("ECS_CLUSTER is set (%s) but no AWS region is configured (%s)", res.Origins[keyCluster], keyRegion)
+		return ModeECS, fmt.Sprintf("ECS_CLUSTER is set (%s); no AWS region is configured (%s), so it is read from the instance metadata service", res.Origins[keyCluster], keyRegion)
 	default:
 		return ModeECS, fmt.Sprintf("ECS_CLUSTER is set (%s) and region %s is configured (%s)", res.Origins[keyCluster], c.AWSRegion, res.Origins[keyRegion])
 	}

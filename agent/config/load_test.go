@@ -1091,8 +1091,11 @@ func TestMode(t *testing.T) {
 	}{
 		{name: "nothing set", want: ModeLocal, wantReason: []string{"ECS_CLUSTER is not set"}},
 		{name: "region only", env: []string{"AWS_DEFAULT_REGION=us-east-1"}, want: ModeLocal, wantReason: []string{"ECS_CLUSTER is not set"}},
-		{name: "cluster only", env: []string{"ECS_CLUSTER=prod"}, want: ModeLocal, wantReason: []string{"ECS_CLUSTER is set", "AWS_DEFAULT_REGION"}},
-		{name: "cluster and empty region", env: []string{"ECS_CLUSTER=prod", "AWS_DEFAULT_REGION="}, want: ModeLocal, wantReason: []string{"AWS_DEFAULT_REGION"}},
+		{name: "cluster only: the region comes from IMDS", env: []string{"ECS_CLUSTER=prod"}, want: ModeECS,
+			wantReason: []string{"ECS_CLUSTER is set", "AWS_DEFAULT_REGION", "instance metadata service"}},
+		{name: "cluster and empty region", env: []string{"ECS_CLUSTER=prod", "AWS_DEFAULT_REGION="}, want: ModeECS, wantReason: []string{"AWS_DEFAULT_REGION"}},
+		{name: "cluster with the embedded control plane asked for", env: []string{"ECS_CLUSTER=prod", "ECS_LOCAL_CONTROL_PLANE=true", "AWS_DEFAULT_REGION=us-east-1"},
+			want: ModeLocal, wantReason: []string{"ECS_LOCAL_CONTROL_PLANE=true (env)"}},
 		{name: "cluster and region", env: []string{"ECS_CLUSTER=prod", "AWS_DEFAULT_REGION=us-east-1"}, want: ModeECS, wantReason: []string{"ECS_CLUSTER is set (env)", "us-east-1"}},
 		{name: "cluster set to default explicitly", env: []string{"ECS_CLUSTER=default", "AWS_DEFAULT_REGION=us-east-1"}, want: ModeECS, wantReason: []string{"us-east-1"}},
 		{name: "cluster from env file", envFile: "\nECS_CLUSTER=prod\nAWS_DEFAULT_REGION=eu-west-1\n", want: ModeECS, wantReason: []string{"env-file:2", "eu-west-1"}},

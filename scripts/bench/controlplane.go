@@ -46,7 +46,7 @@ func (b *bench) controlPlane(ctx context.Context, rounds int) {
 	cpAddr, introAddr := freeLoopback(), freeLoopback()
 	agent := exec.Command(bin, "agent")
 	agent.Env = append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
-		"ECS_INTROSPECTION_ADDR="+introAddr, "ECS_LOCAL_CONTROL_PLANE_ADDR="+cpAddr, "ECS_CLUSTER="+benchCluster,
+		"ECS_INTROSPECTION_ADDR="+introAddr, "ECS_LOCAL_CONTROL_PLANE_ADDR="+cpAddr, "ECS_CLUSTER="+benchCluster, "ECS_LOCAL_CONTROL_PLANE=true",
 		"ECS_DATADIR="+filepath.Join(dir, "data"), "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached", "ECS_LOGLEVEL=warn")
 	if err := agent.Start(); err != nil {
 		fail("start berth: %v", err)

@@ -43,7 +43,7 @@ func (b *bench) taskEndpoint(ctx context.Context, window time.Duration) {
 	intro, cp := freeLoopback(), freeLoopback()
 	agent := exec.CommandContext(ctx, bin, "agent")
 	agent.Env = append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null", "AWS_EC2_METADATA_DISABLED=true",
-		"ECS_INTROSPECTION_ADDR="+intro, "ECS_LOCAL_CONTROL_PLANE_ADDR="+cp, "ECS_CLUSTER="+benchCluster, "ECS_STATIC_TASKS_DIR="+tasksDir,
+		"ECS_INTROSPECTION_ADDR="+intro, "ECS_LOCAL_CONTROL_PLANE_ADDR="+cp, "ECS_CLUSTER="+benchCluster, "ECS_LOCAL_CONTROL_PLANE=true", "ECS_STATIC_TASKS_DIR="+tasksDir,
 		"ECS_DATADIR="+filepath.Join(dir, "data"), "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached", "ECS_LOGLEVEL=warn")
 	if err := agent.Start(); err != nil {
 		fail("start berth: %v", err)

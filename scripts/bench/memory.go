@@ -41,7 +41,7 @@ func (b *bench) agentMemory(ctx context.Context) {
 	ln.Close()
 	agent := exec.CommandContext(ctx, bin, "agent")
 	agent.Env = append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
-		"ECS_INTROSPECTION_ADDR="+addr, "ECS_CLUSTER="+benchCluster, "ECS_STATIC_TASKS_DIR="+tasksDir,
+		"ECS_INTROSPECTION_ADDR="+addr, "ECS_CLUSTER="+benchCluster, "ECS_LOCAL_CONTROL_PLANE=true", "ECS_STATIC_TASKS_DIR="+tasksDir,
 		"ECS_DATADIR="+filepath.Join(dir, "data"), "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached", "ECS_LOGLEVEL=warn")
 	var out logger.Buffer // what the agent says, shown when it does not do what is waited for
 	agent.Stdout, agent.Stderr = &out, &out

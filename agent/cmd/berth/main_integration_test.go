@@ -206,7 +206,7 @@ func TestIntegrationExampleWebTask(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(tasksDir, filepath.Base(f)), data, 0o644))
 	}
 	environ := append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
-		"ECS_INTROSPECTION_ADDR="+addr, "ECS_CLUSTER="+cluster, "ECS_STATIC_TASKS_DIR="+tasksDir,
+		"ECS_INTROSPECTION_ADDR="+addr, "ECS_CLUSTER="+cluster, "ECS_LOCAL_CONTROL_PLANE=true", "ECS_STATIC_TASKS_DIR="+tasksDir,
 		"ECS_DATADIR="+t.TempDir())
 	agent := exec.Command(bin, "agent")
 	agent.Env = environ

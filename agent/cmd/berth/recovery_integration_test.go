@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -57,13 +58,18 @@ func newRecoveryEnv(t *testing.T, bin string) *recoveryEnv {
 	return env
 }
 
-// start runs the agent; extra adds environment variables (such as the crash point).
+// start runs the agent; extra adds environment variables (such as the crash point). The agent runs
+// the embedded control plane (local mode, named cluster) unless extra names a backend
+// (ECS_BACKEND_HOST), which makes it an ecs-mode agent.
 func (e *recoveryEnv) start(extra ...string) *agentRun {
 	e.t.Helper()
 	addr := freeAddr(e.t)
 	environ := append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
 		"ECS_INTROSPECTION_ADDR="+addr, "ECS_CLUSTER="+e.cluster, "ECS_STATIC_TASKS_DIR="+e.tasksDir,
 		"ECS_DATADIR="+e.dataDir, "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached", "ECS_CONTAINER_STOP_TIMEOUT=2s")
+	if !slices.ContainsFunc(extra, func(kv string) bool { return strings.HasPrefix(kv, "ECS_BACKEND_HOST=") }) {
+		environ = append(environ, "ECS_LOCAL_CONTROL_PLANE=true")
+	}
 	environ = append(environ, extra...)
 	r := &agentRun{t: e.t, bin: e.bin, environ: environ, addr: addr, exited: make(chan error, 1), out: &logger.Buffer{}}
 	r.cmd = exec.Command(e.bin, "agent")
@@ -388,7 +394,7 @@ func TestIntegrationGracefulStop(t *testing.T) {
 	third.addr = freeAddr(t)
 	third.cmd = exec.Command(bin, "agent", "--stop-tasks-on-exit")
 	third.cmd.Env = append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
-		"ECS_INTROSPECTION_ADDR="+third.addr, "ECS_CLUSTER="+env.cluster, "ECS_STATIC_TASKS_DIR="+env.tasksDir,
+		"ECS_INTROSPECTION_ADDR="+third.addr, "ECS_CLUSTER="+env.cluster, "ECS_LOCAL_CONTROL_PLANE=true", "ECS_STATIC_TASKS_DIR="+env.tasksDir,
 		"ECS_DATADIR="+env.dataDir, "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached", "ECS_CONTAINER_STOP_TIMEOUT=2s")
 	third.cmd.Stdout, third.cmd.Stderr = third.out, third.out
 	require.NoError(t, third.cmd.Start())

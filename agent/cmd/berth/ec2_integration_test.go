@@ -1,0 +1,130 @@
+//go:build integration
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/ec2identity/imdsmock"
+	"github.com/berth-agent/berth/agent/localauth"
+	"github.com/berth-agent/berth/agent/localcp"
+	"github.com/berth-agent/berth/agent/logger"
+)
+
+// recordingECS passes every request to the embedded control plane and records the region each was
+// signed for and the body of RegisterContainerInstance.
+type recordingECS struct {
+	cp       http.Handler
+	mu       sync.Mutex
+	regions  []string
+	register []byte
+}
+
+func (s *recordingECS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, scope, _ := strings.Cut(r.Header.Get("Authorization"), "Credential=")
+	if parts := strings.Split(scope, "/"); len(parts) > 2 {
+		s.mu.Lock()
+		s.regions = append(s.regions, parts[2])
+		s.mu.Unlock()
+	}
+	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".RegisterContainerInstance") {
+		body, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.register = body
+		s.mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	s.cp.ServeHTTP(w, r)
+}
+
+// TestIntegrationClusterOnlyOnEC2 is the user data line `ECS_CLUSTER=prod` on an EC2 instance: with
+// no region configured, the agent runs in ecs mode, reads the region from the instance metadata
+// service (AWS's ec2-metadata-mock, IMDSv2 only, answering eu-west-3), signs every call for it, and
+// registers with the signed instance identity document and the EC2 attributes. With no region and
+// no instance metadata service it exits 1 saying how to set the region.
+func TestIntegrationClusterOnlyOnEC2(t *testing.T) {
+	overrides := filepath.Join(t.TempDir(), "aemm.json")
+	require.NoError(t, os.WriteFile(overrides, []byte(`{"metadata": {"values": {"placement-region": "eu-west-3"}}}`), 0o600))
+	imds := imdsmock.Start(t, "--config-file", overrides)
+
+	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "eu-west-3",
+		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
+	require.NoError(t, err)
+	ecs := &recordingECS{cp: srv.Handler()}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hs := &http.Server{Handler: ecs}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		_ = srv.Close()
+	})
+
+	bin := buildBerth(t)
+	env := newRecoveryEnv(t, bin)
+	noRegion := []string{"AWS_DEFAULT_REGION=", "AWS_REGION=", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}
+	agent := env.start(append(noRegion, "ECS_BACKEND_HOST=http://"+ln.Addr().String(),
+		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test",
+		"AWS_EC2_METADATA_DISABLED=false", "AWS_EC2_METADATA_SERVICE_ENDPOINT="+imds)...)
+	var register struct {
+		InstanceIdentityDocument          string `json:"instanceIdentityDocument"`
+		InstanceIdentityDocumentSignature string `json:"instanceIdentityDocumentSignature"`
+		Attributes                        []struct {
+			Name  string  `json:"name"`
+			Value *string `json:"value"`
+		} `json:"attributes"`
+	}
+	require.Eventually(t, func() bool {
+		ecs.mu.Lock()
+		defer ecs.mu.Unlock()
+		return ecs.register != nil
+	}, time.Minute, 100*time.Millisecond, "the agent registers; log:\n%s", agent.out.String())
+	ecs.mu.Lock()
+	require.NoError(t, json.Unmarshal(ecs.register, &register))
+	regions := append([]string(nil), ecs.regions...)
+	ecs.mu.Unlock()
+
+	assert.Contains(t, register.InstanceIdentityDocument, `"instanceId"`)
+	assert.Contains(t, register.InstanceIdentityDocument, "i-1234567890abcdef0", "the mock's instance")
+	assert.NotEmpty(t, register.InstanceIdentityDocumentSignature)
+	attrs := map[string]string{}
+	for _, a := range register.Attributes {
+		if a.Value != nil {
+			attrs[a.Name] = *a.Value
+		}
+	}
+	assert.Equal(t, "m4.xlarge", attrs["ecs.instance-type"])
+	for _, name := range []string{"ecs.availability-zone", "ecs.ami-id", "ecs.vpc-id", "ecs.subnet-id"} {
+		assert.NotEmpty(t, attrs[name], "attribute %s", name)
+	}
+	require.NotEmpty(t, regions)
+	for _, r := range regions {
+		assert.Equal(t, "eu-west-3", r, "every call is signed for the region IMDS gave")
+	}
+	agent.stop()
+
+	// No region anywhere: exit 1, saying how to set it.
+	cmd := exec.Command(bin, "agent")
+	cmd.Env = append(os.Environ(), append(noRegion, "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
+		"ECS_CLUSTER=prod", "ECS_DATADIR="+t.TempDir(), "AWS_EC2_METADATA_DISABLED=true")...)
+	out, err := cmd.CombinedOutput()
+	var exitErr *exec.ExitError
+	require.True(t, errors.As(err, &exitErr), "the agent exits: %v\n%s", err, out)
+	assert.Equal(t, 1, exitErr.ExitCode())
+	assert.Contains(t, string(out), "AWS_DEFAULT_REGION", "the message says how to set the region")
+}
