@@ -95,7 +95,8 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	defer servers.close()
 	installTaskEndpointNAT(ctx, cfg, log)
-	cp, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, imds, opts.Hook, log)
+	var identity ec2identity.Identity
+	cp, identity, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, imds, opts.Hook, log)
 	if err != nil {
 		return err
 	}
@@ -125,7 +126,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	defer stopEngine()
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := servers.serve(gctx, g, eng, client, m, cp, roles, cfg); err != nil {
+	if err := servers.serve(gctx, g, eng, client, m, cp, roles, identity, cfg); err != nil {
 		return err
 	}
 	g.Go(func() error { connect(gctx, cp, log); return nil })
@@ -234,19 +235,20 @@ func (a executionRoleAuth) AuthSource(r engine.ExecutionRole) dockerclient.AuthS
 // newControlPlane builds the agent's side of the control plane the configuration chose.
 func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.Resources, docker dockerclient.VersionInfo,
 	eng *engine.Engine, store state.Store, credentials *controlplane.CredentialsStore, imds *ec2identity.Client, hook engine.Hook,
-	log *logger.Logger) (*controlplane.ControlPlane, error) {
+	log *logger.Logger) (*controlplane.ControlPlane, ec2identity.Identity, error) {
+	var identity ec2identity.Identity
 	ecs, creds, region, err := controlplane.NewECSClient(ctx, cfg, log)
 	if err != nil {
-		return nil, err
+		return nil, identity, err
 	}
 	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
 	reg.PIDIPCSharing = eng.SharesNamespaces()
 	if cfg.Mode == config.ModeECS {
-		ec2Registration(ctx, imds, &reg, log)
+		identity = ec2Registration(ctx, imds, &reg, log)
 	}
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Hook: hook,
 		DisablePrivileged: cfg.PrivilegedDisabled, CredentialsStore: credentials},
-		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), nil
+		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), identity, nil
 }
 
 // connect keeps the control plane connected until ctx ends.
@@ -384,6 +386,7 @@ type agentMetadata struct {
 	cluster string
 	cp      *controlplane.ControlPlane
 	eng     *engine.Engine
+	ec2     ec2identity.Identity
 }
 
 var _ handlers.MetadataSource = agentMetadata{}
@@ -391,7 +394,8 @@ var _ handlers.MetadataSource = agentMetadata{}
 // Metadata returns the cluster and version, and a failure to save task state while there is one; the
 // instance ARN is null until registration exists.
 func (m agentMetadata) Metadata() handlers.Metadata {
-	md := handlers.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: version.Get().String()}
+	md := handlers.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: version.Get().String(),
+		EC2InstanceID: m.ec2.InstanceID, AvailabilityZone: m.ec2.AvailabilityZone}
 	if err := m.eng.SaveError(); err != nil {
 		md.StateSaveError = err.Error()
 	}

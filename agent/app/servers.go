@@ -15,6 +15,7 @@ import (
 	"github.com/berth-agent/berth/agent/containerstats"
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/handlers"
@@ -107,7 +108,7 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 
 // serve serves every listener in g until ctx ends.
 func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, docker *dockerclient.Client, m *metrics.Metrics,
-	cp *controlplane.ControlPlane, roles *rolecreds.Provider, cfg *config.Config) error {
+	cp *controlplane.ControlPlane, roles *rolecreds.Provider, identity ec2identity.Identity, cfg *config.Config) error {
 	stats := containerstats.New(docker, containerstats.Config{Logger: s.log.With("component", "container_stats")})
 	creds := taskendpoint.Sources{cp.Credentials()}
 	execCreds := registryauth.RoleCredentialsSources{cp.Credentials()}
@@ -128,7 +129,7 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 		stats.Close()
 		return nil
 	})
-	intro := handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng}, eng, m.Handler())
+	intro := handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng, ec2: identity}, eng, m.Handler())
 	g.Go(func() error { return serveHTTP(ctx, s.introspection, intro, "introspection API", s.log) })
 	g.Go(func() error { return serveHTTP(ctx, s.taskEndpoint, endpoint, "task endpoint", s.log) })
 	if s.local != nil {

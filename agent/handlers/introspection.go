@@ -16,6 +16,10 @@ type Metadata struct {
 	// StateSaveError (Berth extension) is set while saving task state fails (a full disk): the
 	// affected tasks wait, and `berth healthcheck` reports the agent unhealthy.
 	StateSaveError string `json:"StateSaveError,omitempty"`
+	// EC2InstanceID and AvailabilityZone (Berth extension) name the EC2 instance in ecs mode, from
+	// its instance identity document; absent off EC2 and in local mode.
+	EC2InstanceID    string `json:"EC2InstanceID,omitempty"`
+	AvailabilityZone string `json:"AvailabilityZone,omitempty"`
 }
 
 // MetadataSource supplies the agent's current metadata. It must be safe for concurrent use.

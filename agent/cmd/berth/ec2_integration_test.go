@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/ec2identity/imdsmock"
+	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
@@ -116,6 +117,17 @@ func TestIntegrationClusterOnlyOnEC2(t *testing.T) {
 	for _, r := range regions {
 		assert.Equal(t, "eu-west-3", r, "every call is signed for the region IMDS gave")
 	}
+	var meta handlers.Metadata
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + agent.addr + "/v1/metadata")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&meta) == nil && meta.EC2InstanceID != ""
+	}, 30*time.Second, 100*time.Millisecond, "/v1/metadata names the EC2 instance")
+	assert.Equal(t, "i-1234567890abcdef0", meta.EC2InstanceID)
+	assert.NotEmpty(t, meta.AvailabilityZone)
 	agent.stop()
 
 	// No region anywhere: exit 1, saying how to set it.
