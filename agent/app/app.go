@@ -129,7 +129,21 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err := servers.serve(gctx, g, eng, client, m, cp, roles, identity, cfg); err != nil {
 		return err
 	}
-	g.Go(func() error { connect(gctx, cp, log); return nil })
+	g.Go(func() error {
+		if cfg.Mode == config.ModeECS && cfg.WarmPoolsCheck {
+			if err := waitInService(gctx, imds, log); err != nil {
+				if gctx.Err() == nil {
+					log.Error("no control plane: tasks from it will not arrive", "error", err)
+				}
+				return nil
+			}
+		}
+		connect(gctx, cp, log)
+		return nil
+	})
+	if cfg.Mode == config.ModeECS && cfg.SpotInstanceDrainingEnabled {
+		g.Go(func() error { watchSpot(gctx, imds, cp.DrainInstance, log); return nil })
+	}
 	g.Go(func() error {
 		newImageCleaner(cfg, store, eng, client, diskUsage(ctx, client, log), log).Run(gctx)
 		return nil

@@ -56,3 +56,29 @@ func ec2Registration(ctx context.Context, imds *ec2identity.Client, reg *ecsclie
 	log.Info("EC2 identity read", "instance_id", id.InstanceID, "availability_zone", id.AvailabilityZone, "instance_type", id.InstanceType)
 	return id
 }
+
+// watchSpot drains the instance once IMDS shows a spot interruption notice
+// (ECS_ENABLE_SPOT_INSTANCE_DRAINING), as the ECS agent does, so Amazon ECS moves the tasks away
+// before the instance goes. It runs until ctx ends.
+func watchSpot(ctx context.Context, imds *ec2identity.Client, drain func(context.Context) error, log *logger.Logger) {
+	imds.WatchSpot(ctx, ec2identity.DefaultSpotInterval, func(a ec2identity.SpotAction) {
+		log.Warn("spot interruption notice; setting the instance DRAINING", "action", a.Action, "time", a.Time)
+		if err := drain(ctx); err != nil && ctx.Err() == nil {
+			log.Error("draining after the spot interruption notice failed", "error", err)
+			return
+		}
+		log.Info("instance DRAINING after the spot interruption notice")
+	})
+}
+
+// waitInService waits, before the agent registers, until the instance's Auto Scaling lifecycle
+// state is InService (ECS_WARM_POOLS_CHECK): an instance warming up in a warm pool must not take
+// tasks. Like the ECS agent it polls once a minute.
+func waitInService(ctx context.Context, imds *ec2identity.Client, log *logger.Logger) error {
+	log.Info("waiting for the Auto Scaling lifecycle state InService before registering (ECS_WARM_POOLS_CHECK)")
+	if err := imds.WaitInService(ctx, ec2identity.DefaultInServiceInterval); err != nil {
+		return fmt.Errorf("ECS_WARM_POOLS_CHECK: %w", err)
+	}
+	log.Info("the instance is InService")
+	return nil
+}

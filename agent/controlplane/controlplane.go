@@ -63,6 +63,7 @@ type Client interface {
 	RegisterContainerInstance(ctx context.Context, reg ecsclient.Registration) (string, error)
 	DiscoverPollEndpoint(ctx context.Context, instanceArn string) (string, error)
 	ForgetPollEndpoint(instanceArn string)
+	Drain(ctx context.Context, instanceArn string) error
 }
 
 var _ Client = (*ecsclient.Client)(nil)
@@ -374,6 +375,21 @@ func (c *ControlPlane) HandleENIAttachment(_ context.Context, a acs.ENIAttachmen
 		c.log.Info("ENI attachment announced", "task", a.TaskArn, "mac", eni.MacAddress)
 	}
 	return nil
+}
+
+// DrainInstance sets this container instance DRAINING (UpdateContainerInstancesState), so the
+// control plane moves its tasks elsewhere. It waits for the registration when there is none yet.
+func (c *ControlPlane) DrainInstance(ctx context.Context) error {
+	for {
+		if arn := c.ContainerInstanceARN(); arn != "" {
+			return c.client.Drain(ctx, arn)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.cfg.Clock.After(time.Second):
+		}
+	}
 }
 
 // ReasonNotInManifest is the stop reason of a task ACS confirmed it no longer places here.

@@ -27,6 +27,12 @@ import (
 type fakeControl struct {
 	*fakeECS
 	forgotten int
+	drained   []string // instance ARNs set DRAINING
+}
+
+func (f *fakeControl) Drain(_ context.Context, instanceArn string) error {
+	f.drained = append(f.drained, instanceArn)
+	return nil
 }
 
 func (f *fakeControl) RegisterContainerInstance(context.Context, ecsclient.Registration) (string, error) {
@@ -300,4 +306,20 @@ func TestTaskManifest(t *testing.T) {
 
 	require.NoError(t, cp.HandleStopVerification(ctx, []acs.TaskIdentifier{{TaskArn: "arn:unlisted"}, {TaskArn: "arn:static"}, {TaskArn: "arn:unknown"}}))
 	assert.Equal(t, map[string]string{"arn:unlisted": ReasonNotInManifest}, eng.stopped)
+}
+
+// TestDrainInstanceWaitsForTheRegistration: DrainInstance drains this instance once it is known.
+func TestDrainInstanceWaitsForTheRegistration(t *testing.T) {
+	ctx := context.Background()
+	clock := clockwork.NewFakeClock()
+	control := &fakeControl{fakeECS: newFakeECS()}
+	cp := New(Config{Clock: clock}, control, &fakeEngine{}, state.NewMemory(), logger.Nop())
+	done := make(chan error, 1)
+	go func() { done <- cp.DrainInstance(ctx) }()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "it waits for the registration")
+	arn := "arn:aws:ecs:us-east-1:000000000000:container-instance/c/1"
+	cp.arn.Store(&arn)
+	clock.Advance(time.Second)
+	require.NoError(t, <-done)
+	assert.Equal(t, []string{arn}, control.drained)
 }

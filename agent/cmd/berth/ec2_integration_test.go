@@ -140,3 +140,53 @@ func TestIntegrationClusterOnlyOnEC2(t *testing.T) {
 	assert.Equal(t, 1, exitErr.ExitCode())
 	assert.Contains(t, string(out), "AWS_DEFAULT_REGION", "the message says how to set the region")
 }
+
+// TestIntegrationSpotNoticeDrains runs an ecs-mode agent with ECS_ENABLE_SPOT_INSTANCE_DRAINING
+// against ec2-metadata-mock's spot mode, whose interruption notice appears 3 s after it starts:
+// the agent sets its instance DRAINING (UpdateContainerInstancesState) within 10 s of the notice.
+func TestIntegrationSpotNoticeDrains(t *testing.T) {
+	imds := imdsmock.Start(t, "spot", "--mock-delay-sec", "3", "--action", "terminate")
+	noticeAt := time.Now().Add(3 * time.Second)
+	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
+		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
+	require.NoError(t, err)
+	var (
+		mu       sync.Mutex
+		drainsAt []time.Time
+		drained  []string
+	)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".UpdateContainerInstancesState") {
+			body, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			drainsAt, drained = append(drainsAt, time.Now()), append(drained, string(body))
+			mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		srv.Handler().ServeHTTP(w, r)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hs := &http.Server{Handler: handler}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		_ = srv.Close()
+	})
+
+	env := newRecoveryEnv(t, buildBerth(t))
+	agent := env.start("AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://"+ln.Addr().String(),
+		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_CONFIG_FILE=/dev/null",
+		"AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_EC2_METADATA_DISABLED=false",
+		"AWS_EC2_METADATA_SERVICE_ENDPOINT="+imds, "ECS_ENABLE_SPOT_INSTANCE_DRAINING=true")
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(drained) > 0
+	}, 30*time.Second, 100*time.Millisecond, "the agent drains its instance; log:\n%s", agent.out.String())
+	mu.Lock()
+	assert.Contains(t, drained[0], `"status":"DRAINING"`)
+	assert.Less(t, drainsAt[0].Sub(noticeAt), 10*time.Second, "DRAINING within 10 s of the notice")
+	mu.Unlock()
+	agent.stop()
+}
