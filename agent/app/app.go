@@ -62,6 +62,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	defer closeState(store, log)
+	adoptECSAgentInstance(ctx, cfg, store, log)
 	client, err := NewDockerClient(cfg, log)
 	if err != nil {
 		return fmt.Errorf("docker client: %w", err)

@@ -19,8 +19,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/berth-agent/berth/agent/ec2identity/imdsmock"
+	"github.com/berth-agent/berth/agent/ecsagentdata"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
@@ -189,4 +191,65 @@ func TestIntegrationSpotNoticeDrains(t *testing.T) {
 	assert.Less(t, drainsAt[0].Sub(noticeAt), 10*time.Second, "DRAINING within 10 s of the notice")
 	mu.Unlock()
 	agent.stop()
+}
+
+// TestIntegrationTakesOverFromTheECSAgent: on a host whose data directory holds the ECS agent's
+// agent.db, a new Berth registers with the ECS agent's container instance ARN, and leaves a
+// container the ECS agent runs (its labels, not Berth's) running.
+func TestIntegrationTakesOverFromTheECSAgent(t *testing.T) {
+	env := newRecoveryEnv(t, buildBerth(t))
+	const instance = "arn:aws:ecs:us-east-1:000000000000:container-instance/prod/0123456789abcdef0123456789abcdef"
+	db, err := bolt.Open(filepath.Join(env.dataDir, ecsagentdata.BoltFile), 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("metadata"))
+		if err != nil {
+			return err
+		}
+		for k, v := range map[string]string{"cluster-name": env.cluster, "container-instance-arn": instance, "agent-version": "1.89.0"} {
+			raw, _ := json.Marshal(v)
+			if err := b.Put([]byte(k), raw); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	require.NoError(t, db.Close())
+	// A container the ECS agent started: its labels, none of Berth's.
+	name := "ecs-agent-task-" + randomHex(t, 4)
+	out, err := exec.Command("docker", "run", "-d", "--name", name, "--label", "com.amazonaws.ecs.cluster="+env.cluster,
+		"--label", "com.amazonaws.ecs.task-arn=arn:aws:ecs:us-east-1:000000000000:task/prod/0abc", testappImage, "sleep").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+
+	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
+		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
+	require.NoError(t, err)
+	ecs := &recordingECS{cp: srv.Handler()}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hs := &http.Server{Handler: ecs}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		_ = srv.Close()
+	})
+	agent := env.start(ecsModeEnv(ln.Addr().String())...)
+	require.Eventually(t, func() bool {
+		ecs.mu.Lock()
+		defer ecs.mu.Unlock()
+		return ecs.register != nil
+	}, time.Minute, 100*time.Millisecond, "the agent registers; log:\n%s", agent.out.String())
+	ecs.mu.Lock()
+	var register struct {
+		ContainerInstanceArn string `json:"containerInstanceArn"`
+	}
+	require.NoError(t, json.Unmarshal(ecs.register, &register))
+	ecs.mu.Unlock()
+	assert.Equal(t, instance, register.ContainerInstanceArn, "the ECS agent's container instance is re-used")
+	assert.Contains(t, agent.out.String(), "taking over the container instance the ECS agent registered")
+	agent.stop()
+	state, err := exec.Command("docker", "inspect", "-f", "{{.State.Running}}", name).CombinedOutput()
+	require.NoError(t, err, "%s", state)
+	assert.Equal(t, "true", strings.TrimSpace(string(state)), "the ECS agent's container is left alone")
 }
