@@ -47,6 +47,12 @@ const (
 	PullPreferCached ImagePullBehavior = "prefer-cached"
 )
 
+// The values of ECS_CONTAINER_INSTANCE_PROPAGATE_TAGS_FROM.
+const (
+	PropagateTagsNone        = "none"
+	PropagateTagsEC2Instance = "ec2_instance"
+)
+
 // RegistryECR is the only registry vendor ECS_REGISTRY_REQUIRE knows.
 const RegistryECR = "ecr"
 
@@ -146,6 +152,23 @@ type Config struct {
 	// DynamicHostPortRange is where containerPortRange mappings get host ports in bridge mode;
 	// zero: the kernel's ephemeral range (ip_local_port_range), else 49153-65535.
 	DynamicHostPortRange [2]int
+
+	// Parsed with the ECS agent's syntax and defaults, not yet acted on by the agent (the README
+	// marks these keys): metrics, spot draining, warm pools, instance tags, ECS Anywhere, security
+	// option capabilities, untracked image cleanup, off-host introspection.
+	MetricsDisabled                    bool
+	PollMetrics                        bool
+	PollingMetricsWaitDuration         time.Duration
+	SpotInstanceDrainingEnabled        bool
+	WarmPoolsCheck                     bool
+	ContainerInstanceTags              map[string]string
+	ContainerInstancePropagateTagsFrom string
+	External                           bool
+	SELinuxCapable                     bool
+	AppArmorCapable                    bool
+	UntrackedImageCleanup              bool
+	ImageCleanupExclusionList          []string
+	OffhostIntrospectionAccess         bool
 
 	TaskENIEnabled                 bool
 	CNIPluginsPath                 string

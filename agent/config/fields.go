@@ -34,6 +34,8 @@ type field interface {
 type stringField struct {
 	p     *string
 	oneOf []string
+	fold  bool              // case-insensitive: the value is lower-cased before it is checked
+	alias map[string]string // accepted spellings and the value each stands for
 }
 
 func (f stringField) parse(v value) (string, error) {
@@ -45,6 +47,12 @@ func (f stringField) parse(v value) (string, error) {
 		// No string key takes more than one line: this is a quoted value in the env file whose closing
 		// quote is missing, and the lines it swallowed can hold credentials.
 		return "", errors.New("must be a single line")
+	}
+	if f.fold {
+		s = strings.ToLower(s)
+	}
+	if a, ok := f.alias[s]; ok {
+		s = a
 	}
 	if len(f.oneOf) > 0 && !slices.Contains(f.oneOf, s) {
 		return "", fmt.Errorf("%q is not one of %s", s, strings.Join(f.oneOf, ", "))
@@ -130,10 +138,11 @@ func (f floatField) parse(v value) (string, error) {
 func (f floatField) show() any { return *f.p }
 
 // durationField takes Go duration text ("30s", "3h"). From the JSON file a number is accepted too,
-// as nanoseconds, which is how the ECS agent's JSON config encodes durations.
+// as nanoseconds, which is how the ECS agent's JSON config encodes durations. A value outside
+// [min, max] is moved to the nearer bound with a warning (max 0: none).
 type durationField struct {
-	p   *time.Duration
-	min time.Duration
+	p        *time.Duration
+	min, max time.Duration
 }
 
 func (f durationField) parse(v value) (string, error) {
@@ -155,6 +164,10 @@ func (f durationField) parse(v value) (string, error) {
 	if d < f.min {
 		*f.p = f.min
 		return fmt.Sprintf("%s is below the minimum %s; using %s", d, f.min, f.min), nil
+	}
+	if f.max != 0 && d > f.max {
+		*f.p = f.max
+		return fmt.Sprintf("%s is above the maximum %s; using %s", d, f.max, f.max), nil
 	}
 	return "", nil
 }
@@ -224,7 +237,7 @@ func (f setField) parse(v value) (string, error) {
 
 func (f setField) show() any { return set.Sorted(*f.p) }
 
-// rateField is "steady,burst": two positive request rates, burst at least steady.
+// rateField is "steady,burst": two positive whole numbers, as the ECS agent takes them.
 type rateField struct{ steady, burst *int }
 
 func (f rateField) parse(v value) (string, error) {
@@ -232,8 +245,8 @@ func (f rateField) parse(v value) (string, error) {
 	a, b, ok := strings.Cut(s, ",")
 	steady, err1 := strconv.Atoi(strings.TrimSpace(a))
 	burst, err2 := strconv.Atoi(strings.TrimSpace(b))
-	if !ok || err1 != nil || err2 != nil || steady < 1 || burst < steady || burst > 1_000_000 {
-		return "", fmt.Errorf("%q is not \"steady,burst\" with 1 <= steady <= burst <= 1000000", s)
+	if !ok || err1 != nil || err2 != nil || steady < 1 || burst < 1 || steady > 1_000_000 || burst > 1_000_000 {
+		return "", fmt.Errorf("%q is not \"steady,burst\": two whole numbers from 1 to 1000000", s)
 	}
 	*f.steady, *f.burst = steady, burst
 	return "", nil
@@ -435,6 +448,29 @@ func (f attributesField) parse(v value) (string, error) {
 
 func (f attributesField) show() any { return *f.p }
 
+// tagsField is a JSON object of string tags with the ECS limits: keys of 1 to 128 characters,
+// values of at most 256.
+type tagsField struct{ p *map[string]string }
+
+func (f tagsField) parse(v value) (string, error) {
+	var tags map[string]string
+	if _, err := (attributesField{p: &tags}).parse(v); err != nil {
+		return "", err
+	}
+	for k, val := range tags {
+		if n := len([]rune(k)); n < 1 || n > 128 {
+			return "", fmt.Errorf("tag key %q must have 1 to 128 characters", k)
+		}
+		if len([]rune(val)) > 256 {
+			return "", fmt.Errorf("the value of tag %q has more than 256 characters", k)
+		}
+	}
+	*f.p = tags
+	return "", nil
+}
+
+func (f tagsField) show() any { return *f.p }
+
 // subnetField is an IPv4 network in CIDR form, such as 172.31.250.0/24.
 type subnetField struct{ p *cnitypes.IPNet }
 
@@ -466,8 +502,10 @@ func (f listField) parse(v value) (string, error) {
 	}
 	out := make([]string, 0, len(items))
 	for _, it := range items {
-		if err := f.check(it); err != nil {
-			return "", err
+		if f.check != nil {
+			if err := f.check(it); err != nil {
+				return "", err
+			}
 		}
 		if !slices.Contains(out, it) {
 			out = append(out, it)

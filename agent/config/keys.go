@@ -2,6 +2,8 @@ package config
 
 import (
 	"time"
+
+	"github.com/berth-agent/berth/agent/logger"
 )
 
 // Keys whose values select the configuration files themselves.
@@ -27,7 +29,15 @@ const (
 	minLogFileSizeMB         = 0.001
 	maxLogFileSizeMB         = 1<<43 - 1 // MiB whose byte value fits an int64
 	minLogRollCount          = 1
+	minPollingMetricsWait    = 5 * time.Second
+	maxPollingMetricsWait    = 20 * time.Second
 )
+
+// logLevelAliases maps the ECS agent's spellings Berth's logger does not know. The logger has no
+// "none" level yet, so none is its most silent one, crit.
+func logLevelAliases() map[string]string {
+	return map[string]string{"none": logger.LevelCrit, "critical": logger.LevelCrit}
+}
 
 // from is a set of sources a key may be read from.
 type from uint8
@@ -49,6 +59,7 @@ type key struct {
 	secret   bool   // never shown, never quoted in errors
 	only     from   // the sources the key is read from; zero means all of them
 	berth    bool   // a Berth extension, not an ECS agent key
+	pending  string // parsed but not yet acted on: what the agent must do with it (README marks the key)
 	doc      string // one line for the README and --help
 	field    func(c *Config) field
 }
@@ -69,15 +80,17 @@ func keyTable() []key {
 		{name: "ECS_CHECKPOINT", jsonName: "Checkpoint", def: "true", doc: "persist state to ECS_DATADIR; false keeps it in memory only",
 			field: func(c *Config) field { return boolField{p: &c.Checkpoint} }},
 
-		{name: "ECS_LOGLEVEL", jsonName: "LogLevel", flag: "loglevel", def: "info", doc: "debug, info, warn, error or crit",
+		{name: "ECS_LOGLEVEL", jsonName: "LogLevel", flag: "loglevel", def: "info", doc: "debug, info, warn, error, crit or none, in any case; none logs critical messages only (the logger has no silent level yet)",
 			field: func(c *Config) field {
-				return stringField{p: &c.Log.Level, oneOf: []string{"debug", "info", "warn", "error", "crit"}}
+				return stringField{p: &c.Log.Level, fold: true, alias: logLevelAliases(),
+					oneOf: []string{logger.LevelDebug, logger.LevelInfo, logger.LevelWarn, logger.LevelError, logger.LevelCrit}}
 			}},
 		{name: "ECS_LOGFILE", jsonName: "LogFile", def: "", doc: "log file; empty logs to stdout only",
 			field: func(c *Config) field { return stringField{p: &c.Log.File} }},
-		{name: "ECS_LOG_ROLLOVER_TYPE", jsonName: "LogRolloverType", def: "date", doc: "size, date (hourly) or none",
+		{name: "ECS_LOG_ROLLOVER_TYPE", jsonName: "LogRolloverType", def: "hourly", doc: "size or hourly, in any case; Berth also takes date (hourly) and none",
 			field: func(c *Config) field {
-				return stringField{p: &c.Log.RolloverType, oneOf: []string{"size", "date", "none"}}
+				return stringField{p: &c.Log.RolloverType, fold: true, alias: map[string]string{"hourly": logger.RolloverDate},
+					oneOf: []string{logger.RolloverSize, logger.RolloverDate, logger.RolloverNone}}
 			}},
 		{name: "ECS_LOG_MAX_FILE_SIZE_MB", jsonName: "LogMaxFileSizeMB", def: "10", doc: "log size that triggers a roll (size rollover)",
 			field: func(c *Config) field {
@@ -87,7 +100,7 @@ func keyTable() []key {
 			field: func(c *Config) field { return intField{p: &c.Log.MaxRollCount, min: minLogRollCount} }},
 		{name: "ECS_LOG_OUTPUT_FORMAT", jsonName: "LogOutputFormat", def: "logfmt", doc: "logfmt or json",
 			field: func(c *Config) field {
-				return stringField{p: &c.Log.OutputFormat, oneOf: []string{"logfmt", "json"}}
+				return stringField{p: &c.Log.OutputFormat, fold: true, oneOf: []string{logger.FormatLogfmt, logger.FormatJSON}}
 			}},
 
 		{name: "ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION", jsonName: "TaskCleanupWaitDuration", def: "3h", doc: "how long a stopped task's containers are kept",
@@ -173,6 +186,50 @@ func keyTable() []key {
 			field: func(c *Config) field { return cidrListField{p: &c.AWSVPCAdditionalLocalRoutes} }},
 		{name: "OverrideAWSVPCLocalIPv4Address", jsonName: "OverrideAWSVPCLocalIPv4Address", only: fromJSON, def: "", doc: "static IPv4 address/prefix of the task bridge interface (JSON file only)",
 			field: func(c *Config) field { return staticAddrField{p: &c.OverrideAWSVPCLocalIPv4Address} }},
+
+		{name: "ECS_DISABLE_METRICS", jsonName: "DisableMetrics", def: "false", doc: "do not gather task metrics",
+			pending: "stop collecting container stats and publishing task metrics when true",
+			field:   func(c *Config) field { return boolField{p: &c.MetricsDisabled} }},
+		{name: "ECS_POLL_METRICS", jsonName: "PollMetrics", def: "false", doc: "poll container stats every ECS_POLLING_METRICS_WAIT_DURATION instead of streaming them",
+			pending: "poll docker stats (stream=false) at PollingMetricsWaitDuration instead of streaming when true",
+			field:   func(c *Config) field { return boolField{p: &c.PollMetrics} }},
+		{name: "ECS_POLLING_METRICS_WAIT_DURATION", jsonName: "PollingMetricsWaitDuration", def: "10s", doc: "interval of polled container stats (5s to 20s)",
+			pending: "the poll interval of ECS_POLL_METRICS",
+			field: func(c *Config) field {
+				return durationField{p: &c.PollingMetricsWaitDuration, min: minPollingMetricsWait, max: maxPollingMetricsWait}
+			}},
+		{name: "ECS_ENABLE_SPOT_INSTANCE_DRAINING", jsonName: "SpotInstanceDrainingEnabled", def: "false", doc: "on a spot interruption notice, set the container instance to DRAINING",
+			pending: "poll IMDS spot/instance-action and call UpdateContainerInstancesState(DRAINING) in ecs mode",
+			field:   func(c *Config) field { return boolField{p: &c.SpotInstanceDrainingEnabled} }},
+		{name: "ECS_WARM_POOLS_CHECK", jsonName: "WarmPoolsSupport", def: "false", doc: "wait until the Auto Scaling target lifecycle state is InService before registering",
+			pending: "poll IMDS autoscaling/target-lifecycle-state before registration and register only when InService",
+			field:   func(c *Config) field { return boolField{p: &c.WarmPoolsCheck} }},
+		{name: "ECS_CONTAINER_INSTANCE_TAGS", jsonName: "ContainerInstanceTags", def: "{}", doc: "JSON object of tags registered with the container instance (keys up to 128, values up to 256 characters)",
+			pending: "send as tags of RegisterContainerInstance, overriding propagated EC2 tags of the same key",
+			field:   func(c *Config) field { return tagsField{p: &c.ContainerInstanceTags} }},
+		{name: "ECS_CONTAINER_INSTANCE_PROPAGATE_TAGS_FROM", jsonName: "ContainerInstancePropagateTagsFrom", def: "none", doc: "none or ec2_instance: register the EC2 instance's tags with the container instance",
+			pending: "with ec2_instance, read the instance's tags (ec2:DescribeTags) and add them to RegisterContainerInstance",
+			field: func(c *Config) field {
+				return stringField{p: &c.ContainerInstancePropagateTagsFrom, oneOf: []string{PropagateTagsNone, PropagateTagsEC2Instance}}
+			}},
+		{name: "ECS_EXTERNAL", jsonName: "External", def: "false", doc: "the host is outside EC2 (ECS Anywhere)",
+			pending: "in ecs mode skip IMDS, take the region from AWS_DEFAULT_REGION and register as an external instance",
+			field:   func(c *Config) field { return boolField{p: &c.External} }},
+		{name: "ECS_SELINUX_CAPABLE", jsonName: "SELinuxCapable", def: "false", doc: "SELinux is available: register the selinux security-options capability",
+			pending: "advertise com.amazonaws.ecs.capability.selinux and accept dockerSecurityOptions label:*",
+			field:   func(c *Config) field { return boolField{p: &c.SELinuxCapable} }},
+		{name: "ECS_APPARMOR_CAPABLE", jsonName: "AppArmorCapable", def: "false", doc: "AppArmor is available: register the apparmor security-options capability",
+			pending: "advertise com.amazonaws.ecs.capability.apparmor and accept dockerSecurityOptions apparmor:*",
+			field:   func(c *Config) field { return boolField{p: &c.AppArmorCapable} }},
+		{name: "ECS_ENABLE_UNTRACKED_IMAGE_CLEANUP", jsonName: "DeleteNonECSImagesEnabled", def: "false", doc: "image cleanup also removes images no task uses that Berth did not pull",
+			pending: "include unused images Berth did not pull in image cleanup, except ECS_EXCLUDE_UNTRACKED_IMAGE",
+			field:   func(c *Config) field { return boolField{p: &c.UntrackedImageCleanup} }},
+		{name: "ECS_EXCLUDE_UNTRACKED_IMAGE", jsonName: "ImageCleanupExclusionList", def: "", doc: "images (name:tag, comma-separated) untracked image cleanup never removes",
+			pending: "skip these images in untracked image cleanup",
+			field:   func(c *Config) field { return listField{p: &c.ImageCleanupExclusionList} }},
+		{name: "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS", def: "false", doc: "allow the introspection API to be reached from other hosts",
+			pending: "when true allow a non-loopback ECS_INTROSPECTION_ADDR; when false keep introspection unreachable from off-host and awsvpc tasks",
+			field:   func(c *Config) field { return boolField{p: &c.OffhostIntrospectionAccess} }},
 
 		{name: "ECS_AWSVPC_LOCAL_SUBNET", def: "172.31.250.0/24", berth: true, doc: "local mode: the subnet of the bridge network with NAT that stands in for an awsvpc task's ENI",
 			field: func(c *Config) field { return subnetField{p: &c.AWSVPCLocalSubnet} }},

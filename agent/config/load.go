@@ -133,6 +133,7 @@ func Load(src Sources) (*Result, error) {
 	}
 
 	res.Warnings = append(res.Warnings, unknownKeys(envEntries, jsonEntries, byName, jsonNames, res.Config)...)
+	res.Warnings = append(res.Warnings, unsupportedWarnings(env, envEntries, jsonEntries, res.Config)...)
 	errs = append(errs, crossChecks(res)...)
 	res.Config.Mode, res.Config.ModeReason = chooseMode(res)
 	if res.Config.Mode == ModeLocal {
@@ -198,9 +199,14 @@ func readJSONFile(path string, explicit bool) ([]entry, error) {
 
 // unknownKeys warns about keys in the files that Berth does not read from there: any unknown ECS_* key
 // in the env file, any unknown key in the JSON file, and known keys in a file they may not come from.
+// ECS keys Berth does not support are left to unsupportedWarnings.
 func unknownKeys(envEntries, jsonEntries []entry, byName map[string]key, jsonNames map[string]string, c *Config) []Warning {
 	var out []Warning
+	unsupported := unsupportedKeys()
 	for _, e := range envEntries {
+		if _, ok := unsupported[e.key]; ok {
+			continue
+		}
 		o := Origin{Kind: SourceEnvFile, File: c.EnvFile, Line: e.line}
 		k, known := byName[e.key]
 		switch {
@@ -211,6 +217,9 @@ func unknownKeys(envEntries, jsonEntries []entry, byName map[string]key, jsonNam
 		}
 	}
 	for _, e := range jsonEntries {
+		if _, ok := unsupported[e.key]; ok {
+			continue
+		}
 		o := Origin{Kind: SourceJSONFile, File: c.JSONFile, Line: e.line}
 		name, known := jsonNames[e.key]
 		switch {
