@@ -258,8 +258,11 @@ func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.R
 	}
 	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
 	reg.PIDIPCSharing = eng.SharesNamespaces()
-	if cfg.Mode == config.ModeECS {
+	if cfg.Mode == config.ModeECS && !cfg.External {
 		identity = ec2Registration(ctx, imds, &reg, log)
+		if cfg.ContainerInstancePropagateTagsFrom == config.PropagateTagsEC2Instance {
+			propagateEC2Tags(ctx, imds, &reg, log)
+		}
 	}
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Hook: hook,
 		DisablePrivileged: cfg.PrivilegedDisabled, CredentialsStore: credentials},

@@ -13,10 +13,14 @@ import (
 )
 
 // resolveRegion sets the region of an ecs-mode agent whose configuration names none from the
-// instance metadata service, as the ECS agent does. Local mode never gets here: it never asks IMDS.
+// instance metadata service, as the ECS agent does; an external instance (ECS_EXTERNAL) must be
+// given one. Local mode never gets here: it never asks IMDS.
 func resolveRegion(ctx context.Context, cfg *config.Config, imds *ec2identity.Client, log *logger.Logger) error {
 	if cfg.Mode != config.ModeECS || cfg.AWSRegion != "" {
 		return nil
+	}
+	if cfg.External {
+		return errors.New("ECS_EXTERNAL=true but no AWS region is configured: set AWS_DEFAULT_REGION (or AWS_REGION) in /etc/ecs/ecs.config or the environment")
 	}
 	region, err := imds.Region(ctx)
 	if err != nil {
@@ -81,4 +85,20 @@ func waitInService(ctx context.Context, imds *ec2identity.Client, log *logger.Lo
 	}
 	log.Info("the instance is InService")
 	return nil
+}
+
+// propagateEC2Tags adds the EC2 instance's tags to the registration
+// (ECS_CONTAINER_INSTANCE_PROPAGATE_TAGS_FROM=ec2_instance); ECS_CONTAINER_INSTANCE_TAGS win on a
+// clash. The tags come from IMDS (instance metadata tags, which the instance must allow): the ECS
+// agent calls ec2:DescribeTags instead, which needs an EC2 client and an instance role permission.
+func propagateEC2Tags(ctx context.Context, imds *ec2identity.Client, reg *ecsclient.Registration, log *logger.Logger) {
+	tags, err := imds.InstanceTags(ctx)
+	if err != nil {
+		log.Warn("the EC2 instance's tags cannot be read from IMDS (are instance metadata tags allowed?); registering without them", "error", err)
+		return
+	}
+	own := reg.Tags
+	reg.Tags = make(map[string]string, len(tags)+len(own))
+	maps.Copy(reg.Tags, tags)
+	maps.Copy(reg.Tags, own)
 }

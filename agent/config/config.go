@@ -140,10 +140,6 @@ type Config struct {
 	// ContainerMetadataEnabled writes the container metadata file of every container
 	// (ECS_ENABLE_CONTAINER_METADATA).
 	ContainerMetadataEnabled bool
-	// SpotInstanceDrainingEnabled drains the instance on a spot interruption notice; WarmPoolsCheck
-	// waits for the Auto Scaling lifecycle state InService before registering (ecs mode only).
-	SpotInstanceDrainingEnabled bool
-	WarmPoolsCheck              bool
 	// TaskCPUMemLimit gives each task with task-level cpu or memory its own cgroup under
 	// CgroupPath/ecs, with CgroupCPUPeriod as the CFS period of its CPU quota.
 	TaskCPUMemLimit bool

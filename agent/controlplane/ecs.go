@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -55,5 +56,6 @@ func NewRegistration(cfg *config.Config, resources engine.Resources, dockerVersi
 		DockerAPIVersion: dockerAPIVersion, LoggingDrivers: cfg.AvailableLoggingDrivers, TaskENI: cfg.TaskENIEnabled,
 		Privileged: !cfg.PrivilegedDisabled, Attributes: cfg.InstanceAttributes,
 		TaskIAMRole: cfg.TaskIAMRoleEnabled, TaskIAMRoleNetworkHost: cfg.TaskIAMRoleNetworkHost,
-		TaskCPUMemLimit: cfg.TaskCPUMemLimit}
+		TaskCPUMemLimit: cfg.TaskCPUMemLimit, SELinux: cfg.SELinuxCapable, AppArmor: cfg.AppArmorCapable,
+		Tags: maps.Clone(cfg.ContainerInstanceTags)}
 }

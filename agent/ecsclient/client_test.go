@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -83,6 +84,17 @@ func TestRegisterContainerInstance(t *testing.T) {
 			check: func(t *testing.T, body map[string]any, _ map[string]string) {
 				if got := body["containerInstanceArn"]; got != savedArn {
 					t.Errorf("containerInstanceArn = %v, want %s", got, savedArn)
+				}
+			},
+		},
+		{
+			name:    "tags",
+			mod:     func(r *Registration) { r.Tags = map[string]string{"team": "core", "env": "prod"} },
+			wantArn: testInstanceArn,
+			check: func(t *testing.T, body map[string]any, _ map[string]string) {
+				want := []any{map[string]any{"key": "env", "value": "prod"}, map[string]any{"key": "team", "value": "core"}}
+				if got := body["tags"]; !reflect.DeepEqual(got, want) {
+					t.Errorf("tags = %v, want %v", got, want)
 				}
 			},
 		},
@@ -448,4 +460,19 @@ func TestAttributesAdvertiseWhatWorks(t *testing.T) {
 	// Without host-network credentials the Docker daemon cannot reach the credentials endpoint.
 	check("awslogs without host credentials", Registration{LoggingDrivers: []string{"awslogs"}, TaskIAMRole: true},
 		nil, []string{AttrExecutionRoleAWSLogs})
+}
+
+// TestAttributesSecurityOptions: the selinux and apparmor capabilities are registered when the
+// operator says the host has them.
+func TestAttributesSecurityOptions(t *testing.T) {
+	attrs, err := Attributes(Registration{DockerAPIVersion: "1.41", SELinux: true}, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := attrs[AttrSELinux]; !ok {
+		t.Errorf("%s not registered", AttrSELinux)
+	}
+	if _, ok := attrs[AttrAppArmor]; ok {
+		t.Errorf("%s registered without ECS_APPARMOR_CAPABLE", AttrAppArmor)
+	}
 }

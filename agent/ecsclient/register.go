@@ -41,6 +41,8 @@ const (
 	AttrContainerRestart      = "ecs.capability.container-restart-policy"
 	AttrTaskCPUMemLimit       = "ecs.capability.task-cpu-mem-limit"
 	AttrPIDIPCSharing         = "ecs.capability.pid-ipc-namespace-sharing"
+	AttrSELinux               = "com.amazonaws.ecs.capability.selinux"
+	AttrAppArmor              = "com.amazonaws.ecs.capability.apparmor"
 	AttrOSType                = "ecs.os-type"
 	AttrOSFamily              = "ecs.os-family"
 	AttrCPUArchitecture       = "ecs.cpu-architecture"
@@ -83,6 +85,9 @@ type Registration struct {
 	Privileged bool
 	// TaskCPUMemLimit registers task-cpu-mem-limit: tasks get cgroups with their task-level limits.
 	TaskCPUMemLimit bool
+	// SELinux and AppArmor register the selinux and apparmor capabilities (ECS_SELINUX_CAPABLE,
+	// ECS_APPARMOR_CAPABLE): the host has them for dockerSecurityOptions label:… and apparmor:….
+	SELinux, AppArmor bool
 	// PIDIPCSharing registers pid-ipc-namespace-sharing: pidMode and ipcMode task can run (the
 	// pause image is there).
 	PIDIPCSharing bool
@@ -91,6 +96,9 @@ type Registration struct {
 	TaskIAMRole, TaskIAMRoleNetworkHost bool
 	// Attributes are the operator's ECS_INSTANCE_ATTRIBUTES; they win over Berth's on a name clash.
 	Attributes map[string]string
+	// Tags are the container instance's resource tags (ECS_CONTAINER_INSTANCE_TAGS, and the EC2
+	// instance's with ECS_CONTAINER_INSTANCE_PROPAGATE_TAGS_FROM=ec2_instance).
+	Tags map[string]string
 }
 
 // RegisterContainerInstance registers (or re-registers, re-using r.ContainerInstanceArn) the instance
@@ -118,6 +126,9 @@ func (c *Client) RegisterContainerInstance(ctx context.Context, r Registration) 
 		},
 		InstanceIdentityDocument:          optString(r.InstanceIdentityDocument),
 		InstanceIdentityDocumentSignature: optString(r.InstanceIdentityDocumentSignature),
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Tags)) {
+		in.Tags = append(in.Tags, types.Tag{Key: aws.String(k), Value: aws.String(r.Tags[k])})
 	}
 	for _, name := range slices.Sorted(maps.Keys(attrs)) {
 		a := types.Attribute{Name: aws.String(name)}
@@ -208,6 +219,12 @@ func Attributes(r Registration, goarch string) (map[string]string, error) {
 	}
 	if r.PIDIPCSharing {
 		attrs[AttrPIDIPCSharing] = ""
+	}
+	if r.SELinux {
+		attrs[AttrSELinux] = ""
+	}
+	if r.AppArmor {
+		attrs[AttrAppArmor] = ""
 	}
 	if slices.Contains(r.LoggingDrivers, "awslogs") && r.TaskIAMRoleNetworkHost {
 		// The Docker daemon's awslogs driver reaches the credentials endpoint from the host.

@@ -83,8 +83,13 @@ func TestIntegrationClusterOnlyOnEC2(t *testing.T) {
 	noRegion := []string{"AWS_DEFAULT_REGION=", "AWS_REGION=", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}
 	agent := env.start(append(noRegion, "ECS_BACKEND_HOST=http://"+ln.Addr().String(),
 		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test",
-		"AWS_EC2_METADATA_DISABLED=false", "AWS_EC2_METADATA_SERVICE_ENDPOINT="+imds)...)
+		"AWS_EC2_METADATA_DISABLED=false", "AWS_EC2_METADATA_SERVICE_ENDPOINT="+imds,
+		`ECS_CONTAINER_INSTANCE_TAGS={"team":"core"}`)...)
 	var register struct {
+		Tags []struct {
+			Key   string `json:"key"`
+			Value string `json:"value"`
+		} `json:"tags"`
 		InstanceIdentityDocument          string `json:"instanceIdentityDocument"`
 		InstanceIdentityDocumentSignature string `json:"instanceIdentityDocumentSignature"`
 		Attributes                        []struct {
@@ -112,6 +117,9 @@ func TestIntegrationClusterOnlyOnEC2(t *testing.T) {
 		}
 	}
 	assert.Equal(t, "m4.xlarge", attrs["ecs.instance-type"])
+	require.Len(t, register.Tags, 1, "ECS_CONTAINER_INSTANCE_TAGS")
+	assert.Equal(t, "team", register.Tags[0].Key)
+	assert.Equal(t, "core", register.Tags[0].Value)
 	for _, name := range []string{"ecs.availability-zone", "ecs.ami-id", "ecs.vpc-id", "ecs.subnet-id"} {
 		assert.NotEmpty(t, attrs[name], "attribute %s", name)
 	}
