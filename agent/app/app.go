@@ -18,6 +18,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/containerstats"
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/ec2identity"
@@ -30,6 +31,7 @@ import (
 	"github.com/berth-agent/berth/agent/rolecreds"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/statictasks"
+	"github.com/berth-agent/berth/agent/telemetry"
 	"github.com/berth-agent/berth/agent/version"
 )
 
@@ -96,8 +98,14 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	defer servers.close()
 	installTaskEndpointNAT(ctx, cfg, log)
+	// One stats stream per container, shared by the task endpoint's /stats and the telemetry source.
+	stats := containerstats.New(client, containerstats.Config{Logger: log.With("component", "container_stats")})
+	defer stats.Close()
+	telSettings := defaultTelemetrySettings()
+	tel := telemetry.New(eng, stats, telemetry.Config{SampleInterval: telSettings.sampleInterval(), Logger: log.With("component", "telemetry")})
 	var identity ec2identity.Identity
-	cp, identity, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, imds, opts.Hook, log)
+	cp, identity, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, imds,
+		controlplane.TelemetryConfig{Source: tel, DisableMetrics: telSettings.DisableMetrics}, opts.Hook, log)
 	if err != nil {
 		return err
 	}
@@ -127,8 +135,11 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	defer stopEngine()
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := servers.serve(gctx, g, eng, client, m, cp, roles, identity, cfg); err != nil {
+	if err := servers.serve(gctx, g, eng, stats, tel, m, cp, roles, identity, cfg); err != nil {
 		return err
+	}
+	if !telSettings.DisableMetrics {
+		g.Go(func() error { tel.Run(gctx); return nil })
 	}
 	g.Go(func() error {
 		if cfg.Mode == config.ModeECS && cfg.WarmPoolsCheck {
@@ -249,8 +260,8 @@ func (a executionRoleAuth) AuthSource(r engine.ExecutionRole) dockerclient.AuthS
 
 // newControlPlane builds the agent's side of the control plane the configuration chose.
 func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.Resources, docker dockerclient.VersionInfo,
-	eng *engine.Engine, store state.Store, credentials *controlplane.CredentialsStore, imds *ec2identity.Client, hook engine.Hook,
-	log *logger.Logger) (*controlplane.ControlPlane, ec2identity.Identity, error) {
+	eng *engine.Engine, store state.Store, credentials *controlplane.CredentialsStore, imds *ec2identity.Client,
+	tel controlplane.TelemetryConfig, hook engine.Hook, log *logger.Logger) (*controlplane.ControlPlane, ec2identity.Identity, error) {
 	var identity ec2identity.Identity
 	ecs, creds, region, err := controlplane.NewECSClient(ctx, cfg, log)
 	if err != nil {
@@ -265,7 +276,7 @@ func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.R
 		}
 	}
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Hook: hook,
-		DisablePrivileged: cfg.PrivilegedDisabled, CredentialsStore: credentials},
+		DisablePrivileged: cfg.PrivilegedDisabled, CredentialsStore: credentials, Telemetry: tel},
 		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), identity, nil
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/containerstats"
 	"github.com/berth-agent/berth/agent/controlplane"
-	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
@@ -27,6 +26,7 @@ import (
 	"github.com/berth-agent/berth/agent/registryauth"
 	"github.com/berth-agent/berth/agent/rolecreds"
 	"github.com/berth-agent/berth/agent/taskendpoint"
+	"github.com/berth-agent/berth/agent/telemetry"
 )
 
 // installTaskBridgeNAT adds the awsvpc task bridge, which CNI makes with the first awsvpc task, to
@@ -107,9 +107,8 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 }
 
 // serve serves every listener in g until ctx ends.
-func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, docker *dockerclient.Client, m *metrics.Metrics,
-	cp *controlplane.ControlPlane, roles *rolecreds.Provider, identity ec2identity.Identity, cfg *config.Config) error {
-	stats := containerstats.New(docker, containerstats.Config{Logger: s.log.With("component", "container_stats")})
+func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, stats *containerstats.Cache, tel *telemetry.Source,
+	m *metrics.Metrics, cp *controlplane.ControlPlane, roles *rolecreds.Provider, identity ec2identity.Identity, cfg *config.Config) error {
 	creds := taskendpoint.Sources{cp.Credentials()}
 	execCreds := registryauth.RoleCredentialsSources{cp.Credentials()}
 	if roles != nil {
@@ -121,7 +120,6 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 		Tasks:     eng, Credentials: creds, Stats: stats, Logger: s.log.With("component", "task_endpoint"),
 		LogDriverCredentials: logDriverCredentials{eng: eng, creds: execCreds}})
 	if err != nil {
-		stats.Close()
 		return fmt.Errorf("task endpoint: %w", err)
 	}
 	g.Go(func() error {
@@ -129,13 +127,37 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 		stats.Close()
 		return nil
 	})
-	intro := handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng, ec2: identity}, eng, m.Handler())
+	m.ReportUsage(func() []metrics.ContainerUsage {
+		var out []metrics.ContainerUsage
+		for _, c := range tel.Containers() {
+			out = append(out, metrics.ContainerUsage{TaskArn: c.TaskArn, ContainerName: c.ContainerName, CPUPercent: c.CPUPercent,
+				MemoryBytes: c.MemoryBytes})
+		}
+		return out
+	})
+	intro := handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng, ec2: identity},
+		tasksWithUsage{Engine: eng, tel: tel}, m.Handler())
 	g.Go(func() error { return serveHTTP(ctx, s.introspection, intro, "introspection API", s.log) })
 	g.Go(func() error { return serveHTTP(ctx, s.taskEndpoint, endpoint, "task endpoint", s.log) })
 	if s.local != nil {
 		g.Go(func() error { return serveHTTP(ctx, s.local, s.localCP.Handler(), "embedded control plane", s.log) })
 	}
 	return nil
+}
+
+// tasksWithUsage is the introspection API's task source: the engine's tasks with the telemetry
+// source's latest figures.
+type tasksWithUsage struct {
+	*engine.Engine
+	tel *telemetry.Source
+}
+
+var _ handlers.UsageSource = tasksWithUsage{}
+
+// ContainerUsage returns the telemetry source's latest figures of the container.
+func (t tasksWithUsage) ContainerUsage(dockerID string) (handlers.Usage, bool) {
+	f, ok := t.tel.Container(dockerID)
+	return handlers.Usage{CPUPercent: f.CPUPercent, MemoryBytes: f.MemoryBytes}, ok
 }
 
 // close closes what listen opened and serve did not take over.

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,7 @@ import (
 	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/tcs"
 )
 
 // Engine is the part of the task engine the control plane drives.
@@ -62,6 +64,7 @@ type Client interface {
 	AttachmentSubmitter
 	RegisterContainerInstance(ctx context.Context, reg ecsclient.Registration) (string, error)
 	DiscoverPollEndpoint(ctx context.Context, instanceArn string) (string, error)
+	TelemetryEndpoint(ctx context.Context, instanceArn string) (string, error)
 	ForgetPollEndpoint(instanceArn string)
 	Drain(ctx context.Context, instanceArn string) error
 }
@@ -90,6 +93,20 @@ type Config struct {
 	// CredentialsStore keeps the task role credentials the control plane sends; nil: a new one. The
 	// agent makes it first, so that the engine's pulls with execution roles can read it.
 	CredentialsStore *CredentialsStore
+	// Telemetry configures the TCS session that runs beside ACS once registered.
+	Telemetry TelemetryConfig
+}
+
+// TelemetryConfig configures the TCS (telemetry) session. The agent's configuration keys for it
+// are ECS_DISABLE_METRICS (DisableMetrics) and, for the sampling, ECS_POLL_METRICS and
+// ECS_POLLING_METRICS_WAIT_DURATION (see agent/telemetry).
+type TelemetryConfig struct {
+	// Source is what is published; nil runs no TCS session.
+	Source tcs.Source
+	// DisableMetrics leaves container metrics out; health and instance status are still published.
+	DisableMetrics bool
+	// PublishInterval spaces publishing rounds; zero is tcs.DefaultPublishInterval (20 s).
+	PublishInterval time.Duration
 }
 
 // HookRejectedSaved is the point where a rejected task's STOPPED report is saved and the payload is
@@ -210,6 +227,11 @@ func (c *ControlPlane) Connect(ctx context.Context) error {
 	} else {
 		c.seq.Store(seq)
 	}
+	if c.cfg.Telemetry.Source != nil {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() { c.runTelemetry(ctx, arn) })
+	}
 	backoffWait := time.Second
 	for ctx.Err() == nil {
 		endpoint, err := c.client.DiscoverPollEndpoint(ctx, arn)
@@ -236,6 +258,36 @@ func (c *ControlPlane) Connect(ctx context.Context) error {
 		_ = client.Run(ctx) // returns only when ctx ends
 	}
 	return nil
+}
+
+// runTelemetry keeps the TCS session of instance arn open until ctx ends: it discovers the
+// telemetry endpoint (retrying with backoff) and publishes there, reconnecting as tcs.Client does.
+func (c *ControlPlane) runTelemetry(ctx context.Context, arn string) {
+	backoffWait := time.Second
+	var endpoint string
+	for {
+		var err error
+		if endpoint, err = c.client.TelemetryEndpoint(ctx, arn); err == nil {
+			break
+		}
+		c.log.Warn("cannot discover the TCS endpoint; retrying", "error", err, "retry_in", backoffWait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.cfg.Clock.After(backoffWait):
+		}
+		backoffWait = min(2*backoffWait, time.Minute)
+	}
+	reg, tel := c.cfg.Registration, c.cfg.Telemetry
+	client, err := tcs.New(tcs.Config{Endpoint: endpoint, Cluster: c.cfg.Cluster, ContainerInstanceArn: arn,
+		Region: c.cfg.Region, Credentials: c.cfg.Credentials, AgentVersion: reg.AgentVersion, AgentHash: reg.AgentHash,
+		DockerVersion: reg.DockerVersion, Source: tel.Source, PublishInterval: tel.PublishInterval,
+		DisableMetrics: tel.DisableMetrics, Clock: c.cfg.Clock, Logger: c.log})
+	if err != nil {
+		c.log.Error("no TCS session: metrics and health will not be published", "endpoint", endpoint, "error", err)
+		return
+	}
+	_ = client.Run(ctx) // returns only when ctx ends
 }
 
 // register registers this host and saves the registration before anything uses it; it retries until

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,6 +22,8 @@ import (
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/tcs"
+	"github.com/berth-agent/berth/agent/tcs/tcstest"
 )
 
 // fakeControl is the ECS API as the control plane calls it.
@@ -28,6 +31,7 @@ type fakeControl struct {
 	*fakeECS
 	forgotten int
 	drained   []string // instance ARNs set DRAINING
+	telemetry string   // the TCS endpoint; empty: an unreachable one
 }
 
 func (f *fakeControl) Drain(_ context.Context, instanceArn string) error {
@@ -40,6 +44,13 @@ func (f *fakeControl) RegisterContainerInstance(context.Context, ecsclient.Regis
 }
 
 func (f *fakeControl) DiscoverPollEndpoint(context.Context, string) (string, error) {
+	return "http://127.0.0.1:1/", nil
+}
+
+func (f *fakeControl) TelemetryEndpoint(context.Context, string) (string, error) {
+	if f.telemetry != "" {
+		return f.telemetry, nil
+	}
 	return "http://127.0.0.1:1/", nil
 }
 
@@ -322,4 +333,46 @@ func TestDrainInstanceWaitsForTheRegistration(t *testing.T) {
 	clock.Advance(time.Second)
 	require.NoError(t, <-done)
 	assert.Equal(t, []string{arn}, control.drained)
+}
+
+// fakeTelemetry publishes one task's memory.
+type fakeTelemetry struct{}
+
+func (fakeTelemetry) Metrics(time.Time) []tcs.TaskMetric {
+	return []tcs.TaskMetric{{TaskArn: "arn:task", ContainerMetrics: []tcs.ContainerMetric{{ContainerName: "web", MemoryStatsSet: tcs.FloatStats(20)}}}}
+}
+
+func (fakeTelemetry) Health(time.Time) []tcs.TaskHealth { return nil }
+
+// TestConnectRunsTCS: once registered, the control plane publishes to the discovered telemetry
+// endpoint, signed with its credentials, beside ACS; metrics stay out when disabled.
+func TestConnectRunsTCS(t *testing.T) {
+	for _, disabled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DisableMetrics=%v", disabled), func(t *testing.T) {
+			srv := tcstest.NewServer(t)
+			control := &fakeControl{fakeECS: newFakeECS(), telemetry: srv.URL}
+			creds := credentials.NewStaticCredentialsProvider("AKIDAGENT", "secret", "")
+			cp := New(Config{Cluster: "c", Region: "us-east-1", Credentials: creds, Telemetry: TelemetryConfig{
+				Source: fakeTelemetry{}, PublishInterval: 20 * time.Millisecond, DisableMetrics: disabled}},
+				control, &fakeEngine{}, state.NewMemory(), logger.Nop())
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- cp.Connect(ctx) }()
+			srv.WaitFor(t, "an instance status", func(s *tcstest.Server) bool { return len(s.InstanceStatuses()) > 0 })
+			cancel()
+			require.NoError(t, <-done)
+			assert.Empty(t, srv.Problems())
+			assert.Equal(t, "AKIDAGENT", srv.Upgrades()[0].AccessKeyID)
+			assert.Equal(t, "arn:instance", srv.Upgrades()[0].Query.Get("containerInstance"))
+			for _, key := range srv.AccessKeyIDs() {
+				assert.Equal(t, "AKIDAGENT", key)
+			}
+			if disabled {
+				assert.Empty(t, srv.MetricsBatches())
+			} else {
+				require.NotEmpty(t, srv.MetricsBatches())
+				assert.Equal(t, "arn:task", srv.MetricsBatches()[0].Tasks[0].TaskArn)
+			}
+		})
+	}
 }

@@ -68,9 +68,11 @@ type Client struct {
 	polls map[string]cachedEndpoint // by container instance ARN
 }
 
+// cachedEndpoint is one DiscoverPollEndpoint answer: the ACS and TCS endpoints.
 type cachedEndpoint struct {
-	endpoint string
-	expires  time.Time
+	endpoint  string
+	telemetry string
+	expires   time.Time
 }
 
 // New builds a Client. It resolves the region and the credential chain but makes no request.
@@ -138,11 +140,30 @@ func (c *Client) retry(ctx context.Context, fn func() error) error {
 // DiscoverPollEndpoint returns the ACS endpoint for the instance. A result is reused for the
 // client's TTL; errors are not cached. It makes one attempt; errors are *APIError.
 func (c *Client) DiscoverPollEndpoint(ctx context.Context, instanceArn string) (string, error) {
+	e, err := c.discover(ctx, instanceArn)
+	return e.endpoint, err
+}
+
+// TelemetryEndpoint returns the TCS (telemetry) endpoint for the instance, from the same cached
+// DiscoverPollEndpoint call as DiscoverPollEndpoint. A response without one is an error.
+func (c *Client) TelemetryEndpoint(ctx context.Context, instanceArn string) (string, error) {
+	e, err := c.discover(ctx, instanceArn)
+	if err != nil {
+		return "", err
+	}
+	if e.telemetry == "" {
+		return "", fmt.Errorf("ecs DiscoverPollEndpoint %q: response has no telemetryEndpoint", instanceArn)
+	}
+	return e.telemetry, nil
+}
+
+// discover returns the instance's cached endpoints, asking ECS when there are none or they expired.
+func (c *Client) discover(ctx context.Context, instanceArn string) (cachedEndpoint, error) {
 	now := c.clock.Now()
 	c.mu.Lock()
 	if e, ok := c.polls[instanceArn]; ok && now.Before(e.expires) {
 		c.mu.Unlock()
-		return e.endpoint, nil
+		return e, nil
 	}
 	c.mu.Unlock()
 
@@ -151,16 +172,17 @@ func (c *Client) DiscoverPollEndpoint(ctx context.Context, instanceArn string) (
 		ContainerInstance: aws.String(instanceArn),
 	})
 	if err != nil {
-		return "", translate("DiscoverPollEndpoint", err)
+		return cachedEndpoint{}, translate("DiscoverPollEndpoint", err)
 	}
 	endpoint := aws.ToString(out.Endpoint)
 	if endpoint == "" {
-		return "", fmt.Errorf("ecs DiscoverPollEndpoint %q: response has no endpoint", instanceArn)
+		return cachedEndpoint{}, fmt.Errorf("ecs DiscoverPollEndpoint %q: response has no endpoint", instanceArn)
 	}
+	e := cachedEndpoint{endpoint: endpoint, telemetry: aws.ToString(out.TelemetryEndpoint), expires: now.Add(c.ttl)}
 	c.mu.Lock()
-	c.polls[instanceArn] = cachedEndpoint{endpoint: endpoint, expires: now.Add(c.ttl)}
+	c.polls[instanceArn] = e
 	c.mu.Unlock()
-	return endpoint, nil
+	return e, nil
 }
 
 // ForgetPollEndpoint drops the cached endpoint of the instance so the next DiscoverPollEndpoint

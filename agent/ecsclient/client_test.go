@@ -338,6 +338,32 @@ func TestDiscoverPollEndpointCached(t *testing.T) {
 	}
 }
 
+// TestTelemetryEndpoint checks that the TCS endpoint comes from the same cached DiscoverPollEndpoint
+// call as the ACS one, and that an answer without one is an error.
+func TestTelemetryEndpoint(t *testing.T) {
+	f := newFakeECS(t)
+	c := newTestClient(t, f, nil)
+	ctx := context.Background()
+	if _, err := c.DiscoverPollEndpoint(ctx, testInstanceArn); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := c.TelemetryEndpoint(ctx, testInstanceArn)
+	if err != nil || ep != "https://ecs-t-1.us-west-2.amazonaws.com/" {
+		t.Fatalf("TelemetryEndpoint = %q, %v", ep, err)
+	}
+	if got := len(f.callsOf("DiscoverPollEndpoint", false)); got != 1 {
+		t.Fatalf("%d requests, want 1 shared by both endpoints", got)
+	}
+
+	c.ForgetPollEndpoint(testInstanceArn)
+	f.handle("DiscoverPollEndpoint", func(map[string]any) (int, any) {
+		return http.StatusOK, map[string]any{"endpoint": "https://ecs-a-1.us-west-2.amazonaws.com/"}
+	})
+	if ep, err := c.TelemetryEndpoint(ctx, testInstanceArn); err == nil {
+		t.Fatalf("TelemetryEndpoint without one in the answer = %q, want an error", ep)
+	}
+}
+
 func TestErrorTranslation(t *testing.T) {
 	tests := []struct {
 		name      string

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -15,6 +16,20 @@ import (
 type TaskSource interface {
 	Tasks() []*task.Task
 	UnknownContainers() []task.UnknownContainer
+}
+
+// UsageSource is implemented by a TaskSource that knows the latest resource use of running
+// containers; /v1/tasks then shows it.
+type UsageSource interface {
+	// ContainerUsage returns the latest figures of the running container dockerID; ok is false when
+	// there are none.
+	ContainerUsage(dockerID string) (u Usage, ok bool)
+}
+
+// Usage is a container's latest resource use.
+type Usage struct {
+	CPUPercent  float64 // percent of one vCPU
+	MemoryBytes uint64
 }
 
 // TasksResponse is the body of GET /v1/tasks. UnknownContainers is a Berth extension, absent when
@@ -36,8 +51,9 @@ type UnknownContainerResponse struct {
 	Since      time.Time `json:"Since,omitzero"`
 }
 
-// TaskResponse is one task in the ECS agent's introspection shape. StoppedReason and PendingReason
-// are Berth extensions.
+// TaskResponse is one task in the ECS agent's introspection shape. StoppedReason, PendingReason,
+// CPUPercent and MemoryMiB are Berth extensions; CPUPercent and MemoryMiB are the sums over the
+// task's containers whose figures are known, present when one is.
 type TaskResponse struct {
 	Arn           string              `json:"Arn"`
 	DesiredStatus string              `json:"DesiredStatus"`
@@ -47,11 +63,14 @@ type TaskResponse struct {
 	Containers    []ContainerResponse `json:"Containers"`
 	StoppedReason string              `json:"StoppedReason,omitempty"`
 	PendingReason string              `json:"PendingReason,omitempty"`
+	CPUPercent    *float64            `json:"CPUPercent,omitempty"`
+	MemoryMiB     *float64            `json:"MemoryMiB,omitempty"`
 }
 
 // ContainerResponse is one container in the ECS agent's introspection shape. KnownStatus, ExitCode,
-// Reason and RestartCount are Berth extensions; RestartCount is present only for a container with an
-// enabled restart policy.
+// Reason, RestartCount, CPUPercent and MemoryMiB are Berth extensions; RestartCount is present only
+// for a container with an enabled restart policy, CPUPercent (of one vCPU) and MemoryMiB only for a
+// running container whose stats were sampled.
 type ContainerResponse struct {
 	DockerID     string            `json:"DockerId"`
 	DockerName   string            `json:"DockerName"`
@@ -64,6 +83,8 @@ type ContainerResponse struct {
 	ExitCode     *int              `json:"ExitCode,omitempty"`
 	Reason       string            `json:"Reason,omitempty"`
 	RestartCount *int              `json:"RestartCount,omitempty"`
+	CPUPercent   *float64          `json:"CPUPercent,omitempty"`
+	MemoryMiB    *float64          `json:"MemoryMiB,omitempty"`
 }
 
 // PortResponse is one port binding.
@@ -81,7 +102,7 @@ type NetworkResponse struct {
 }
 
 // taskResponse renders a task for introspection.
-func taskResponse(t *task.Task) TaskResponse {
+func taskResponse(t *task.Task, usage UsageSource) TaskResponse {
 	r := TaskResponse{Arn: t.Arn, DesiredStatus: t.DesiredStatus.String(), KnownStatus: t.KnownStatus.String(),
 		Family: t.Family, Version: strconv.Itoa(t.Revision), StoppedReason: t.StoppedReason, PendingReason: t.PendingReason,
 		Containers: []ContainerResponse{}}
@@ -90,6 +111,13 @@ func taskResponse(t *task.Task) TaskResponse {
 			ImageID: c.ImageID, KnownStatus: c.KnownStatus.String(), ExitCode: c.ExitCode, Reason: c.Reason}
 		if c.RestartPolicy != nil && c.RestartPolicy.Enabled {
 			cr.RestartCount = new(c.RestartCount)
+		}
+		if usage != nil && c.DockerID != "" {
+			if u, ok := usage.ContainerUsage(c.DockerID); ok {
+				cpu, mem := roundTo(u.CPUPercent, 2), roundTo(float64(u.MemoryBytes)/(1<<20), 2)
+				cr.CPUPercent, cr.MemoryMiB = &cpu, &mem
+				r.CPUPercent, r.MemoryMiB = add(r.CPUPercent, cpu), add(r.MemoryMiB, mem)
+			}
 		}
 		for _, b := range c.NetworkBindings {
 			cr.Ports = append(cr.Ports, PortResponse{ContainerPort: b.ContainerPort, Protocol: b.Protocol, HostPort: b.HostPort, HostIP: b.BindIP})
@@ -106,9 +134,24 @@ func taskResponse(t *task.Task) TaskResponse {
 	return r
 }
 
+// add returns sum + v, sum being nil for none yet.
+func add(sum *float64, v float64) *float64 {
+	if sum != nil {
+		v += *sum
+	}
+	return &v
+}
+
+// roundTo rounds v to n decimals.
+func roundTo(v float64, n int) float64 {
+	p := math.Pow10(n)
+	return math.Round(v*p) / p
+}
+
 // serveTasks answers GET /v1/tasks (every task, then the running containers of no known task), and
 // with ?taskarn= or ?dockerid= the one matching task (404 when none). A dockerid matches a full ID or a prefix of at least 12 characters, like the Docker CLI.
 func serveTasks(src TaskSource) http.HandlerFunc {
+	usage, _ := src.(UsageSource)
 	return func(w http.ResponseWriter, r *http.Request) {
 		tasks := src.Tasks()
 		slices.SortFunc(tasks, func(a, b *task.Task) int { return strings.Compare(a.Arn, b.Arn) })
@@ -121,7 +164,7 @@ func serveTasks(src TaskSource) http.HandlerFunc {
 		case q.Has("taskarn"):
 			for _, t := range tasks {
 				if t.Arn == arn {
-					writeJSON(w, http.StatusOK, taskResponse(t))
+					writeJSON(w, http.StatusOK, taskResponse(t, usage))
 					return
 				}
 			}
@@ -132,7 +175,7 @@ func serveTasks(src TaskSource) http.HandlerFunc {
 				for _, t := range tasks {
 					for _, c := range t.Containers {
 						if c.DockerID != "" && strings.HasPrefix(c.DockerID, dockerID) {
-							writeJSON(w, http.StatusOK, taskResponse(t))
+							writeJSON(w, http.StatusOK, taskResponse(t, usage))
 							return
 						}
 					}
@@ -143,7 +186,7 @@ func serveTasks(src TaskSource) http.HandlerFunc {
 		}
 		out := TasksResponse{Tasks: make([]TaskResponse, 0, len(tasks))}
 		for _, t := range tasks {
-			out.Tasks = append(out.Tasks, taskResponse(t))
+			out.Tasks = append(out.Tasks, taskResponse(t, usage))
 		}
 		for _, u := range src.UnknownContainers() {
 			out.UnknownContainers = append(out.UnknownContainers, UnknownContainerResponse{DockerID: u.DockerID,

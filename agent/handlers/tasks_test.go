@@ -124,3 +124,35 @@ func TestTasksListsUnknownContainers(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 	assert.NotContains(t, rec.Body.String(), "UnknownContainers", "one task's answer keeps the ECS shape")
 }
+
+// withUsage is a task source that knows the resource use of some containers.
+type withUsage struct {
+	fixedTasks
+	usage map[string]Usage
+}
+
+func (w withUsage) ContainerUsage(dockerID string) (Usage, bool) {
+	u, ok := w.usage[dockerID]
+	return u, ok
+}
+
+func TestTasksShowUsage(t *testing.T) {
+	web := &task.Task{Arn: "arn:web", Family: "web", Revision: 1, DesiredStatus: task.TaskRunning, KnownStatus: task.TaskRunning,
+		Containers: []*task.Container{
+			{Name: "app", DockerID: "id-app", KnownStatus: task.ContainerRunning},
+			{Name: "side", DockerID: "id-side", KnownStatus: task.ContainerRunning},
+			{Name: "new", DockerID: "id-new", KnownStatus: task.ContainerRunning},
+		}}
+	src := withUsage{fixedTasks: fixedTasks{web}, usage: map[string]Usage{
+		"id-app":  {CPUPercent: 12.3456, MemoryBytes: 20 << 20},
+		"id-side": {CPUPercent: 1, MemoryBytes: 1 << 19},
+	}}
+	rec := httptest.NewRecorder()
+	NewIntrospection(fixedMetadata{}, src, nil).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/tasks?taskarn=arn:web", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.JSONEq(t, `{"Arn":"arn:web","DesiredStatus":"RUNNING","KnownStatus":"RUNNING","Family":"web","Version":"1",
+		"CPUPercent":13.35,"MemoryMiB":20.5,"Containers":[
+		{"DockerId":"id-app","DockerName":"","Name":"app","Image":"","ImageID":"","KnownStatus":"RUNNING","CPUPercent":12.35,"MemoryMiB":20},
+		{"DockerId":"id-side","DockerName":"","Name":"side","Image":"","ImageID":"","KnownStatus":"RUNNING","CPUPercent":1,"MemoryMiB":0.5},
+		{"DockerId":"id-new","DockerName":"","Name":"new","Image":"","ImageID":"","KnownStatus":"RUNNING"}]}`, rec.Body.String())
+}

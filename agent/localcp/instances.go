@@ -295,5 +295,5 @@ func (s *Server) discoverPollEndpoint(r *http.Request, _ *discoverPollEndpointRe
 		scheme = "https"
 	}
 	base := scheme + "://" + r.Host + "/"
-	return map[string]any{"endpoint": base, "telemetryEndpoint": base}, nil
+	return map[string]any{"endpoint": base, "telemetryEndpoint": scheme + "://" + r.Host + tcsPath}, nil
 }

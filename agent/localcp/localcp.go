@@ -1,6 +1,7 @@
 // Package localcp is Berth's embedded, ECS-compatible control plane for local mode. It serves the
 // ECS JSON 1.1 API on POST / (what the agent's ECS API client and the AWS CLI speak) and the ACS
-// websocket on /ws (what the agent's ACS client speaks), and keeps its state in its own bbolt file.
+// websocket on /ws (what the agent's ACS client speaks) and the TCS websocket on /tcs/ws (its
+// telemetry client: each frame signed, each publish acknowledged, the last metrics kept), and keeps its state in its own bbolt file.
 //
 // It places every task on the cluster's container instance (in local mode there is one, the agent's)
 // and delivers it over ACS. A task's life as this control plane sees it:
@@ -31,6 +32,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/tcs"
 )
 
 // DefaultHeartbeatInterval is how often an ACS HeartbeatMessage is sent when Config leaves it zero.
@@ -73,8 +75,12 @@ type Server struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup // ACS connections
 
-	connMu sync.Mutex
-	conns  map[string]*acsConn // by container instance ARN
+	connMu   sync.Mutex
+	conns    map[string]*acsConn // by container instance ARN
+	tcsConns map[*tcsConn]struct{}
+
+	tcsMu   sync.Mutex
+	metrics map[string][]tcs.TaskMetric // the last metrics batch by container instance ARN
 }
 
 // New opens (or creates) the state file and returns a Server ready to serve; the default cluster
@@ -96,6 +102,8 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 		heartbeat: cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval),
 		closing:   make(chan struct{}),
 		conns:     make(map[string]*acsConn),
+		tcsConns:  make(map[*tcsConn]struct{}),
+		metrics:   make(map[string][]tcs.TaskMetric),
 	}
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
@@ -139,7 +147,8 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 	return s, nil
 }
 
-// Handler returns the HTTP handler: the ACS websocket on /ws, the ECS API on everything else. Every
+// Handler returns the HTTP handler: the ACS websocket on /ws, the TCS one on /tcs/ws, the ECS API on
+// everything else. Every
 // request must name a loopback (or allowed) host and carry a SigV4 signature made with the keys;
 // anything else is refused with ECS's error before it is looked at.
 func (s *Server) Handler() http.Handler {
@@ -147,6 +156,14 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("x-amzn-RequestId", newID())
 		if err := s.auth.VerifyHeaders(r); err != nil {
 			s.refuse(w, r, err)
+			return
+		}
+		if isTCSPath(r.URL.Path) {
+			if err := s.auth.Verify(r, nil); err != nil {
+				s.refuse(w, r, err)
+				return
+			}
+			s.serveTCS(w, r)
 			return
 		}
 		// The ACS client joins the discovered endpoint and "ws", which may give "//ws".
@@ -176,6 +193,9 @@ func (s *Server) Close() error {
 		close(s.closing)
 		s.connMu.Lock()
 		for _, c := range s.conns {
+			c.close()
+		}
+		for c := range s.tcsConns {
 			c.close()
 		}
 		s.connMu.Unlock()

@@ -352,7 +352,7 @@ func TestRegisterContainerInstance(t *testing.T) {
 	require.NoError(t, localauth.Sign(t.Context(), req, []byte(`{"cluster":"default"}`), testKeys, "us-east-1", time.Now()))
 	rec := httptest.NewRecorder()
 	h.srv.Handler().ServeHTTP(rec, req)
-	assert.JSONEq(t, `{"endpoint":"http://127.0.0.1:51677/","telemetryEndpoint":"http://127.0.0.1:51677/"}`, rec.Body.String())
+	assert.JSONEq(t, `{"endpoint":"http://127.0.0.1:51677/","telemetryEndpoint":"http://127.0.0.1:51677/tcs/"}`, rec.Body.String())
 	assert.Equal(t, "application/x-amz-json-1.1", rec.Header().Get("Content-Type"))
 }
 

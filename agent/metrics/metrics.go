@@ -30,7 +30,20 @@ type Metrics struct {
 	dockerCalls  *prometheus.HistogramVec
 	tasks        atomic.Pointer[func() []*task.Task]
 	unknown      atomic.Pointer[func() []task.UnknownContainer]
+	usage        atomic.Pointer[func() []ContainerUsage]
 }
+
+// ContainerUsage is a running container's latest resource use.
+type ContainerUsage struct {
+	TaskArn, ContainerName string
+	CPUPercent             float64 // percent of one vCPU
+	MemoryBytes            uint64
+}
+
+// ReportUsage makes every scrape report what usage returns as berth_container_cpu_percent and
+// berth_container_memory_bytes, labelled by task ARN and container name. It is safe to call while
+// metrics are served.
+func (m *Metrics) ReportUsage(usage func() []ContainerUsage) { m.usage.Store(&usage) }
 
 // CountTasks makes every scrape count the tasks tasks returns by known status. It is safe to call
 // while metrics are served.
@@ -71,7 +84,7 @@ func New() *Metrics {
 		}
 		return 0
 	})
-	m.registry.MustRegister(m.pulls, m.pullAttempts, m.pullRetries, m.dockerCalls, statusCollector{m: m}, unknown,
+	m.registry.MustRegister(m.pulls, m.pullAttempts, m.pullRetries, m.dockerCalls, statusCollector{m: m}, usageCollector{m: m}, unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -120,6 +133,34 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for s, n := range containers {
 		ch <- prometheus.MustNewConstMetric(containerDesc, prometheus.GaugeValue, float64(n), s)
+	}
+}
+
+var (
+	cpuDesc = prometheus.NewDesc("berth_container_cpu_percent",
+		"CPU used by a running container between Docker's last two readings, in percent of one vCPU.", []string{"task_arn", "container"}, nil)
+	memoryDesc = prometheus.NewDesc("berth_container_memory_bytes",
+		"Memory used by a running container, less the page cache, as ECS counts it.", []string{"task_arn", "container"}, nil)
+)
+
+// usageCollector reports the containers' latest resource use at scrape time.
+type usageCollector struct {
+	m *Metrics
+}
+
+func (c usageCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- cpuDesc
+	ch <- memoryDesc
+}
+
+func (c usageCollector) Collect(ch chan<- prometheus.Metric) {
+	usage := c.m.usage.Load()
+	if usage == nil {
+		return
+	}
+	for _, u := range (*usage)() {
+		ch <- prometheus.MustNewConstMetric(cpuDesc, prometheus.GaugeValue, u.CPUPercent, u.TaskArn, u.ContainerName)
+		ch <- prometheus.MustNewConstMetric(memoryDesc, prometheus.GaugeValue, float64(u.MemoryBytes), u.TaskArn, u.ContainerName)
 	}
 }
 

@@ -107,3 +107,14 @@ func TestUnknownRunningContainers(t *testing.T) {
 	unknown = unknown[:1]
 	assert.Contains(t, scrape(t, m), "berth_unknown_running_containers 1\n")
 }
+
+func TestContainerUsage(t *testing.T) {
+	m := New()
+	assert.NotContains(t, scrape(t, m), "berth_container_cpu_percent", "nothing before the source is wired")
+	m.ReportUsage(func() []ContainerUsage {
+		return []ContainerUsage{{TaskArn: "arn:t", ContainerName: "web", CPUPercent: 12.5, MemoryBytes: 20 << 20}}
+	})
+	body := scrape(t, m)
+	assert.Contains(t, body, `berth_container_cpu_percent{container="web",task_arn="arn:t"} 12.5`+"\n")
+	assert.Contains(t, body, `berth_container_memory_bytes{container="web",task_arn="arn:t"} 2.097152e+07`+"\n")
+}

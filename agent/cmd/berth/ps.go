@@ -47,12 +47,13 @@ func runPs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 	return 0
 }
 
-// printTasks renders tasks as a table: one row per container, the task's columns on its first row.
+// printTasks renders tasks as a table: one row per container, the task's columns on its first row,
+// with each running container's latest CPU (percent of one vCPU) and memory when the agent knows them.
 // The running containers of no known task follow in a table of their own, with what to do about
 // them; nothing is printed for them when there are none.
 func printTasks(w io.Writer, tasks []handlers.TaskResponse, unknown []handlers.UnknownContainerResponse) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tFAMILY:REV\tDESIRED\tKNOWN\tCONTAINER\tSTATUS\tDOCKER ID\tPORTS\tREASON")
+	fmt.Fprintln(tw, "TASK\tFAMILY:REV\tDESIRED\tKNOWN\tCONTAINER\tSTATUS\tCPU %\tMEM\tDOCKER ID\tPORTS\tREASON")
 	for _, t := range tasks {
 		id := t.Arn[strings.LastIndexByte(t.Arn, '/')+1:]
 		taskReason := t.StoppedReason
@@ -60,7 +61,7 @@ func printTasks(w io.Writer, tasks []handlers.TaskResponse, unknown []handlers.U
 			taskReason = t.PendingReason
 		}
 		if len(t.Containers) == 0 {
-			fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t-\t-\t-\t-\t%s\n", id, t.Family, t.Version, t.DesiredStatus, t.KnownStatus, taskReason)
+			fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t%s\n", id, t.Family, t.Version, t.DesiredStatus, t.KnownStatus, taskReason)
 		}
 		for i, c := range t.Containers {
 			reason := c.Reason
@@ -83,7 +84,14 @@ func printTasks(w io.Writer, tasks []handlers.TaskResponse, unknown []handlers.U
 			} else {
 				fmt.Fprint(tw, "\t\t\t\t")
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, status, dockerID, strings.Join(ports, ","), reason)
+			cpu, mem := "-", "-"
+			if c.CPUPercent != nil {
+				cpu = fmt.Sprintf("%.1f%%", *c.CPUPercent)
+			}
+			if c.MemoryMiB != nil {
+				mem = fmt.Sprintf("%.1fMiB", *c.MemoryMiB)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, status, cpu, mem, dockerID, strings.Join(ports, ","), reason)
 		}
 	}
 	_ = tw.Flush()

@@ -1,0 +1,584 @@
+// Package tcs is the agent's client of the ECS Telemetry Communication Service: a SigV4-signed
+// websocket over which the agent publishes, every PublishInterval, its tasks' container metrics
+// (PublishMetricsRequest), their container health (PublishHealthRequest) and the instance's status
+// (PublishInstanceStatusRequest). Every frame the client sends is itself a signed request (see
+// frame.go). The package also defines the frames, and the stats sets the metrics are made of
+// (stats.go).
+//
+// A session, from connect to disconnect:
+//
+//	dial (signed upgrade) ──▶ resend the pending batches ──▶ every PublishInterval: snapshot the
+//	      ▲                                                   Source into batches, send each whole,
+//	      │                                                   wait for its acks
+//	      │                                                       │
+//	      └── backoff ◀── read or write error, heartbeat timeout, CloseMessage ◀┘
+//
+// # Batches: nothing lost, nothing counted twice
+//
+// Each round makes up to three batches, in order: metrics (one or more PublishMetricsRequest sharing
+// one messageId, at most MaxTasksPerMessage tasks each, fin=true on the last; one idle message when
+// no task runs), health (likewise, left out when no task has a health check) and instance status
+// (one message). A batch is a snapshot: the Source is asked once per round, and a batch is rebuilt
+// from its snapshot whenever it is sent.
+//
+// A batch stays pending until every one of its messages was written and answered (an ack of its
+// type, or an exception frame). If the connection ends before that, the whole batch is sent again,
+// first thing, on the next connection, under a new messageId: the server never sees a fin for the
+// partial copy, so it is never a complete batch, and the resent one holds every task exactly once.
+// A server that does not answer within AckTimeout is taken to have received the batch (it was
+// written whole), so a silent server causes no duplicates. While disconnected nothing is
+// snapshotted: samples keep accumulating in the Source until the next round.
+package tcs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/gorilla/websocket"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/retry"
+)
+
+// Source is what the client publishes: a snapshot of the tasks that run, taken once per round.
+// Calls come from one goroutine at a time.
+type Source interface {
+	// Metrics returns each running task's container metrics for the interval ending at now, and
+	// starts the next interval (see Window.Take). No task means the instance is idle.
+	Metrics(now time.Time) []TaskMetric
+	// Health returns the health of each task's containers that have a health check; tasks without
+	// one are left out.
+	Health(now time.Time) []TaskHealth
+}
+
+// InstanceStatusSource is implemented by a Source that knows the instance's statuses. Without it the
+// client reports a ContainerRuntime status OK since the client was made.
+type InstanceStatusSource interface {
+	InstanceStatuses(now time.Time) []InstanceStatus
+}
+
+// Defaults applied by New to zero Config fields, and the ECS agent's batch size.
+const (
+	DefaultPublishInterval  = 20 * time.Second
+	DefaultHeartbeatTimeout = time.Minute // plus up to DefaultHeartbeatJitter
+	DefaultHeartbeatJitter  = time.Minute
+	DefaultAckTimeout       = 30 * time.Second
+	// MaxTasksPerMessage is the most tasks one PublishMetricsRequest or PublishHealthRequest holds
+	// (the model's TaskMetrics list has max 10).
+	MaxTasksPerMessage = 10
+)
+
+const (
+	stableConnection = time.Minute
+	writeTimeout     = 10 * time.Second
+	handshakeTimeout = 30 * time.Second
+	readLimit        = 1 << 20
+	// emptyPayloadHash is the SHA-256 of the empty body of the upgrade GET.
+	emptyPayloadHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+	answerQueue      = 64
+)
+
+// Config configures a Client.
+type Config struct {
+	// Endpoint is the telemetryEndpoint from DiscoverPollEndpoint, http or https; the client
+	// connects to Endpoint + "ws" with ws or wss.
+	Endpoint             string
+	Cluster              string
+	ContainerInstanceArn string
+	Region               string
+	// Credentials sign the upgrade and every frame (SigV4, service ecs). Nil sends them unsigned,
+	// which only a local stand-in accepts.
+	Credentials   aws.CredentialsProvider
+	AgentVersion  string
+	AgentHash     string
+	DockerVersion string // the bare version, e.g. 27.3.1; left out of the query when empty
+	Source        Source
+	// PublishInterval spaces publishing rounds; zero means DefaultPublishInterval.
+	PublishInterval time.Duration
+	// DisableMetrics (ECS_DISABLE_METRICS) leaves metrics out; health and instance status still go.
+	DisableMetrics bool
+	// HeartbeatTimeout is how long a session may go without a frame from the server; zero means
+	// DefaultHeartbeatTimeout plus a random jitter up to DefaultHeartbeatJitter, drawn per session.
+	HeartbeatTimeout time.Duration
+	// AckTimeout bounds the wait for a batch's acks; zero means DefaultAckTimeout.
+	AckTimeout time.Duration
+	// ReconnectBackoff spaces reconnects; nil means 250 ms to 2 min, ×1.5, 20 % jitter. It is reset
+	// after a connection that lived a minute.
+	ReconnectBackoff retry.Backoff
+	// Clock times rounds, timeouts, backoff and signatures; nil is the wall clock. Write deadlines on
+	// the socket are always wall-clock time.
+	Clock  clockwork.Clock
+	Logger *logger.Logger // nil: no logging
+}
+
+// Client keeps a session with TCS open and publishes to it.
+type Client struct {
+	cfg     Config
+	log     *logger.Logger
+	clock   clockwork.Clock
+	backoff retry.Backoff
+	base    *url.URL
+	frames  *frameSigner
+	dialer  *websocket.Dialer
+	started time.Time
+
+	// pending are the batches snapshotted and not yet answered, oldest first. Only the publishing
+	// goroutine of the current session touches them; sessions run one after another.
+	pending []*batch
+}
+
+// batch is one snapshot to publish; build makes its messages under a message ID.
+type batch struct {
+	kind   string // the ack type that answers each of its messages
+	build  func(id string) []Message
+	events int // tasks in the snapshot, for the log
+}
+
+// New returns a client for cfg; it fails for an unusable Endpoint or a nil Source.
+func New(cfg Config) (*Client, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("tcs: nil source")
+	}
+	base, err := url.Parse(cfg.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("tcs endpoint %q: %w", cfg.Endpoint, err)
+	}
+	if base.Scheme != "http" && base.Scheme != "https" || base.Host == "" {
+		return nil, fmt.Errorf("tcs endpoint %q: want an http or https URL", cfg.Endpoint)
+	}
+	if cfg.PublishInterval <= 0 {
+		cfg.PublishInterval = DefaultPublishInterval
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = DefaultAckTimeout
+	}
+	c := &Client{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "tcs"),
+		clock:   cfg.Clock,
+		backoff: cfg.ReconnectBackoff,
+		base:    base,
+		dialer:  &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: handshakeTimeout},
+	}
+	if c.clock == nil {
+		c.clock = clockwork.NewRealClock()
+	}
+	if c.backoff == nil {
+		c.backoff = retry.NewExponentialBackoff(250*time.Millisecond, 2*time.Minute, 0.2, 1.5)
+	}
+	c.frames = &frameSigner{endpoint: base, region: cfg.Region, credentials: cfg.Credentials, signer: v4.NewSigner()}
+	c.started = c.clock.Now()
+	return c, nil
+}
+
+// HandshakeError is a websocket upgrade that the server answered with an HTTP status other than 101.
+type HandshakeError struct {
+	StatusCode int
+	Err        error
+}
+
+// Error gives the HTTP status.
+func (e *HandshakeError) Error() string {
+	return fmt.Sprintf("TCS refused the websocket upgrade: HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+}
+
+// Unwrap returns the dialer's error.
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
+var errHeartbeatTimeout = errors.New("no frame from TCS within the heartbeat timeout")
+
+// Run connects to TCS and publishes, reconnecting with backoff, until ctx ends; it then returns
+// ctx's error. Run must not be called concurrently on one Client.
+func (c *Client) Run(ctx context.Context) error {
+	for {
+		start := c.clock.Now()
+		connected, err := c.session(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if connected && c.clock.Now().Sub(start) >= stableConnection {
+			c.backoff.Reset()
+		}
+		delay := c.backoff.Duration()
+		c.log.Warn("TCS session ended; reconnecting", "error", err, "retry_in", delay, "pending_batches", len(c.pending))
+		if err := retry.Sleep(ctx, c.clock, delay); err != nil {
+			return err
+		}
+	}
+}
+
+// connectURL returns the http(s) URL of the upgrade request, with its query.
+func (c *Client) connectURL() *url.URL {
+	q := url.Values{}
+	q.Set("cluster", c.cfg.Cluster)
+	q.Set("containerInstance", c.cfg.ContainerInstanceArn)
+	q.Set("agentVersion", c.cfg.AgentVersion)
+	q.Set("agentHash", c.cfg.AgentHash)
+	if c.cfg.DockerVersion != "" {
+		q.Set("dockerVersion", c.cfg.DockerVersion)
+	}
+	u := *c.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/ws"
+	u.RawPath = ""
+	u.RawQuery = q.Encode()
+	u.Fragment = ""
+	return &u
+}
+
+// dial signs the upgrade request and opens the websocket.
+func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
+	u := c.connectURL()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("build TCS request: %w", err)
+	}
+	if c.cfg.Credentials != nil {
+		creds, err := c.cfg.Credentials.Retrieve(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("retrieve credentials to sign the TCS connection: %w", err)
+		}
+		if err := c.frames.signer.SignHTTP(ctx, creds, req, emptyPayloadHash, signingService, c.cfg.Region, c.clock.Now().UTC()); err != nil {
+			return nil, fmt.Errorf("sign the TCS connection: %w", err)
+		}
+	}
+	ws := *u
+	ws.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
+	conn, resp, err := c.dialer.DialContext(ctx, ws.String(), req.Header)
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, &HandshakeError{StatusCode: resp.StatusCode, Err: err}
+		}
+		return nil, fmt.Errorf("connect to TCS at %s: %w", u.Host, err)
+	}
+	conn.SetReadLimit(readLimit)
+	return conn, nil
+}
+
+// session runs one connection until it ends; connected reports whether the upgrade succeeded.
+func (c *Client) session(ctx context.Context) (connected bool, err error) {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return false, err
+	}
+	c.log.Info("connected to TCS", "endpoint", c.base.Host)
+
+	sctx, cancel := context.WithCancel(ctx)
+	s := &session{c: c, conn: conn}
+	frames := make(chan []byte)
+	readErr := make(chan error, 1)
+	pubErr := make(chan error, 1)
+	answers := make(chan string, answerQueue)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		s.close()
+		wg.Wait()
+	}()
+	wg.Go(func() { s.read(sctx, frames, readErr) })
+	wg.Go(func() {
+		if err := s.publish(sctx, answers); err != nil && sctx.Err() == nil {
+			pubErr <- err
+		}
+	})
+
+	hbTimeout := c.cfg.HeartbeatTimeout
+	if hbTimeout <= 0 {
+		hbTimeout = DefaultHeartbeatTimeout + mrand.N(DefaultHeartbeatJitter)
+	}
+	heartbeat := c.clock.NewTimer(hbTimeout)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case err := <-readErr:
+			return true, fmt.Errorf("read from TCS: %w", err)
+		case err := <-pubErr:
+			return true, err
+		case <-heartbeat.Chan():
+			return true, errHeartbeatTimeout
+		case data := <-frames:
+			restart(heartbeat, hbTimeout)
+			if err := s.dispatch(data, answers); err != nil {
+				return true, err
+			}
+		}
+	}
+}
+
+// restart makes t fire d from now, dropping a firing it may have made meanwhile.
+func restart(t clockwork.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.Chan():
+		default:
+		}
+	}
+	t.Reset(d)
+}
+
+// session is one websocket connection.
+type session struct {
+	c    *Client
+	conn *websocket.Conn
+}
+
+// read passes every frame to frames until the connection fails or ctx ends.
+func (s *session) read(ctx context.Context, frames chan<- []byte, errc chan<- error) {
+	for {
+		_, data, err := s.conn.ReadMessage()
+		if err != nil {
+			errc <- err
+			return
+		}
+		select {
+		case frames <- data:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// close says goodbye (best effort) and closes the connection, which ends read and any write.
+func (s *session) close() {
+	_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	_ = s.conn.Close()
+}
+
+// dispatch handles one server frame: acks and exceptions are passed to the publisher as answers,
+// heartbeats only count as life; CloseMessage and StopTelemetrySessionMessage end the session.
+func (s *session) dispatch(data []byte, answers chan<- string) error {
+	log := s.c.log
+	m, err := Decode(data)
+	var unknown *UnknownTypeError
+	switch {
+	case errors.As(err, &unknown):
+		log.Warn("skipping TCS frame of unknown type", "type", unknown.Type, "bytes", len(data))
+		return nil
+	case err != nil:
+		log.Warn("skipping malformed TCS frame", "bytes", len(data), "error", err)
+		return nil
+	}
+	answer := m.MessageType()
+	switch m := m.(type) {
+	case *HeartbeatMessage:
+		log.Debug("TCS heartbeat", "healthy", m.Healthy)
+		return nil
+	case *AckPublishMetric, *AckPublishHealth, *AckPublishInstanceStatus:
+	case *CloseMessage:
+		return fmt.Errorf("TCS closed the session: %s", m.Message)
+	case *StopTelemetrySessionMessage:
+		return fmt.Errorf("TCS stopped the session: %s", m.Message)
+	case *BadRequestException, *ResourceValidationException, *InvalidParameterException, *ServerException:
+		log.Warn("TCS rejected a message", "type", m.MessageType(), "message", exceptionText(m))
+		answer = answerException
+	default:
+		log.Warn("skipping TCS frame the agent does not expect", "type", m.MessageType())
+		return nil
+	}
+	select {
+	case answers <- answer:
+	default:
+		log.Debug("TCS answer not awaited; dropping it", "type", answer)
+	}
+	return nil
+}
+
+// answerException is the answer an exception frame gives to the message in flight.
+const answerException = "exception"
+
+func exceptionText(m Message) string {
+	switch m := m.(type) {
+	case *BadRequestException:
+		return m.Message
+	case *ResourceValidationException:
+		return m.Message
+	case *InvalidParameterException:
+		return m.Message
+	case *ServerException:
+		return m.Message
+	}
+	return ""
+}
+
+// publish resends the pending batches, then publishes a round every PublishInterval until ctx
+// ends or a write fails.
+func (s *session) publish(ctx context.Context, answers <-chan string) error {
+	c := s.c
+	ticker := c.clock.NewTicker(c.cfg.PublishInterval)
+	defer ticker.Stop()
+	for {
+		if err := s.flush(ctx, answers); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.Chan():
+			c.pending = append(c.pending, c.round(c.clock.Now())...)
+		}
+	}
+}
+
+// flush sends the pending batches in order, each whole, dropping one once its answers came.
+func (s *session) flush(ctx context.Context, answers <-chan string) error {
+	c := s.c
+	for len(c.pending) > 0 {
+		b := c.pending[0]
+	drain: // answers that came too late for an earlier batch
+		for {
+			select {
+			case <-answers:
+			default:
+				break drain
+			}
+		}
+		id := newUUID()
+		msgs := b.build(id)
+		for _, m := range msgs {
+			if err := s.write(ctx, m); err != nil {
+				return err
+			}
+		}
+		if err := s.await(ctx, answers, b.kind, len(msgs)); err != nil {
+			return err
+		}
+		c.pending = c.pending[1:]
+		c.log.Debug("published to TCS", "type", msgs[0].MessageType(), "message_id", id, "messages", len(msgs), "tasks", b.events)
+	}
+	return nil
+}
+
+// await waits for n answers of kind (or exceptions); after AckTimeout it gives up and returns nil.
+func (s *session) await(ctx context.Context, answers <-chan string, kind string, n int) error {
+	t := s.c.clock.NewTimer(s.c.cfg.AckTimeout)
+	defer t.Stop()
+	for n > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.Chan():
+			s.c.log.Warn("TCS did not acknowledge a batch; taking it as received", "type", kind, "missing", n)
+			return nil
+		case a := <-answers:
+			if a == kind || a == answerException {
+				n--
+			}
+		}
+	}
+	return nil
+}
+
+// write signs m and sends it as one text frame.
+func (s *session) write(ctx context.Context, m Message) error {
+	body, err := Encode(m)
+	if err != nil {
+		return err
+	}
+	frame, err := s.c.frames.sign(ctx, body, s.c.clock.Now())
+	if err != nil {
+		return err
+	}
+	if err := s.conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+		return fmt.Errorf("write %s to TCS: %w", m.MessageType(), err)
+	}
+	if err := s.conn.WriteMessage(websocket.TextMessage, frame); err != nil {
+		return fmt.Errorf("write %s to TCS: %w", m.MessageType(), err)
+	}
+	return nil
+}
+
+// round snapshots the Source into this round's batches.
+func (c *Client) round(now time.Time) []*batch {
+	var out []*batch
+	if !c.cfg.DisableMetrics {
+		out = append(out, c.metricsBatch(now))
+	}
+	if b := c.healthBatch(now); b != nil {
+		out = append(out, b)
+	}
+	return append(out, c.instanceStatusBatch(now))
+}
+
+func (c *Client) metricsBatch(now time.Time) *batch {
+	tasks := c.cfg.Source.Metrics(now)
+	ts := At(now)
+	return &batch{kind: TypeAckPublishMetric, events: len(tasks), build: func(id string) []Message {
+		md := MetricsMetadata{Cluster: c.cfg.Cluster, ContainerInstance: c.cfg.ContainerInstanceArn, MessageID: id}
+		if len(tasks) == 0 {
+			md.Idle, md.Fin = true, true
+			return []Message{&PublishMetricsRequest{Metadata: md, Timestamp: ts}}
+		}
+		var msgs []Message
+		for chunk := range slices.Chunk(tasks, MaxTasksPerMessage) {
+			msgs = append(msgs, &PublishMetricsRequest{Metadata: md, TaskMetrics: chunk, Timestamp: ts})
+		}
+		msgs[len(msgs)-1].(*PublishMetricsRequest).Metadata.Fin = true
+		return msgs
+	}}
+}
+
+func (c *Client) healthBatch(now time.Time) *batch {
+	tasks := c.cfg.Source.Health(now)
+	if len(tasks) == 0 {
+		return nil
+	}
+	ts := At(now)
+	return &batch{kind: TypeAckPublishHealth, events: len(tasks), build: func(id string) []Message {
+		md := HealthMetadata{Cluster: c.cfg.Cluster, ContainerInstance: c.cfg.ContainerInstanceArn, MessageID: id}
+		var msgs []Message
+		for chunk := range slices.Chunk(tasks, MaxTasksPerMessage) {
+			msgs = append(msgs, &PublishHealthRequest{Metadata: md, Tasks: chunk, Timestamp: ts})
+		}
+		msgs[len(msgs)-1].(*PublishHealthRequest).Metadata.Fin = true
+		return msgs
+	}}
+}
+
+func (c *Client) instanceStatusBatch(now time.Time) *batch {
+	var statuses []InstanceStatus
+	if src, ok := c.cfg.Source.(InstanceStatusSource); ok {
+		statuses = src.InstanceStatuses(now)
+	} else {
+		statuses = []InstanceStatus{{
+			Type:             InstanceStatusTypeRuntime,
+			Status:           InstanceStatusOK,
+			LastStatusChange: At(c.started),
+			LastUpdated:      At(now),
+		}}
+	}
+	ts := At(now)
+	return &batch{kind: TypeAckPublishInstanceStatus, build: func(id string) []Message {
+		return []Message{&PublishInstanceStatusRequest{
+			Metadata:  InstanceStatusMetadata{Cluster: c.cfg.Cluster, ContainerInstance: c.cfg.ContainerInstanceArn, RequestID: id},
+			Statuses:  statuses,
+			Timestamp: ts,
+		}}
+	}}
+}
+
+// newUUID returns a random version 4 UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}

@@ -1,0 +1,323 @@
+// Package telemetry is what the agent publishes to TCS and shows locally: it samples, about once a
+// second, the Docker stats of every running container of every running task from the shared stats
+// streams of agent/containerstats, feeds each container's tcs.Window, and answers the TCS client's
+// Metrics and Health. It also keeps each container's latest figures (CPU percent and memory) for
+// berth ps and /metrics.
+//
+//	ticker ──▶ Tasks() ──running containers──▶ Stats(dockerID) ──new sample?──▶ decode ──▶ Window.Add
+//	                                                                              └──▶ latest figures
+//	TCS client ──Metrics(now)──▶ Window.Take per container, grouped by task (static tasks left out)
+//	TCS client ──Health(now)───▶ the task model's container health, with the time it last changed
+//
+// A container that stops running is forgotten once its last samples were taken by Metrics, or after
+// forgetAfter when nobody takes them, so memory is bounded by the containers that run.
+package telemetry
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/berth-agent/berth/agent/containerstats"
+	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/tcs"
+)
+
+// Tasks lists the tasks the agent holds; it must return copies and be safe for concurrent use.
+type Tasks interface {
+	Tasks() []*task.Task
+}
+
+// Stats gives the latest Docker stats object of a container from its shared stream; the caller must
+// not modify it, and the same sample is returned (the same slice) until a new one arrives.
+type Stats interface {
+	Stats(ctx context.Context, dockerID string) (json.RawMessage, error)
+}
+
+var _ Stats = (*containerstats.Cache)(nil)
+
+// DefaultSampleInterval is how often Run samples when Config leaves SampleInterval zero: Docker
+// collects stats once a second.
+const DefaultSampleInterval = time.Second
+
+// forgetAfter is how long a container that stopped running is kept for a Metrics call to take its
+// last samples.
+const forgetAfter = 2 * time.Minute
+
+// Config configures a Source; zero fields take defaults.
+type Config struct {
+	// SampleInterval spaces the samples of each container (DefaultSampleInterval).
+	SampleInterval time.Duration
+	// Clock times sampling and health changes; nil is the wall clock.
+	Clock clockwork.Clock
+	// Logger receives the source's records; nil discards them.
+	Logger *logger.Logger
+}
+
+// Figures are a container's latest resource use.
+type Figures struct {
+	// CPUPercent is the CPU used between Docker's last two readings, in percent of one vCPU (as
+	// docker stats shows it: a container busy on two cores is at 200).
+	CPUPercent float64
+	// MemoryBytes is memory usage less the page cache, as ECS counts it.
+	MemoryBytes uint64
+}
+
+// ContainerFigures are the latest figures of one running container.
+type ContainerFigures struct {
+	TaskArn       string
+	ContainerName string
+	DockerID      string
+	Figures
+}
+
+// Source samples container stats and answers the TCS client; see the package doc. Its methods are
+// safe for concurrent use.
+type Source struct {
+	tasks    Tasks
+	stats    Stats
+	interval time.Duration
+	clock    clockwork.Clock
+	log      *logger.Logger
+
+	mu         sync.Mutex
+	containers map[string]*container  // by Docker ID
+	health     map[string]healthSince // by task ARN + "/" + container name
+}
+
+var (
+	_ tcs.Source               = (*Source)(nil)
+	_ tcs.InstanceStatusSource = (*Source)(nil)
+)
+
+// container is one sampled container.
+type container struct {
+	taskArn, family, version, name string
+	static                         bool
+	window                         *tcs.Window // nil for a static task's: no control plane hears of it
+	last                           *byte       // first byte of the latest sample decoded: a new sample is a new slice
+	figures                        Figures
+	known                          bool      // figures holds a sample
+	goneAt                         time.Time // when it was last found not running; zero while it runs
+}
+
+type healthSince struct {
+	status string
+	since  time.Time
+}
+
+// New returns a Source over the engine's tasks and the shared stats streams; sampling starts with
+// Run.
+func New(tasks Tasks, stats Stats, cfg Config) *Source {
+	s := &Source{tasks: tasks, stats: stats, interval: cmp.Or(cfg.SampleInterval, DefaultSampleInterval), clock: cfg.Clock,
+		log: cfg.Logger, containers: map[string]*container{}, health: map[string]healthSince{}}
+	if s.clock == nil {
+		s.clock = clockwork.NewRealClock()
+	}
+	if s.log == nil {
+		s.log = logger.Nop()
+	}
+	return s
+}
+
+// Run samples every running container each SampleInterval until ctx ends.
+func (s *Source) Run(ctx context.Context) {
+	t := s.clock.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+			s.Sample(ctx)
+		}
+	}
+}
+
+// Sample reads the latest stats sample of every running container of every running task once, and
+// forgets containers stopped long ago. Run calls it; tests call it directly.
+func (s *Source) Sample(ctx context.Context) {
+	now := s.clock.Now()
+	running := map[string]bool{}
+	for _, t := range s.tasks.Tasks() {
+		if t.KnownStatus != task.TaskRunning {
+			continue
+		}
+		for _, c := range t.Containers {
+			if c.Pause || c.KnownStatus != task.ContainerRunning || c.DockerID == "" {
+				continue
+			}
+			running[c.DockerID] = true
+			raw, err := s.stats.Stats(ctx, c.DockerID)
+			if err != nil {
+				s.log.Debug("no stats sample", "task", t.Arn, "container", c.Name, "error", err)
+				continue
+			}
+			s.add(t, c, raw)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, c := range s.containers {
+		switch {
+		case running[id]:
+			c.goneAt = time.Time{}
+		case c.goneAt.IsZero():
+			c.goneAt = now
+		case now.Sub(c.goneAt) >= forgetAfter:
+			delete(s.containers, id)
+		}
+	}
+}
+
+// add counts one sample of c, unless it is the one counted last.
+func (s *Source) add(t *task.Task, c *task.Container, raw json.RawMessage) {
+	if len(raw) == 0 {
+		return
+	}
+	s.mu.Lock()
+	e := s.containers[c.DockerID]
+	if e == nil {
+		e = &container{taskArn: t.Arn, family: t.Family, version: strconv.Itoa(t.Revision), name: c.Name, static: t.Static}
+		if !t.Static {
+			e.window = tcs.NewWindow(int64(cmp.Or(t.CPU, c.CPU)))
+		}
+		s.containers[c.DockerID] = e
+	}
+	same := e.last == &raw[0]
+	s.mu.Unlock()
+	if same {
+		return
+	}
+	sample, figures, err := Decode(raw)
+	if err != nil {
+		s.log.Debug("stats sample unreadable", "task", t.Arn, "container", c.Name, "error", err)
+		return
+	}
+	if e.window != nil {
+		e.window.Add(sample)
+	}
+	s.mu.Lock()
+	e.last, e.figures, e.known = &raw[0], figures, true
+	s.mu.Unlock()
+}
+
+// Metrics returns the stats sets of each running (or recently stopped) container of the tasks a
+// control plane knows, since the last call, grouped by task; static tasks are left out.
+func (s *Source) Metrics(time.Time) []tcs.TaskMetric {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	byTask := map[string]*tcs.TaskMetric{}
+	for id, c := range s.containers {
+		if c.window == nil {
+			continue
+		}
+		m, ok := c.window.Take(c.name)
+		if !c.goneAt.IsZero() {
+			delete(s.containers, id) // its last samples are taken now
+		}
+		if !ok {
+			continue
+		}
+		tm := byTask[c.taskArn]
+		if tm == nil {
+			tm = &tcs.TaskMetric{TaskArn: c.taskArn, TaskDefinitionFamily: c.family, TaskDefinitionVersion: c.version}
+			byTask[c.taskArn] = tm
+		}
+		tm.ContainerMetrics = append(tm.ContainerMetrics, m)
+	}
+	out := make([]tcs.TaskMetric, 0, len(byTask))
+	for _, tm := range byTask {
+		slices.SortFunc(tm.ContainerMetrics, func(a, b tcs.ContainerMetric) int { return strings.Compare(a.ContainerName, b.ContainerName) })
+		out = append(out, *tm)
+	}
+	slices.SortFunc(out, func(a, b tcs.TaskMetric) int { return strings.Compare(a.TaskArn, b.TaskArn) })
+	return out
+}
+
+// Health returns the health of the containers with a health check of each running task a control
+// plane knows, with when each last changed as this source saw it.
+func (s *Source) Health(now time.Time) []tcs.TaskHealth {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	var out []tcs.TaskHealth
+	for _, t := range s.tasks.Tasks() {
+		if t.Static || t.KnownStatus != task.TaskRunning {
+			continue
+		}
+		th := tcs.TaskHealth{TaskArn: t.Arn, TaskDefinitionFamily: t.Family, TaskDefinitionVersion: strconv.Itoa(t.Revision)}
+		for _, c := range t.Containers {
+			if c.HealthCheck == nil {
+				continue
+			}
+			status := string(c.Health)
+			switch c.Health {
+			case task.HealthHealthy, task.HealthUnhealthy:
+			default:
+				status = tcs.HealthStatusUnknown
+			}
+			key := t.Arn + "/" + c.Name
+			seen[key] = true
+			h, ok := s.health[key]
+			if !ok || h.status != status {
+				h = healthSince{status: status, since: now}
+				s.health[key] = h
+			}
+			th.Containers = append(th.Containers, tcs.ContainerHealth{ContainerName: c.Name, HealthStatus: status, StatusSince: tcs.At(h.since)})
+		}
+		if len(th.Containers) > 0 {
+			out = append(out, th)
+		}
+	}
+	for key := range s.health {
+		if !seen[key] {
+			delete(s.health, key)
+		}
+	}
+	slices.SortFunc(out, func(a, b tcs.TaskHealth) int { return strings.Compare(a.TaskArn, b.TaskArn) })
+	return out
+}
+
+// InstanceStatuses reports the container runtime OK: the agent publishes only while it runs, and it
+// runs only once the Docker Engine answered.
+func (s *Source) InstanceStatuses(now time.Time) []tcs.InstanceStatus {
+	return []tcs.InstanceStatus{{Type: tcs.InstanceStatusTypeRuntime, Status: tcs.InstanceStatusOK, LastUpdated: tcs.At(now)}}
+}
+
+// Container returns the latest figures of the running container dockerID; ok is false when there
+// are none yet.
+func (s *Source) Container(dockerID string) (f Figures, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.containers[dockerID]
+	if c == nil || !c.known || !c.goneAt.IsZero() {
+		return Figures{}, false
+	}
+	return c.figures, true
+}
+
+// Containers returns the latest figures of every running container that has some, by task ARN and
+// container name.
+func (s *Source) Containers() []ContainerFigures {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ContainerFigures, 0, len(s.containers))
+	for id, c := range s.containers {
+		if c.known && c.goneAt.IsZero() {
+			out = append(out, ContainerFigures{TaskArn: c.taskArn, ContainerName: c.name, DockerID: id, Figures: c.figures})
+		}
+	}
+	slices.SortFunc(out, func(a, b ContainerFigures) int {
+		return cmp.Or(strings.Compare(a.TaskArn, b.TaskArn), strings.Compare(a.ContainerName, b.ContainerName))
+	})
+	return out
+}

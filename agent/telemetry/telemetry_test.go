@@ -1,0 +1,234 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/tcs"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// statsJSON is a Docker stats object read at t0+sec: cpuNs of CPU time so far, a second after the
+// previous reading with prevCPUNs.
+func statsJSON(sec int, cpuNs, prevCPUNs, usage, cache uint64, withNet bool) json.RawMessage {
+	nets := ""
+	if withNet {
+		nets = fmt.Sprintf(`,"networks":{"eth0":{"rx_bytes":%d,"rx_packets":10,"rx_errors":0,"rx_dropped":1,"tx_bytes":%d,"tx_packets":5,"tx_errors":0,"tx_dropped":0},
+			"eth1":{"rx_bytes":100,"rx_packets":1,"tx_bytes":50,"tx_packets":1}}`, 1000*sec, 500*sec)
+	}
+	return json.RawMessage(fmt.Sprintf(`{"read":%q,"preread":%q,"pids_stats":{"current":3},
+		"blkio_stats":{"io_service_bytes_recursive":[{"major":8,"minor":0,"op":"read","value":4096},{"major":8,"minor":0,"op":"write","value":8192},{"major":8,"minor":0,"op":"Total","value":12288}]},
+		"cpu_stats":{"cpu_usage":{"total_usage":%d,"usage_in_kernelmode":1,"usage_in_usermode":2},"system_cpu_usage":99,"online_cpus":4},
+		"precpu_stats":{"cpu_usage":{"total_usage":%d},"system_cpu_usage":98,"online_cpus":4},
+		"memory_stats":{"usage":%d,"stats":{"cache":%d,"active_file":7},"limit":1073741824},"name":"/x","id":"abc"%s}`,
+		t0.Add(time.Duration(sec)*time.Second).Format(time.RFC3339Nano), t0.Add(time.Duration(sec-1)*time.Second).Format(time.RFC3339Nano),
+		cpuNs, prevCPUNs, usage, cache, nets))
+}
+
+func TestDecode(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		raw     json.RawMessage
+		mem     uint64
+		cpu     float64
+		network bool
+	}{
+		{"cgroup v1 with cache, half a core", statsJSON(2, 2_500_000_000, 2_000_000_000, 30<<20, 10<<20, true), 20 << 20, 50, true},
+		{"no cache key (cgroup v2), two cores", statsJSON(2, 4_000_000_000, 2_000_000_000, 30<<20, 0, false), 30 << 20, 200, false},
+		{"first sample of a stream: no CPU percent", statsJSON(1, 1_000_000_000, 0, 5<<20, 0, false), 5 << 20, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, f, err := Decode(tt.raw)
+			require.NoError(t, err)
+			assert.Equal(t, tt.mem, s.MemoryBytes)
+			assert.Equal(t, tt.mem, f.MemoryBytes)
+			assert.InDelta(t, tt.cpu, f.CPUPercent, 1e-9)
+			assert.Equal(t, uint64(4096), s.StorageReadBytes)
+			assert.Equal(t, uint64(8192), s.StorageWriteBytes)
+			if tt.network {
+				require.NotNil(t, s.Network)
+				assert.Equal(t, uint64(2100), s.Network.RxBytes)
+				assert.Equal(t, uint64(11), s.Network.RxPackets)
+				assert.Equal(t, uint64(1), s.Network.RxDropped)
+				assert.Equal(t, uint64(1050), s.Network.TxBytes)
+			} else {
+				assert.Nil(t, s.Network)
+			}
+		})
+	}
+	_, _, err := Decode(json.RawMessage(`{"read":`))
+	assert.Error(t, err)
+}
+
+type fakeTasks struct {
+	mu    sync.Mutex
+	tasks []*task.Task
+}
+
+func (f *fakeTasks) Tasks() []*task.Task {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tasks
+}
+
+type fakeStats struct {
+	mu    sync.Mutex
+	byID  map[string]json.RawMessage
+	calls int
+}
+
+func (f *fakeStats) Stats(_ context.Context, id string) (json.RawMessage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	raw, ok := f.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("no such container %q", id)
+	}
+	return raw, nil
+}
+
+func (f *fakeStats) set(id string, raw json.RawMessage) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.byID[id] = raw
+}
+
+func runningTask(arn string, static bool, cpu int, containers ...*task.Container) *task.Task {
+	return &task.Task{Arn: arn, Family: "fam", Revision: 3, CPU: cpu, Static: static, KnownStatus: task.TaskRunning, Containers: containers}
+}
+
+func runningContainer(name, id string) *task.Container {
+	return &task.Container{Name: name, DockerID: id, KnownStatus: task.ContainerRunning}
+}
+
+func TestSourceMetrics(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	web := runningContainer("web", "id-web")
+	pause := &task.Container{Name: "~internal~ecs~pause", DockerID: "id-pause", KnownStatus: task.ContainerResourcesProvisioned, Pause: true}
+	tasks := &fakeTasks{tasks: []*task.Task{
+		runningTask("arn:task/a", false, 512, web, pause),
+		runningTask("arn:task/static", true, 0, runningContainer("s", "id-static")),
+	}}
+	stats := &fakeStats{byID: map[string]json.RawMessage{"id-static": statsJSON(1, 1, 0, 1<<20, 0, false)}}
+	src := New(tasks, stats, Config{Clock: clock})
+	ctx := t.Context()
+
+	// Three samples a second apart: 0.5 s of CPU per second on 512 units (half a vCPU) is 100 %.
+	// The second is read twice and counted once.
+	for i, raw := range []json.RawMessage{
+		statsJSON(1, 1_000_000_000, 0, 10<<20, 0, true),
+		statsJSON(2, 1_500_000_000, 1_000_000_000, 20<<20, 0, true),
+		nil, // the same sample again
+		statsJSON(3, 2_000_000_000, 1_500_000_000, 30<<20, 0, true),
+	} {
+		if raw != nil {
+			stats.set("id-web", raw)
+		}
+		src.Sample(ctx)
+		if i == 1 {
+			f, ok := src.Container("id-web")
+			require.True(t, ok)
+			assert.InDelta(t, 50, f.CPUPercent, 1e-9, "display CPU is in percent of one vCPU")
+			assert.Equal(t, uint64(20<<20), f.MemoryBytes)
+		}
+	}
+	got := src.Metrics(clock.Now())
+	require.Len(t, got, 1, "the static task is left out")
+	tm := got[0]
+	assert.Equal(t, "arn:task/a", tm.TaskArn)
+	assert.Equal(t, "fam", tm.TaskDefinitionFamily)
+	assert.Equal(t, "3", tm.TaskDefinitionVersion)
+	require.Len(t, tm.ContainerMetrics, 1, "the pause container is left out")
+	m := tm.ContainerMetrics[0]
+	assert.Equal(t, "web", m.ContainerName)
+	assert.Equal(t, &tcs.CWStatsSet{Min: 10, Max: 30, SampleCount: 3, Sum: 60}, m.MemoryStatsSet)
+	require.NotNil(t, m.CPUStatsSet)
+	assert.Equal(t, int64(2), m.CPUStatsSet.SampleCount)
+	assert.InDelta(t, 100, m.CPUStatsSet.Max, 1e-9)
+	require.NotNil(t, m.NetworkStatsSet)
+	assert.Equal(t, int64(3100), m.NetworkStatsSet.RxBytes.Max)
+	assert.InDelta(t, 1000, m.NetworkStatsSet.RxBytesPerSecond.Max, 1e-9)
+	assert.Equal(t, int64(8192), m.StorageStatsSet.WriteSizeBytes.Max)
+
+	// The next interval starts empty; a container gone is reported once more, then forgotten.
+	assert.Empty(t, src.Metrics(clock.Now()))
+	stats.set("id-web", statsJSON(4, 2_500_000_000, 2_000_000_000, 40<<20, 0, true))
+	src.Sample(ctx)
+	web.KnownStatus = task.ContainerStopped
+	src.Sample(ctx)
+	_, ok := src.Container("id-web")
+	assert.False(t, ok, "no figures for a container that stopped")
+	got = src.Metrics(clock.Now())
+	require.Len(t, got, 1)
+	assert.Equal(t, 40.0, got[0].ContainerMetrics[0].MemoryStatsSet.Max)
+	assert.Empty(t, src.Metrics(clock.Now()))
+	assert.Len(t, src.Containers(), 1, "only the static task's container is left")
+}
+
+func TestSourceForgetsStoppedContainersWithoutMetrics(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	c := runningContainer("web", "id-web")
+	src := New(&fakeTasks{tasks: []*task.Task{runningTask("arn:task/a", false, 0, c)}},
+		&fakeStats{byID: map[string]json.RawMessage{"id-web": statsJSON(1, 1, 0, 1<<20, 0, false)}}, Config{Clock: clock})
+	src.Sample(t.Context())
+	c.KnownStatus = task.ContainerStopped
+	src.Sample(t.Context())
+	clock.Advance(forgetAfter)
+	src.Sample(t.Context())
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	assert.Empty(t, src.containers)
+}
+
+func TestSourceHealth(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	checked := runningContainer("web", "id-web")
+	checked.HealthCheck = &task.HealthCheck{Command: []string{"CMD", "true"}}
+	unchecked := runningContainer("side", "id-side")
+	tasks := &fakeTasks{tasks: []*task.Task{
+		runningTask("arn:task/a", false, 0, checked, unchecked),
+		runningTask("arn:task/b", false, 0, runningContainer("x", "id-x")),
+	}}
+	src := New(tasks, &fakeStats{byID: map[string]json.RawMessage{}}, Config{Clock: clock})
+
+	got := src.Health(clock.Now())
+	require.Len(t, got, 1, "a task without a health check is left out")
+	require.Len(t, got[0].Containers, 1)
+	assert.Equal(t, tcs.ContainerHealth{ContainerName: "web", HealthStatus: tcs.HealthStatusUnknown, StatusSince: tcs.At(t0)}, got[0].Containers[0])
+
+	clock.Advance(time.Minute)
+	checked.Health = task.HealthHealthy
+	got = src.Health(clock.Now())
+	assert.Equal(t, tcs.HealthStatusHealthy, got[0].Containers[0].HealthStatus)
+	assert.Equal(t, t0.Add(time.Minute), got[0].Containers[0].StatusSince.Time)
+	clock.Advance(time.Minute)
+	got = src.Health(clock.Now())
+	assert.Equal(t, t0.Add(time.Minute), got[0].Containers[0].StatusSince.Time, "unchanged health keeps its time")
+}
+
+func TestSourceRunSamplesOnTicks(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	stats := &fakeStats{byID: map[string]json.RawMessage{"id-web": statsJSON(1, 1, 0, 1<<20, 0, false)}}
+	src := New(&fakeTasks{tasks: []*task.Task{runningTask("arn:task/a", false, 0, runningContainer("web", "id-web"))}}, stats, Config{Clock: clock})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); src.Run(ctx) }()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	clock.Advance(DefaultSampleInterval)
+	require.Eventually(t, func() bool { _, ok := src.Container("id-web"); return ok }, 5*time.Second, time.Millisecond)
+	cancel()
+	<-done
+	assert.False(t, math.IsNaN(src.Containers()[0].CPUPercent))
+}
