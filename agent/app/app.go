@@ -101,7 +101,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	// One stats stream per container, shared by the task endpoint's /stats and the telemetry source.
 	stats := containerstats.New(client, containerstats.Config{Logger: log.With("component", "container_stats")})
 	defer stats.Close()
-	telSettings := defaultTelemetrySettings()
+	telSettings := telemetrySettingsOf(cfg)
 	tel := telemetry.New(eng, stats, telemetry.Config{SampleInterval: telSettings.sampleInterval(), Logger: log.With("component", "telemetry")})
 	var identity ec2identity.Identity
 	cp, identity, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, imds,

@@ -1,11 +1,14 @@
 package app
 
-import "time"
+import (
+	"time"
+
+	"github.com/berth-agent/berth/agent/config"
+)
 
 // telemetrySettings are the configuration of what the agent publishes to TCS and samples for it, as
 // the ECS agent names it: ECS_DISABLE_METRICS (DisableMetrics), ECS_POLL_METRICS (PollMetrics) and
-// ECS_POLLING_METRICS_WAIT_DURATION (PollingWait). agent/config does not carry these keys yet, so
-// the agent runs with their defaults.
+// ECS_POLLING_METRICS_WAIT_DURATION (PollingWait).
 type telemetrySettings struct {
 	// DisableMetrics publishes no container metrics and samples no stats; health and instance
 	// status are still published.
@@ -15,9 +18,9 @@ type telemetrySettings struct {
 	PollingWait time.Duration
 }
 
-// defaultTelemetrySettings returns the ECS agent's defaults: metrics on, sampled every second.
-func defaultTelemetrySettings() telemetrySettings {
-	return telemetrySettings{PollingWait: 10 * time.Second}
+// telemetrySettingsOf reads the telemetry keys of the configuration.
+func telemetrySettingsOf(cfg *config.Config) telemetrySettings {
+	return telemetrySettings{DisableMetrics: cfg.MetricsDisabled, PollMetrics: cfg.PollMetrics, PollingWait: cfg.PollingMetricsWaitDuration}
 }
 
 // sampleInterval is how often the telemetry source samples each container; zero is its default.
