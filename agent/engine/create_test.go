@@ -537,3 +537,19 @@ func jsonOf(v any) (string, error) {
 	b, err := json.Marshal(v)
 	return string(b), err
 }
+
+// TestVisitRunning: only running tasks are visited, as the engine holds them.
+func TestVisitRunning(t *testing.T) {
+	h := newHarness(t, testConfig())
+	run := newTask("arn:aws:ecs:local:000000000000:task/test-cluster/run", ctr("app"))
+	done := newTask("arn:aws:ecs:local:000000000000:task/test-cluster/done", ctr("app"))
+	h.add(run)
+	h.add(done)
+	h.waitStatus(run.Arn, task.TaskRunning)
+	h.waitStatus(done.Arn, task.TaskRunning)
+	require.NoError(t, h.engine.StopTask(context.Background(), done.Arn, "done"))
+	h.waitStatus(done.Arn, task.TaskStopped)
+	var visited []string
+	h.engine.VisitRunning(func(tk *task.Task) { visited = append(visited, tk.Arn) })
+	assert.Equal(t, []string{run.Arn}, visited)
+}

@@ -443,6 +443,23 @@ func (e *Engine) Tasks() []*task.Task {
 	return out
 }
 
+// VisitRunning calls visit with the snapshot of each running task, which visit must neither change
+// nor keep: the copy-free way for periodic readers (telemetry samples once a second) to look at
+// every task. Snapshots are replaced, never changed, so reading one needs no lock once taken.
+func (e *Engine) VisitRunning(visit func(t *task.Task)) {
+	e.mu.Lock()
+	workers := e.listedLocked()
+	e.mu.Unlock()
+	for _, w := range workers {
+		w.mu.Lock()
+		t := w.snap
+		w.mu.Unlock()
+		if t.KnownStatus == task.TaskRunning {
+			visit(t)
+		}
+	}
+}
+
 // listedLocked returns every worker whose task is saved; the caller holds e.mu.
 func (e *Engine) listedLocked() []*worker {
 	workers := make([]*worker, 0, len(e.workers))

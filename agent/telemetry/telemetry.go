@@ -31,9 +31,12 @@ import (
 	"github.com/berth-agent/berth/agent/tcs"
 )
 
-// Tasks lists the tasks the agent holds; it must return copies and be safe for concurrent use.
+// Tasks lists the tasks the agent holds; it must be safe for concurrent use. Tasks returns copies;
+// VisitRunning shows each running task without copying it, for the once-a-second sampling, and the
+// visitor must neither change nor keep it.
 type Tasks interface {
 	Tasks() []*task.Task
+	VisitRunning(visit func(t *task.Task))
 }
 
 // Stats gives the latest Docker stats object of a container from its shared stream; the caller must
@@ -147,10 +150,7 @@ func (s *Source) Run(ctx context.Context) {
 func (s *Source) Sample(ctx context.Context) {
 	now := s.clock.Now()
 	running := map[string]bool{}
-	for _, t := range s.tasks.Tasks() {
-		if t.KnownStatus != task.TaskRunning {
-			continue
-		}
+	s.tasks.VisitRunning(func(t *task.Task) {
 		for _, c := range t.Containers {
 			if c.Pause || c.KnownStatus != task.ContainerRunning || c.DockerID == "" {
 				continue
@@ -163,7 +163,7 @@ func (s *Source) Sample(ctx context.Context) {
 			}
 			s.add(t, c, raw)
 		}
-	}
+	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, c := range s.containers {

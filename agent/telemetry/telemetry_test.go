@@ -82,6 +82,14 @@ func (f *fakeTasks) Tasks() []*task.Task {
 	return f.tasks
 }
 
+func (f *fakeTasks) VisitRunning(visit func(t *task.Task)) {
+	for _, t := range f.Tasks() {
+		if t.KnownStatus == task.TaskRunning {
+			visit(t)
+		}
+	}
+}
+
 type fakeStats struct {
 	mu    sync.Mutex
 	byID  map[string]json.RawMessage
