@@ -145,8 +145,15 @@ func TestIntegrationRejectedTaskSurvivesAKill(t *testing.T) {
 	_, stopped = standIn.state()
 	assert.Contains(t, stopped[arn], "TaskDefinitionError")
 	assert.Contains(t, stopped[arn], "elasticNetworkInterfaces[0].macAddress", "the reason names the field")
+	// The report goes through the ECS API and needs no ACS session: the second agent's ACS
+	// connection may come after it.
+	require.Eventually(t, func() bool {
+		standIn.mu.Lock()
+		defer standIn.mu.Unlock()
+		return standIn.conns >= 2
+	}, 30*time.Second, 100*time.Millisecond, "the second agent connects to ACS")
+	second.stop()
 	standIn.mu.Lock()
 	assert.Equal(t, 2, standIn.conns, "each agent connected once; the payload was sent to the first only")
 	standIn.mu.Unlock()
-	second.stop()
 }
