@@ -214,7 +214,7 @@ func TestIntegrationStateChangeSurvivesAKill(t *testing.T) {
 	require.Eventually(t, func() bool {
 		out, err := awsCLI(t, endpoint, "list-container-instances", "--cluster", env.cluster)
 		return err == nil && strings.Contains(out, "container-instance")
-	}, 30*time.Second, 200*time.Millisecond)
+	}, 30*time.Second, 200*time.Millisecond, "the agent registers with its embedded control plane; log:\n%s", first.out.String())
 	def := fmt.Sprintf(`{"family": "reported", "containerDefinitions": [{"name": "c", "image": %q, "memory": 16, "command": ["sleep"]}]}`, testappImage)
 	defFile := filepath.Join(t.TempDir(), "def.json")
 	require.NoError(t, os.WriteFile(defFile, []byte(def), 0o600))
