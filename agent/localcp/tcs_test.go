@@ -57,13 +57,18 @@ func TestTCSRefusesStrangers(t *testing.T) {
 	q := url.Values{"cluster": {"default"}, "containerInstance": {ci}}
 	path := "/tcs/ws?" + q.Encode()
 	wsURL := "ws" + strings.TrimPrefix(ts.URL, "http") + path
-	for name, header := range map[string]http.Header{
-		"unsigned":     nil,
-		"other keys":   signedUpgrade(t, ts.URL+path, localauth.Keys{AccessKeyID: "AKIASTRANGER", SecretAccessKey: "x"}),
-		"wrong secret": signedUpgrade(t, ts.URL+path, localauth.Keys{AccessKeyID: testKeys.AccessKeyID, SecretAccessKey: "guess"}),
+	for name, tc := range map[string]struct {
+		header http.Header
+		want   string
+	}{
+		"unsigned":     {nil, "MissingAuthenticationTokenException"},
+		"other keys":   {signedUpgrade(t, ts.URL+path, localauth.Keys{AccessKeyID: "AKIASTRANGER", SecretAccessKey: "x"}), "UnrecognizedClientException"},
+		"wrong secret": {signedUpgrade(t, ts.URL+path, localauth.Keys{AccessKeyID: testKeys.AccessKeyID, SecretAccessKey: "guess"}), "InvalidSignatureException"},
+		// Signed with the right keys, but for a foreign Host: what DNS rebinding would send.
+		"foreign Host": {foreignHost(signedUpgrade(t, ts.URL+path, testKeys)), "AccessDeniedException"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ws, resp, err := websocket.DefaultDialer.Dial(wsURL, header)
+			ws, resp, err := websocket.DefaultDialer.Dial(wsURL, tc.header)
 			if ws != nil {
 				_ = ws.Close()
 			}
@@ -72,7 +77,7 @@ func TestTCSRefusesStrangers(t *testing.T) {
 			assert.GreaterOrEqual(t, resp.StatusCode, 400)
 			var out map[string]string
 			require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-			assert.Contains(t, out["__type"], "Exception")
+			assert.Equal(t, tc.want, out["__type"])
 		})
 	}
 
@@ -101,4 +106,10 @@ func TestTCSRefusesStrangers(t *testing.T) {
 			require.True(t, hb, "a stranger's frame got %s", m.MessageType())
 		}
 	})
+}
+
+// foreignHost sets a Host that is not loopback on h: the dialer sends it instead of the URL's.
+func foreignHost(h http.Header) http.Header {
+	h.Set("Host", "berth.attacker.example")
+	return h
 }
