@@ -125,13 +125,13 @@ type entry struct {
 	timer  clockwork.Timer    // the idle check while live, the removal once stopped; guarded by Cache.mu
 
 	mu       sync.Mutex
-	sample   json.RawMessage // the latest sample as served; nil until the first, and once stopped
-	last     point           // the latest sample's read time and network totals
-	err      error           // why there is no sample: the latest failure, or the end once done
-	done     bool            // stopped, idle or closed: the entry's goroutines are ending
-	expires  time.Time       // when a stopped entry is forgotten
-	lastRead time.Time       // when Stats last asked for the entry
-	changed  chan struct{}   // closed and replaced whenever sample or err changes
+	sample   dockerclient.StatsSample // the latest sample, its JSON as served; JSON nil until the first, and once stopped
+	last     point                    // the latest sample's read time and network totals
+	err      error                    // why there is no sample: the latest failure, or the end once done
+	done     bool                     // stopped, idle or closed: the entry's goroutines are ending
+	expires  time.Time                // when a stopped entry is forgotten
+	lastRead time.Time                // when Stats last asked for the entry
+	changed  chan struct{}            // closed and replaced whenever sample or err changes
 }
 
 // point is what the network rate of the next sample is computed from.
@@ -149,12 +149,19 @@ type point struct {
 // failure to reach Docker its error (retriable). The caller must not modify the result: every
 // reader of a sample shares it.
 func (c *Cache) Stats(ctx context.Context, dockerID string) (json.RawMessage, error) {
+	s, err := c.Sample(ctx, dockerID)
+	return s.JSON, err
+}
+
+// Sample is Stats with the sample's counters, decoded once where the stream is read: what telemetry
+// reads every second, without decoding the JSON again. The same rules and sharing apply.
+func (c *Cache) Sample(ctx context.Context, dockerID string) (dockerclient.StatsSample, error) {
 	e, err := c.get(dockerID)
 	if err != nil {
-		return nil, err
+		return dockerclient.StatsSample{}, err
 	}
 	sample, changed, err := e.read()
-	if sample != nil || err != nil {
+	if sample.JSON != nil || err != nil {
 		return sample, err
 	}
 	timer := c.cfg.Clock.NewTimer(c.cfg.FirstSampleWait)
@@ -163,11 +170,11 @@ func (c *Cache) Stats(ctx context.Context, dockerID string) (json.RawMessage, er
 		select {
 		case <-changed:
 		case <-timer.Chan():
-			return nil, fmt.Errorf("stats of container %q: %w within %v", dockerID, ErrNoSample, c.cfg.FirstSampleWait)
+			return dockerclient.StatsSample{}, fmt.Errorf("stats of container %q: %w within %v", dockerID, ErrNoSample, c.cfg.FirstSampleWait)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("stats of container %q: %w", dockerID, context.Cause(ctx))
+			return dockerclient.StatsSample{}, fmt.Errorf("stats of container %q: %w", dockerID, context.Cause(ctx))
 		}
-		if sample, changed, err = e.read(); sample != nil || err != nil {
+		if sample, changed, err = e.read(); sample.JSON != nil || err != nil {
 			return sample, err
 		}
 	}
@@ -261,7 +268,7 @@ func (c *Cache) stopped(e *entry, err error) {
 		return
 	}
 	e.done = true
-	e.sample, e.err = nil, err
+	e.sample, e.err = dockerclient.StatsSample{}, err
 	e.expires = c.cfg.Clock.Now().Add(c.cfg.StoppedTTL)
 	e.broadcast()
 	e.mu.Unlock()
@@ -315,7 +322,7 @@ func (c *Cache) stream(ctx context.Context, e *entry) {
 }
 
 // read returns the latest sample, a channel closed when it changes, and why there is no sample.
-func (e *entry) read() (json.RawMessage, <-chan struct{}, error) {
+func (e *entry) read() (dockerclient.StatsSample, <-chan struct{}, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.sample, e.changed, e.err
@@ -341,7 +348,8 @@ func (e *entry) offer(s dockerclient.StatsSample) {
 	if e.done || (!e.last.read.IsZero() && !s.Read.After(e.last.read)) {
 		return
 	}
-	e.sample = withNetworkRate(s.JSON, e.last, cur)
+	s.JSON = withNetworkRate(s.JSON, e.last, cur)
+	e.sample = s
 	e.last = cur
 	e.err = nil
 	e.broadcast()
@@ -354,7 +362,7 @@ func (e *entry) fail(err error) {
 	if e.done {
 		return
 	}
-	e.sample, e.err = nil, err
+	e.sample, e.err = dockerclient.StatsSample{}, err
 	e.broadcast()
 }
 
@@ -364,7 +372,7 @@ func (e *entry) end(err error) {
 	e.mu.Lock()
 	if !e.done {
 		e.done = true
-		if e.sample == nil {
+		if e.sample.JSON == nil {
 			e.err = err
 		}
 		e.broadcast()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	docker "github.com/fsouza/go-dockerclient"
@@ -19,24 +20,40 @@ import (
 // stats for it. An errdefs.ErrFailedPrecondition; not retried.
 var ErrNotRunning = errdefs.New(errdefs.ErrFailedPrecondition, "container not running")
 
-// StatsSample is one stats object of a container, as the Engine sent it, with the few fields Berth
-// reads decoded beside it.
+// StatsSample is one stats object of a container, as the Engine sent it, with the counters Berth
+// reads decoded beside it, once, where the stream is read.
 type StatsSample struct {
 	// JSON is the object exactly as the Engine sent it (read, preread, pids_stats, blkio_stats,
 	// num_procs, storage_stats, cpu_stats, precpu_stats, memory_stats, name, id, networks). It is
 	// the caller's: nothing else refers to it.
 	JSON json.RawMessage
-	// Read is when the Engine read the sample ("read").
-	Read time.Time
+	// Read is when the Engine read the sample ("read"); PreRead the previous sample's ("preread"),
+	// zero on a stream's first.
+	Read, PreRead time.Time
+	// CPUTotal and PreCPUTotal are the container's CPU time (cpu_stats and precpu_stats
+	// cpu_usage.total_usage).
+	CPUTotal, PreCPUTotal time.Duration
+	// MemoryUsage is memory_stats.usage, MemoryCache its page cache (memory_stats.stats.cache, which
+	// only cgroup v1 reports).
+	MemoryUsage, MemoryCache uint64
+	// StorageRead and StorageWrite sum the Read and Write entries of
+	// blkio_stats.io_service_bytes_recursive.
+	StorageRead, StorageWrite uint64
 	// Networks holds each interface's totals ("networks"); nil when the container has no network
 	// of its own (network mode host or none).
 	Networks map[string]NetworkStats
 }
 
-// NetworkStats are an interface's byte counts since the container's network was set up.
+// NetworkStats are an interface's counts since the container's network was set up.
 type NetworkStats struct {
-	RxBytes uint64 `json:"rx_bytes"`
-	TxBytes uint64 `json:"tx_bytes"`
+	RxBytes   uint64 `json:"rx_bytes"`
+	RxPackets uint64 `json:"rx_packets"`
+	RxErrors  uint64 `json:"rx_errors"`
+	RxDropped uint64 `json:"rx_dropped"`
+	TxBytes   uint64 `json:"tx_bytes"`
+	TxPackets uint64 `json:"tx_packets"`
+	TxErrors  uint64 `json:"tx_errors"`
+	TxDropped uint64 `json:"tx_dropped"`
 }
 
 // ContainerStats opens the Engine's stats stream of container id (GET /containers/{id}/stats?stream=1)
@@ -86,18 +103,53 @@ func (c *Client) ContainerStats(ctx context.Context, id string, fn func(StatsSam
 
 // decodeSample reads the next stats object from dec.
 func decodeSample(dec *json.Decoder) (StatsSample, error) {
-	var s StatsSample
-	if err := dec.Decode(&s.JSON); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
 		return StatsSample{}, err
 	}
-	var fields struct {
-		Read     time.Time               `json:"read"`
-		Networks map[string]NetworkStats `json:"networks"`
+	return ParseStats(raw)
+}
+
+// ParseStats decodes the counters of one Docker stats object; the sample keeps raw as its JSON.
+func ParseStats(raw json.RawMessage) (StatsSample, error) {
+	type cpu struct {
+		CPUUsage struct {
+			TotalUsage uint64 `json:"total_usage"` // ns
+		} `json:"cpu_usage"`
 	}
-	if err := json.Unmarshal(s.JSON, &fields); err != nil {
+	var f struct {
+		Read        time.Time `json:"read"`
+		PreRead     time.Time `json:"preread"`
+		CPUStats    cpu       `json:"cpu_stats"`
+		PreCPUStats cpu       `json:"precpu_stats"`
+		MemoryStats struct {
+			Usage uint64 `json:"usage"`
+			Stats struct {
+				Cache uint64 `json:"cache"`
+			} `json:"stats"`
+		} `json:"memory_stats"`
+		Networks   map[string]NetworkStats `json:"networks"`
+		BlkioStats struct {
+			IOServiceBytesRecursive []struct {
+				Op    string `json:"op"`
+				Value uint64 `json:"value"`
+			} `json:"io_service_bytes_recursive"`
+		} `json:"blkio_stats"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
 		return StatsSample{}, fmt.Errorf("decode stats: %w", err)
 	}
-	s.Read, s.Networks = fields.Read, fields.Networks
+	s := StatsSample{JSON: raw, Read: f.Read, PreRead: f.PreRead,
+		CPUTotal: time.Duration(f.CPUStats.CPUUsage.TotalUsage), PreCPUTotal: time.Duration(f.PreCPUStats.CPUUsage.TotalUsage),
+		MemoryUsage: f.MemoryStats.Usage, MemoryCache: f.MemoryStats.Stats.Cache, Networks: f.Networks}
+	for _, e := range f.BlkioStats.IOServiceBytesRecursive {
+		switch {
+		case strings.EqualFold(e.Op, "read"):
+			s.StorageRead += e.Value
+		case strings.EqualFold(e.Op, "write"):
+			s.StorageWrite += e.Value
+		}
+	}
 	return s, nil
 }
 

@@ -2,6 +2,7 @@ package dockerclient
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -63,8 +64,10 @@ func TestContainerStatsDeliversSamplesUntilTheContainerStops(t *testing.T) {
 		assert.JSONEq(t, objects[i], string(s.JSON))
 		assert.True(t, t0.Add(time.Duration(i)*time.Second).Equal(s.Read), "read of sample %d: %v", i, s.Read)
 	}
-	assert.Equal(t, map[string]NetworkStats{"eth0": {RxBytes: 100, TxBytes: 50}}, got[0].Networks)
-	assert.Equal(t, map[string]NetworkStats{"eth0": {RxBytes: 300, TxBytes: 90}}, got[1].Networks)
+	assert.Equal(t, map[string]NetworkStats{"eth0": {RxBytes: 100, RxPackets: 3, TxBytes: 50, TxPackets: 2}}, got[0].Networks)
+	assert.Equal(t, map[string]NetworkStats{"eth0": {RxBytes: 300, RxPackets: 3, TxBytes: 90, TxPackets: 2}}, got[1].Networks)
+	assert.Equal(t, 100*time.Nanosecond, got[0].CPUTotal)
+	assert.Equal(t, uint64(4096), got[0].MemoryUsage)
 	assert.Nil(t, got[2].Networks, "no networks in network mode host")
 }
 
@@ -170,4 +173,23 @@ func TestContainerStatsEndsWithItsContext(t *testing.T) {
 		return nil
 	})
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// TestParseStats decodes every counter Berth reads from one stats object, once.
+func TestParseStats(t *testing.T) {
+	raw := json.RawMessage(`{"read":"2026-11-30T14:00:01Z","preread":"2026-11-30T14:00:00Z",
+		"cpu_stats":{"cpu_usage":{"total_usage":2500000000}},"precpu_stats":{"cpu_usage":{"total_usage":2000000000}},
+		"memory_stats":{"usage":104857600,"stats":{"cache":4194304}},
+		"networks":{"eth0":{"rx_bytes":10,"rx_packets":1,"rx_errors":2,"rx_dropped":3,"tx_bytes":20,"tx_packets":4,"tx_errors":5,"tx_dropped":6}},
+		"blkio_stats":{"io_service_bytes_recursive":[{"op":"Read","value":7},{"op":"write","value":8},{"op":"Total","value":15},{"op":"read","value":1}]}}`)
+	s, err := ParseStats(raw)
+	require.NoError(t, err)
+	assert.Equal(t, StatsSample{JSON: raw,
+		Read: time.Date(2026, 11, 30, 14, 0, 1, 0, time.UTC), PreRead: time.Date(2026, 11, 30, 14, 0, 0, 0, time.UTC),
+		CPUTotal: 2500 * time.Millisecond, PreCPUTotal: 2 * time.Second, MemoryUsage: 100 << 20, MemoryCache: 4 << 20,
+		StorageRead: 8, StorageWrite: 8,
+		Networks: map[string]NetworkStats{"eth0": {RxBytes: 10, RxPackets: 1, RxErrors: 2, RxDropped: 3, TxBytes: 20, TxPackets: 4, TxErrors: 5, TxDropped: 6}},
+	}, s)
+	_, err = ParseStats(json.RawMessage(`{"read":`))
+	assert.Error(t, err)
 }

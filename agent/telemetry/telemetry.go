@@ -16,7 +16,6 @@ package telemetry
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/containerstats"
+	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/tcs"
@@ -39,10 +39,10 @@ type Tasks interface {
 	VisitRunning(visit func(t *task.Task))
 }
 
-// Stats gives the latest Docker stats object of a container from its shared stream; the caller must
-// not modify it, and the same sample is returned (the same slice) until a new one arrives.
+// Stats gives the latest Docker stats sample of a container from its shared stream, its counters
+// already decoded; the same sample (the same Read time) is returned until a new one arrives.
 type Stats interface {
-	Stats(ctx context.Context, dockerID string) (json.RawMessage, error)
+	Sample(ctx context.Context, dockerID string) (dockerclient.StatsSample, error)
 }
 
 var _ Stats = (*containerstats.Cache)(nil)
@@ -106,7 +106,7 @@ type container struct {
 	taskArn, family, version, name string
 	static                         bool
 	window                         *tcs.Window // nil for a static task's: no control plane hears of it
-	last                           *byte       // first byte of the latest sample decoded: a new sample is a new slice
+	last                           time.Time   // Read time of the latest sample counted
 	figures                        Figures
 	known                          bool      // figures holds a sample
 	goneAt                         time.Time // when it was last found not running; zero while it runs
@@ -156,12 +156,12 @@ func (s *Source) Sample(ctx context.Context) {
 				continue
 			}
 			running[c.DockerID] = true
-			raw, err := s.stats.Stats(ctx, c.DockerID)
+			sample, err := s.stats.Sample(ctx, c.DockerID)
 			if err != nil {
 				s.log.Debug("no stats sample", "task", t.Arn, "container", c.Name, "error", err)
 				continue
 			}
-			s.add(t, c, raw)
+			s.add(t, c, sample)
 		}
 	})
 	s.mu.Lock()
@@ -179,11 +179,12 @@ func (s *Source) Sample(ctx context.Context) {
 }
 
 // add counts one sample of c, unless it is the one counted last.
-func (s *Source) add(t *task.Task, c *task.Container, raw json.RawMessage) {
-	if len(raw) == 0 {
+func (s *Source) add(t *task.Task, c *task.Container, sample dockerclient.StatsSample) {
+	if sample.Read.IsZero() {
 		return
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	e := s.containers[c.DockerID]
 	if e == nil {
 		e = &container{taskArn: t.Arn, family: t.Family, version: strconv.Itoa(t.Revision), name: c.Name, static: t.Static}
@@ -192,22 +193,14 @@ func (s *Source) add(t *task.Task, c *task.Container, raw json.RawMessage) {
 		}
 		s.containers[c.DockerID] = e
 	}
-	same := e.last == &raw[0]
-	s.mu.Unlock()
-	if same {
+	if sample.Read.Equal(e.last) {
 		return
 	}
-	sample, figures, err := Decode(raw)
-	if err != nil {
-		s.log.Debug("stats sample unreadable", "task", t.Arn, "container", c.Name, "error", err)
-		return
-	}
+	counted, figures := Convert(sample)
 	if e.window != nil {
-		e.window.Add(sample)
+		e.window.Add(counted)
 	}
-	s.mu.Lock()
-	e.last, e.figures, e.known = &raw[0], figures, true
-	s.mu.Unlock()
+	e.last, e.figures, e.known = sample.Read, figures, true
 }
 
 // Metrics returns the stats sets of each running (or recently stopped) container of the tasks a

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/tcs"
 )
@@ -36,7 +37,7 @@ func statsJSON(sec int, cpuNs, prevCPUNs, usage, cache uint64, withNet bool) jso
 		cpuNs, prevCPUNs, usage, cache, nets))
 }
 
-func TestDecode(t *testing.T) {
+func TestConvert(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		raw     json.RawMessage
@@ -49,8 +50,9 @@ func TestDecode(t *testing.T) {
 		{"first sample of a stream: no CPU percent", statsJSON(1, 1_000_000_000, 0, 5<<20, 0, false), 5 << 20, 0, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s, f, err := Decode(tt.raw)
+			sample, err := dockerclient.ParseStats(tt.raw)
 			require.NoError(t, err)
+			s, f := Convert(sample)
 			assert.Equal(t, tt.mem, s.MemoryBytes)
 			assert.Equal(t, tt.mem, f.MemoryBytes)
 			assert.InDelta(t, tt.cpu, f.CPUPercent, 1e-9)
@@ -67,8 +69,6 @@ func TestDecode(t *testing.T) {
 			}
 		})
 	}
-	_, _, err := Decode(json.RawMessage(`{"read":`))
-	assert.Error(t, err)
 }
 
 type fakeTasks struct {
@@ -96,15 +96,15 @@ type fakeStats struct {
 	calls int
 }
 
-func (f *fakeStats) Stats(_ context.Context, id string) (json.RawMessage, error) {
+func (f *fakeStats) Sample(_ context.Context, id string) (dockerclient.StatsSample, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
 	raw, ok := f.byID[id]
 	if !ok {
-		return nil, fmt.Errorf("no such container %q", id)
+		return dockerclient.StatsSample{}, fmt.Errorf("no such container %q", id)
 	}
-	return raw, nil
+	return dockerclient.ParseStats(raw)
 }
 
 func (f *fakeStats) set(id string, raw json.RawMessage) {
