@@ -5,7 +5,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -165,15 +164,9 @@ func TestIntegrationECSModeAgainstAStandIn(t *testing.T) {
 	require.NoError(t, err)
 	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1", Keys: keys}, logger.Nop())
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: srv.Handler()}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		_ = srv.Close()
-	})
-	endpoint := cpEndpoint{url: "http://" + ln.Addr().String(), keys: keysFile}
+	t.Cleanup(func() { _ = srv.Close() })
+	addr := serveLoopback(t, srv.Handler())
+	endpoint := cpEndpoint{url: "http://" + addr, keys: keysFile}
 
 	bin := buildBerth(t)
 	env := newRecoveryEnv(t, bin)

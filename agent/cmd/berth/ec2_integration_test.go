@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,9 +23,6 @@ import (
 	"github.com/berth-agent/berth/agent/ec2identity/imdsmock"
 	"github.com/berth-agent/berth/agent/ecsagentdata"
 	"github.com/berth-agent/berth/agent/handlers"
-	"github.com/berth-agent/berth/agent/localauth"
-	"github.com/berth-agent/berth/agent/localcp"
-	"github.com/berth-agent/berth/agent/logger"
 )
 
 // recordingECS passes every request to the embedded control plane and records the region each was
@@ -65,23 +61,14 @@ func TestIntegrationClusterOnlyOnEC2(t *testing.T) {
 	require.NoError(t, os.WriteFile(overrides, []byte(`{"metadata": {"values": {"placement-region": "eu-west-3"}}}`), 0o600))
 	imds := imdsmock.Start(t, "--config-file", overrides)
 
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "eu-west-3",
-		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
-	require.NoError(t, err)
+	srv := standInECS(t, "eu-west-3")
 	ecs := &recordingECS{cp: srv.Handler()}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: ecs}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		_ = srv.Close()
-	})
+	addr := serveLoopback(t, ecs)
 
 	bin := buildBerth(t)
 	env := newRecoveryEnv(t, bin)
 	noRegion := []string{"AWS_DEFAULT_REGION=", "AWS_REGION=", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}
-	agent := env.start(append(noRegion, "ECS_BACKEND_HOST=http://"+ln.Addr().String(),
+	agent := env.start(append(noRegion, "ECS_BACKEND_HOST=http://"+addr,
 		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test",
 		"AWS_EC2_METADATA_DISABLED=false", "AWS_EC2_METADATA_SERVICE_ENDPOINT="+imds,
 		`ECS_CONTAINER_INSTANCE_TAGS={"team":"core"}`)...)
@@ -157,9 +144,7 @@ func TestIntegrationClusterOnlyOnEC2(t *testing.T) {
 func TestIntegrationSpotNoticeDrains(t *testing.T) {
 	imds := imdsmock.Start(t, "spot", "--mock-delay-sec", "3", "--action", "terminate")
 	noticeAt := time.Now().Add(3 * time.Second)
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
-		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
-	require.NoError(t, err)
+	srv := standInECS(t, "us-east-1")
 	var (
 		mu       sync.Mutex
 		drainsAt []time.Time
@@ -175,17 +160,10 @@ func TestIntegrationSpotNoticeDrains(t *testing.T) {
 		}
 		srv.Handler().ServeHTTP(w, r)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: handler}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		_ = srv.Close()
-	})
+	addr := serveLoopback(t, handler)
 
 	env := newRecoveryEnv(t, buildBerth(t))
-	agent := env.start("AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://"+ln.Addr().String(),
+	agent := env.start("AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://"+addr,
 		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_CONFIG_FILE=/dev/null",
 		"AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_EC2_METADATA_DISABLED=false",
 		"AWS_EC2_METADATA_SERVICE_ENDPOINT="+imds, "ECS_ENABLE_SPOT_INSTANCE_DRAINING=true")
@@ -230,19 +208,10 @@ func TestIntegrationTakesOverFromTheECSAgent(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
 
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
-		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
-	require.NoError(t, err)
+	srv := standInECS(t, "us-east-1")
 	ecs := &recordingECS{cp: srv.Handler()}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: ecs}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		_ = srv.Close()
-	})
-	agent := env.start(ecsModeEnv(ln.Addr().String())...)
+	addr := serveLoopback(t, ecs)
+	agent := env.start(ecsModeEnv(addr)...)
 	require.Eventually(t, func() bool {
 		ecs.mu.Lock()
 		defer ecs.mu.Unlock()

@@ -26,9 +26,6 @@ import (
 	"github.com/berth-agent/berth/agent/acs"
 	"github.com/berth-agent/berth/agent/dockerclient/testregistry"
 	"github.com/berth-agent/berth/agent/handlers"
-	"github.com/berth-agent/berth/agent/localauth"
-	"github.com/berth-agent/berth/agent/localcp"
-	"github.com/berth-agent/berth/agent/logger"
 )
 
 // roleECR answers ecr:GetAuthorizationToken only for requests signed with a role key it knows (the
@@ -150,19 +147,10 @@ func TestIntegrationExecutionRoleECRPull(t *testing.T) {
 	image := fmt.Sprintf("%s:%s/berth/exec:%s", ecrHost, port, randomHex(t, 4))
 	copyToRegistry(t, dc, testappImage, image, docker.AuthConfiguration{Username: "AWS", Password: password, ServerAddress: ecrHost + ":" + port})
 
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
-		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
-	require.NoError(t, err)
+	srv := standInECS(t, "us-east-1")
 	standIn := &scriptedACS{cp: srv.Handler(), out: make(chan acs.Message, 8)}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: standIn}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		close(standIn.out)
-		_ = hs.Close()
-		_ = srv.Close()
-	})
+	t.Cleanup(func() { close(standIn.out) })
+	addr := serveLoopback(t, standIn)
 
 	expires := time.Now().Add(time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
 	allowed := acs.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::" + ecrAccount + ":role/exec",
@@ -186,7 +174,7 @@ func TestIntegrationExecutionRoleECRPull(t *testing.T) {
 
 	env := newRecoveryEnv(t, buildBerth(t))
 	logFile := filepath.Join(t.TempDir(), "berth.log")
-	agent := env.start("AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://"+ln.Addr().String(),
+	agent := env.start("AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://"+addr,
 		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_ENDPOINT_URL_ECR="+ecr.URL,
 		"ECS_IMAGE_PULL_BEHAVIOR=always", "ECS_LOGFILE="+logFile, "ECS_LOGLEVEL=debug")

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,7 +25,6 @@ import (
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
-	"github.com/berth-agent/berth/agent/logger"
 )
 
 // kitchenSink is a task definition that sets every honoured field Docker shows, in bridge mode
@@ -97,20 +95,10 @@ func kitchenSinkPayload(arn, family string) *acs.Task {
 // channel, on loopback.
 func startScriptedACS(t *testing.T) (*scriptedACS, string) {
 	t.Helper()
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
-		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
-	require.NoError(t, err)
+	srv := standInECS(t, "us-east-1")
 	standIn := &scriptedACS{cp: srv.Handler(), out: make(chan acs.Message, 8)}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: standIn}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		close(standIn.out)
-		_ = hs.Close()
-		_ = srv.Close()
-	})
-	return standIn, ln.Addr().String()
+	t.Cleanup(func() { close(standIn.out) })
+	return standIn, serveLoopback(t, standIn)
 }
 
 // ecsModeEnv is the environment of an agent in ecs mode against startScriptedACS's stand-in.
@@ -350,24 +338,15 @@ func TestIntegrationUnsupportedFieldRefusedOnEveryPath(t *testing.T) {
 	}
 	agent.stop()
 
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
-		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
-	require.NoError(t, err)
+	srv := standInECS(t, "us-east-1")
 	arn := "arn:aws:ecs:us-east-1:000000000000:task/firelens/" + randomHex(t, 16)
 	standIn := &rejectingACS{cp: srv.Handler(), stopped: map[string]string{}, payload: &acs.PayloadMessage{
 		MessageID: "firelens-1", SeqNum: 1, Tasks: []*acs.Task{{Arn: arn, Family: "firelens-acs", Version: "1", DesiredStatus: "RUNNING",
 			Containers: []*acs.Container{{Name: "app", Image: testappImage, Memory: 16,
 				FirelensConfiguration: json.RawMessage(`{"type":"fluentbit","options":{}}`)}}}}}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: standIn}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		_ = srv.Close()
-	})
+	addr := serveLoopback(t, standIn)
 	remote := newRecoveryEnv(t, bin)
-	agent = remote.start(ecsModeEnv(ln.Addr().String())...)
+	agent = remote.start(ecsModeEnv(addr)...)
 	require.Eventually(t, func() bool {
 		_, stopped := standIn.state()
 		return stopped[arn] != ""

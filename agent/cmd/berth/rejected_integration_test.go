@@ -6,9 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,9 +18,6 @@ import (
 
 	"github.com/berth-agent/berth/agent/acs"
 	"github.com/berth-agent/berth/agent/controlplane"
-	"github.com/berth-agent/berth/agent/localauth"
-	"github.com/berth-agent/berth/agent/localcp"
-	"github.com/berth-agent/berth/agent/logger"
 )
 
 // rejectingACS stands in for Amazon ECS: the embedded control plane answers the ECS API, while the
@@ -107,9 +102,7 @@ func (s *rejectingACS) state() (acks []string, stopped map[string]string) {
 // report of a task it rejected and before it acknowledged the payload. ACS never sends the payload
 // again, yet after the restart the control plane learns that the task stopped, and why.
 func TestIntegrationRejectedTaskSurvivesAKill(t *testing.T) {
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
-		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
-	require.NoError(t, err)
+	srv := standInECS(t, "us-east-1")
 	bin := buildBerth(t)
 	env := newRecoveryEnv(t, bin)
 	const arn = "arn:aws:ecs:us-east-1:000000000000:task/rejected/0123456789abcdef"
@@ -119,15 +112,8 @@ func TestIntegrationRejectedTaskSurvivesAKill(t *testing.T) {
 			Containers: []*acs.Container{{Name: "c", Image: testappImage, Memory: 16}},
 			ElasticNetworkInterfaces: []*acs.ElasticNetworkInterface{{MacAddress: "not-a-mac", AttachmentArn: "arn:att",
 				IPv4Addresses: []acs.IPv4Address{{PrivateAddress: "10.0.0.5", Primary: true}}, SubnetGatewayIPv4Address: "10.0.0.1/24"}}}}}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: standIn}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		_ = srv.Close()
-	})
-	ecsMode := []string{"AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://" + ln.Addr().String(),
+	addr := serveLoopback(t, standIn)
+	ecsMode := []string{"AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://" + addr,
 		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}
 

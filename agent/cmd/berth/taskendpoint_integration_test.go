@@ -30,9 +30,6 @@ import (
 	"github.com/berth-agent/berth/agent/acs"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/hostnat"
-	"github.com/berth-agent/berth/agent/localauth"
-	"github.com/berth-agent/berth/agent/localcp"
-	"github.com/berth-agent/berth/agent/logger"
 )
 
 // scriptedACS stands in for Amazon ECS: the embedded control plane answers the ECS API, and the ACS
@@ -170,19 +167,10 @@ func runContainer(t *testing.T, args ...string) (string, bool) {
 // 169.254.170.2, a refresh replaces them, execution-role credentials and unknown IDs are refused, the
 // credentials are gone once the task is cleaned up, and no secret reaches the log or berth.db.
 func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
-	srv, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
-		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
-	require.NoError(t, err)
+	srv := standInECS(t, "us-east-1")
 	standIn := &scriptedACS{cp: srv.Handler(), out: make(chan acs.Message, 8)}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: standIn}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		close(standIn.out)
-		_ = hs.Close()
-		_ = srv.Close()
-	})
+	t.Cleanup(func() { close(standIn.out) })
+	addr := serveLoopback(t, standIn)
 
 	arn := "arn:aws:ecs:us-east-1:000000000000:task/creds/" + randomHex(t, 16)
 	expires := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
@@ -198,7 +186,7 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 
 	env := newRecoveryEnv(t, buildBerth(t))
 	logFile := filepath.Join(t.TempDir(), "berth.log")
-	ecsMode := []string{"AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://" + ln.Addr().String(),
+	ecsMode := []string{"AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://" + addr,
 		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "ECS_LOGFILE=" + logFile, "ECS_LOGLEVEL=debug",
 		"ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION=1m"}

@@ -5,9 +5,7 @@ package main
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +15,6 @@ import (
 
 	"github.com/berth-agent/berth/agent/acs"
 	"github.com/berth-agent/berth/agent/handlers"
-	"github.com/berth-agent/berth/agent/localauth"
-	"github.com/berth-agent/berth/agent/localcp"
-	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/tcs"
 	"github.com/berth-agent/berth/agent/tcs/tcstest"
 )
@@ -46,19 +41,10 @@ func (s telemetryStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestIntegrationTCSPublishesTaskMetrics(t *testing.T) {
 	bin := buildBerth(t)
 	telemetrySrv := tcstest.NewServer(t)
-	cp, err := localcp.New(localcp.Config{DBPath: filepath.Join(t.TempDir(), "cp.db"), Region: "us-east-1",
-		Keys: localauth.Keys{AccessKeyID: "berth-test", SecretAccessKey: "berth-test"}}, logger.Nop())
-	require.NoError(t, err)
+	cp := standInECS(t, "us-east-1")
 	standIn := &scriptedACS{cp: cp.Handler(), out: make(chan acs.Message, 8)}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hs := &http.Server{Handler: telemetryStandIn{next: standIn, telemetry: telemetrySrv.URL}}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		close(standIn.out)
-		_ = hs.Close()
-		_ = cp.Close()
-	})
+	t.Cleanup(func() { close(standIn.out) })
+	addr := serveLoopback(t, telemetryStandIn{next: standIn, telemetry: telemetrySrv.URL})
 
 	env := newRecoveryEnv(t, bin)
 	arn := "arn:aws:ecs:us-east-1:000000000000:task/tcs/" + randomHex(t, 16)
@@ -68,7 +54,7 @@ func TestIntegrationTCSPublishesTaskMetrics(t *testing.T) {
 				Essential: new(true), StopTimeout: 2}}}
 	}
 	standIn.out <- &acs.PayloadMessage{MessageID: "tcs-1", SeqNum: 1, Tasks: []*acs.Task{allocTask("RUNNING")}}
-	agent := env.start(ecsModeEnv(ln.Addr().String())...)
+	agent := env.start(ecsModeEnv(addr)...)
 	defer agent.stop()
 	agent.waitTasks(2*time.Minute, "the ACS task runs", familySettled("tcs-alloc"))
 	defer func() {
