@@ -219,13 +219,23 @@ func TestPortRangeBounds(t *testing.T) {
 	assert.Equal(t, [2]int{80, 80}, [2]int{lo, hi})
 }
 
-// pickerRange returns a range of n host ports, all free for tcp and udp now, for a picker test.
+// pickerRange returns the first range of n host ports from base on, all free for tcp and udp now,
+// for a picker test. The bases are below Linux's ephemeral ports (32768 and up), which the other
+// packages' tests take for their outgoing connections while this one runs.
 func pickerRange(t *testing.T, base, n int) (lo, hi int) {
 	t.Helper()
-	for port := base; port < base+n; port++ {
-		require.True(t, portFree(port, "tcp") && portFree(port, "udp"), "test prerequisite: port %d is free", port)
+	lo = base
+	for port := base; port < base+n+200; port++ {
+		if !portFree(port, "tcp") || !portFree(port, "udp") {
+			lo = port + 1
+			continue
+		}
+		if port-lo+1 == n {
+			return lo, port
+		}
 	}
-	return base, base + n - 1
+	require.FailNow(t, "test prerequisite: free host ports", "no %d free consecutive ports from %d", n, base)
+	return 0, 0
 }
 
 // hold binds port for tcp until the test ends.
@@ -238,7 +248,7 @@ func hold(t *testing.T, port int) {
 
 func TestHostPortPicker(t *testing.T) {
 	t.Run("consecutive ranges that do not overlap", func(t *testing.T) {
-		lo, hi := pickerRange(t, 40000, 20)
+		lo, hi := pickerRange(t, 20000, 20)
 		p := newHostPortPicker(lo, hi)
 		for _, want := range []struct {
 			n        int
@@ -251,7 +261,7 @@ func TestHostPortPicker(t *testing.T) {
 		}
 	})
 	t.Run("a port in use is skipped", func(t *testing.T) {
-		lo, hi := pickerRange(t, 40020, 10)
+		lo, hi := pickerRange(t, 20020, 10)
 		hold(t, lo+1)
 		assert.False(t, portFree(lo+1, "tcp"))
 		first, err := newHostPortPicker(lo, hi).pick(3, "tcp")
@@ -262,7 +272,7 @@ func TestHostPortPicker(t *testing.T) {
 		assert.Equal(t, lo, first, "a tcp port in use does not hold back udp")
 	})
 	t.Run("wraps around", func(t *testing.T) {
-		lo, hi := pickerRange(t, 40030, 10)
+		lo, hi := pickerRange(t, 20030, 10)
 		p := newHostPortPicker(lo, hi)
 		for _, want := range []int{lo, lo + 4, lo, lo + 4, lo + 8, lo} {
 			n := 4
@@ -275,7 +285,7 @@ func TestHostPortPicker(t *testing.T) {
 		}
 	})
 	t.Run("wraps around past ports in use", func(t *testing.T) {
-		lo, hi := pickerRange(t, 40040, 10)
+		lo, hi := pickerRange(t, 20040, 10)
 		p := newHostPortPicker(lo, hi)
 		first, err := p.pick(6, "tcp")
 		require.NoError(t, err)
@@ -291,7 +301,7 @@ func TestHostPortPicker(t *testing.T) {
 		assert.ErrorContains(t, err, "40050-40059")
 	})
 	t.Run("no free range", func(t *testing.T) {
-		lo, hi := pickerRange(t, 40060, 3)
+		lo, hi := pickerRange(t, 20060, 3)
 		hold(t, lo+1)
 		_, err := newHostPortPicker(lo, hi).pick(2, "tcp")
 		require.Error(t, err)
@@ -299,7 +309,7 @@ func TestHostPortPicker(t *testing.T) {
 		assert.ErrorContains(t, err, fmt.Sprintf("%d-%d", lo, hi))
 	})
 	t.Run("concurrent picks do not overlap", func(t *testing.T) {
-		lo, hi := pickerRange(t, 40070, 30)
+		lo, hi := pickerRange(t, 20070, 30)
 		p := newHostPortPicker(lo, hi)
 		var wg sync.WaitGroup
 		firsts := make([]int, 10)
