@@ -21,16 +21,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/gorilla/websocket"
 	"github.com/jonboulle/clockwork"
 
@@ -39,6 +36,7 @@ import (
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
 	"github.com/berth-agent/berth/agent/set"
+	"github.com/berth-agent/berth/agent/wsclient"
 )
 
 // Handler is what the agent does with the messages ACS sends. The client calls it from one goroutine
@@ -103,13 +101,9 @@ const (
 	// again from its minimum.
 	stableConnection = time.Minute
 	writeTimeout     = 10 * time.Second
-	handshakeTimeout = 30 * time.Second
 	readLimit        = 64 << 20
 	queueSize        = 128
 	rememberedIDs    = 1024
-	// emptyPayloadHash is the SHA-256 of the empty body of the upgrade GET.
-	emptyPayloadHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-	signingService   = "ecs"
 )
 
 // Config configures a Client.
@@ -155,8 +149,7 @@ type Client struct {
 	clock   clockwork.Clock
 	backoff retry.Backoff
 	base    *url.URL
-	signer  *v4.Signer
-	dialer  *websocket.Dialer
+	dialer  *wsclient.Dialer
 
 	firstConnection atomic.Bool // sendCredentials=true until a connection succeeded
 	seen            *recentIDs  // payload message IDs handled and acked
@@ -184,16 +177,12 @@ func New(cfg Config, h Handler) (*Client, error) {
 		clock:   cfg.Clock,
 		backoff: cfg.ReconnectBackoff,
 		base:    base,
-		signer:  v4.NewSigner(),
-		dialer: &websocket.Dialer{
-			Proxy:            http.ProxyFromEnvironment,
-			HandshakeTimeout: handshakeTimeout,
-		},
-		seen: newRecentIDs(rememberedIDs),
+		seen:    newRecentIDs(rememberedIDs),
 	}
 	if c.clock == nil {
 		c.clock = clockwork.NewRealClock()
 	}
+	c.dialer = wsclient.NewDialer("ACS", cfg.Region, cfg.Credentials, readLimit, c.clock)
 	if c.backoff == nil {
 		c.backoff = retry.NewExponentialBackoff(250*time.Millisecond, 2*time.Minute, 0.2, 1.5)
 	}
@@ -264,20 +253,6 @@ func (e *ExceptionError) Unwrap() error {
 	return nil
 }
 
-// HandshakeError is a websocket upgrade that the server answered with an HTTP status other than 101.
-type HandshakeError struct {
-	StatusCode int
-	Err        error
-}
-
-// Error gives the HTTP status.
-func (e *HandshakeError) Error() string {
-	return fmt.Sprintf("ACS refused the websocket upgrade: HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
-}
-
-// Unwrap returns the dialer's error.
-func (e *HandshakeError) Unwrap() error { return e.Err }
-
 var (
 	errHeartbeatTimeout  = errors.New("no frame from ACS within the heartbeat timeout")
 	errPeriodicReconnect = errors.New("periodic reconnect")
@@ -327,49 +302,12 @@ func (c *Client) connectURL() *url.URL {
 	q.Set("protocolVersion", "2")
 	q.Set("dockerVersion", "DockerVersion: "+c.cfg.DockerVersion)
 	q.Set("sendCredentials", strconv.FormatBool(c.firstConnection.Load()))
-	u := *c.base
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/ws"
-	u.RawPath = ""
-	u.RawQuery = q.Encode()
-	u.Fragment = ""
-	return &u
-}
-
-// dial signs the upgrade request and opens the websocket.
-func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
-	u := c.connectURL()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("build ACS request: %w", err)
-	}
-	if c.cfg.Credentials != nil {
-		creds, err := c.cfg.Credentials.Retrieve(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("retrieve credentials to sign the ACS connection: %w", err)
-		}
-		if err := c.signer.SignHTTP(ctx, creds, req, emptyPayloadHash, signingService, c.cfg.Region, c.clock.Now().UTC()); err != nil {
-			return nil, fmt.Errorf("sign the ACS connection: %w", err)
-		}
-	}
-	ws := *u
-	ws.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
-	conn, resp, err := c.dialer.DialContext(ctx, ws.String(), req.Header)
-	if resp != nil && resp.Body != nil {
-		resp.Body.Close()
-	}
-	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			return nil, &HandshakeError{StatusCode: resp.StatusCode, Err: err}
-		}
-		return nil, fmt.Errorf("connect to ACS at %s: %w", u.Host, err)
-	}
-	conn.SetReadLimit(readLimit)
-	return conn, nil
+	return wsclient.ConnectURL(c.base, q)
 }
 
 // session runs one connection until it ends; connected reports whether the upgrade succeeded.
 func (c *Client) session(ctx context.Context) (connected bool, err error) {
-	conn, err := c.dial(ctx)
+	conn, err := c.dialer.Dial(ctx, c.connectURL())
 	if err != nil {
 		return false, err
 	}
@@ -385,10 +323,10 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
-		s.close()
+		wsclient.Close(conn)
 		wg.Wait()
 	}()
-	wg.Go(func() { s.read(sctx, frames, readErr) })
+	wg.Go(func() { wsclient.ReadFrames(sctx, conn, frames, readErr) })
 	wg.Go(func() { s.work(sctx, work, workErr) })
 
 	hbTimeout := c.cfg.HeartbeatTimeout
@@ -420,7 +358,7 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 		case <-periodic:
 			return true, errPeriodicReconnect
 		case data := <-frames:
-			restart(heartbeat, hbTimeout)
+			wsclient.Restart(heartbeat, hbTimeout)
 			if err := s.dispatch(data, work); err != nil {
 				return true, err
 			}
@@ -428,38 +366,11 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 	}
 }
 
-// restart makes t fire d from now, dropping a firing it may have made meanwhile.
-func restart(t clockwork.Timer, d time.Duration) {
-	if !t.Stop() {
-		select {
-		case <-t.Chan():
-		default:
-		}
-	}
-	t.Reset(d)
-}
-
 // session is one websocket connection.
 type session struct {
 	c    *Client
 	conn *websocket.Conn
 	wmu  sync.Mutex // one writer at a time
-}
-
-// read passes every frame to frames until the connection fails or ctx ends.
-func (s *session) read(ctx context.Context, frames chan<- []byte, errc chan<- error) {
-	for {
-		_, data, err := s.conn.ReadMessage()
-		if err != nil {
-			errc <- err
-			return
-		}
-		select {
-		case frames <- data:
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // write sends one message as a text frame.
@@ -477,12 +388,6 @@ func (s *session) write(m Message) error {
 		return fmt.Errorf("write %s to ACS: %w", m.MessageType(), err)
 	}
 	return nil
-}
-
-// close says goodbye (best effort) and closes the connection, which ends read.
-func (s *session) close() {
-	_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-	_ = s.conn.Close()
 }
 
 // dispatch handles one frame: heartbeats at once, messages for the Handler through the work queue.

@@ -2,7 +2,9 @@ package acs
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +28,7 @@ import (
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/wsclient"
 )
 
 const (
@@ -113,7 +116,8 @@ func verifySignature(r *http.Request) error {
 		return err
 	}
 	creds := aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secret", SessionToken: "token"}
-	if err := v4.NewSigner().SignHTTP(context.Background(), creds, req, emptyPayloadHash, "ecs", "us-west-2", at); err != nil {
+	emptyBody := sha256.Sum256(nil)
+	if err := v4.NewSigner().SignHTTP(context.Background(), creds, req, hex.EncodeToString(emptyBody[:]), "ecs", "us-west-2", at); err != nil {
 		return err
 	}
 	if got, want := r.Header.Get("Authorization"), req.Header.Get("Authorization"); got != want {
@@ -592,7 +596,7 @@ func TestHandshakeErrorCarriesStatus(t *testing.T) {
 	c, err := New(testConfig(f), newFakeHandler())
 	require.NoError(t, err)
 	_, err = c.session(context.Background())
-	var he *HandshakeError
+	var he *wsclient.HandshakeError
 	require.ErrorAs(t, err, &he)
 	assert.Equal(t, http.StatusForbidden, he.StatusCode)
 	assert.Contains(t, err.Error(), "403")

@@ -37,10 +37,8 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +49,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/wsclient"
 )
 
 // Source is what the client publishes: a snapshot of the tasks that run, taken once per round.
@@ -84,10 +83,7 @@ const (
 const (
 	stableConnection = time.Minute
 	writeTimeout     = 10 * time.Second
-	handshakeTimeout = 30 * time.Second
 	readLimit        = 1 << 20
-	// emptyPayloadHash is the SHA-256 of the empty body of the upgrade GET.
-	emptyPayloadHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 	answerQueue      = 64
 )
 
@@ -132,7 +128,7 @@ type Client struct {
 	backoff retry.Backoff
 	base    *url.URL
 	frames  *frameSigner
-	dialer  *websocket.Dialer
+	dialer  *wsclient.Dialer
 	started time.Time
 
 	// pending are the batches snapshotted and not yet answered, oldest first. Only the publishing
@@ -171,7 +167,6 @@ func New(cfg Config) (*Client, error) {
 		clock:   cfg.Clock,
 		backoff: cfg.ReconnectBackoff,
 		base:    base,
-		dialer:  &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: handshakeTimeout},
 	}
 	if c.clock == nil {
 		c.clock = clockwork.NewRealClock()
@@ -179,24 +174,11 @@ func New(cfg Config) (*Client, error) {
 	if c.backoff == nil {
 		c.backoff = retry.NewExponentialBackoff(250*time.Millisecond, 2*time.Minute, 0.2, 1.5)
 	}
+	c.dialer = wsclient.NewDialer("TCS", cfg.Region, cfg.Credentials, readLimit, c.clock)
 	c.frames = &frameSigner{endpoint: base, region: cfg.Region, credentials: cfg.Credentials, signer: v4.NewSigner()}
 	c.started = c.clock.Now()
 	return c, nil
 }
-
-// HandshakeError is a websocket upgrade that the server answered with an HTTP status other than 101.
-type HandshakeError struct {
-	StatusCode int
-	Err        error
-}
-
-// Error gives the HTTP status.
-func (e *HandshakeError) Error() string {
-	return fmt.Sprintf("TCS refused the websocket upgrade: HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
-}
-
-// Unwrap returns the dialer's error.
-func (e *HandshakeError) Unwrap() error { return e.Err }
 
 var errHeartbeatTimeout = errors.New("no frame from TCS within the heartbeat timeout")
 
@@ -230,49 +212,12 @@ func (c *Client) connectURL() *url.URL {
 	if c.cfg.DockerVersion != "" {
 		q.Set("dockerVersion", c.cfg.DockerVersion)
 	}
-	u := *c.base
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/ws"
-	u.RawPath = ""
-	u.RawQuery = q.Encode()
-	u.Fragment = ""
-	return &u
-}
-
-// dial signs the upgrade request and opens the websocket.
-func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
-	u := c.connectURL()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("build TCS request: %w", err)
-	}
-	if c.cfg.Credentials != nil {
-		creds, err := c.cfg.Credentials.Retrieve(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("retrieve credentials to sign the TCS connection: %w", err)
-		}
-		if err := c.frames.signer.SignHTTP(ctx, creds, req, emptyPayloadHash, signingService, c.cfg.Region, c.clock.Now().UTC()); err != nil {
-			return nil, fmt.Errorf("sign the TCS connection: %w", err)
-		}
-	}
-	ws := *u
-	ws.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
-	conn, resp, err := c.dialer.DialContext(ctx, ws.String(), req.Header)
-	if resp != nil && resp.Body != nil {
-		resp.Body.Close()
-	}
-	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			return nil, &HandshakeError{StatusCode: resp.StatusCode, Err: err}
-		}
-		return nil, fmt.Errorf("connect to TCS at %s: %w", u.Host, err)
-	}
-	conn.SetReadLimit(readLimit)
-	return conn, nil
+	return wsclient.ConnectURL(c.base, q)
 }
 
 // session runs one connection until it ends; connected reports whether the upgrade succeeded.
 func (c *Client) session(ctx context.Context) (connected bool, err error) {
-	conn, err := c.dial(ctx)
+	conn, err := c.dialer.Dial(ctx, c.connectURL())
 	if err != nil {
 		return false, err
 	}
@@ -287,10 +232,10 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
-		s.close()
+		wsclient.Close(conn)
 		wg.Wait()
 	}()
-	wg.Go(func() { s.read(sctx, frames, readErr) })
+	wg.Go(func() { wsclient.ReadFrames(sctx, conn, frames, readErr) })
 	wg.Go(func() {
 		if err := s.publish(sctx, answers); err != nil && sctx.Err() == nil {
 			pubErr <- err
@@ -314,7 +259,7 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 		case <-heartbeat.Chan():
 			return true, errHeartbeatTimeout
 		case data := <-frames:
-			restart(heartbeat, hbTimeout)
+			wsclient.Restart(heartbeat, hbTimeout)
 			if err := s.dispatch(data, answers); err != nil {
 				return true, err
 			}
@@ -322,43 +267,10 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 	}
 }
 
-// restart makes t fire d from now, dropping a firing it may have made meanwhile.
-func restart(t clockwork.Timer, d time.Duration) {
-	if !t.Stop() {
-		select {
-		case <-t.Chan():
-		default:
-		}
-	}
-	t.Reset(d)
-}
-
 // session is one websocket connection.
 type session struct {
 	c    *Client
 	conn *websocket.Conn
-}
-
-// read passes every frame to frames until the connection fails or ctx ends.
-func (s *session) read(ctx context.Context, frames chan<- []byte, errc chan<- error) {
-	for {
-		_, data, err := s.conn.ReadMessage()
-		if err != nil {
-			errc <- err
-			return
-		}
-		select {
-		case frames <- data:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// close says goodbye (best effort) and closes the connection, which ends read and any write.
-func (s *session) close() {
-	_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-	_ = s.conn.Close()
 }
 
 // dispatch handles one server frame: acks and exceptions are passed to the publisher as answers,
