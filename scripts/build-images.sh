@@ -70,7 +70,7 @@ registry_has() {
     "http://$registry_addr/v2/$2/manifests/latest" 2>/dev/null |
     tr -d '\r' | awk 'tolower($1) == "docker-content-digest:" { print $2 }') || return 1
   [ -n "$digest" ] &&
-    docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$1" | grep -qxF "$registry_addr/$2@$digest"
+    grep -qxF "$registry_addr/$2@$digest" <<<"$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$1")"
 }
 
 stale=()
@@ -92,7 +92,7 @@ build_image pause
 tarball=$images_dir/pause.tar
 pause_id=$(id_of berth/pause:latest)
 extra=""
-if ! { [ -s "$tarball" ] && tar -xOf "$tarball" manifest.json 2>/dev/null | grep -q "${pause_id#sha256:}"; }; then
+if ! { [ -s "$tarball" ] && grep -q "${pause_id#sha256:}" <<<"$(tar -xOf "$tarball" manifest.json 2>/dev/null)"; }; then
   docker save -o "$work/pause.tar" berth/pause:latest || die "docker save berth/pause:latest failed"
   chmod 0644 "$work/pause.tar"
   mv -f "$work/pause.tar" "$tarball"

@@ -12,6 +12,8 @@
 #
 #   usage: scripts/packages-test.sh DIR VERSION
 set -euo pipefail
+# Checks grep captured output, never `cmd | grep -q`: grep -q exits at its first match, the writer
+# (tar -t writes name by name) may then die of SIGPIPE, and pipefail fails the check at random.
 
 say() { printf 'packages-test: %s\n' "$*"; }
 die() { printf 'packages-test: FAIL: %s\n' "$*" >&2; exit 1; }
@@ -113,7 +115,7 @@ dpkg -i "$deb" </dev/null >"$log" 2>&1 || { cat "$log" >&2; die "dpkg -i $deb fa
 [ "$(status)" = ii ] || die "berth status after dpkg -i: $(status), want ii"
 say "installed $(basename "$deb")"
 check_installed
-dpkg-query -W -f='${Conffiles}\n' berth | grep -q "^ $conffile " || die "$conffile is not a conffile"
+grep -q "^ $conffile " <<<"$(dpkg-query -W -f='${Conffiles}\n' berth)" || die "$conffile is not a conffile"
 [ ! -L "$wants_link" ] || die "the package enabled berth.service on install; it must not"
 say "${#expected[@]} paths in place with their modes, owned by root; $conffile is a conffile; service not enabled"
 
@@ -131,10 +133,11 @@ for want in /usr/lib/berth/cni /usr/lib/berth/pause.tar /var/lib/ecs/data; do
   grep -q "\"value\": \"$want\"" <<<"$cfg" || die "berth config: no key defaults to $want"
 done
 for p in bridge host-device host-local loopback static; do
-  CNI_COMMAND=VERSION "/usr/lib/berth/cni/$p" </dev/null 2>&1 | grep -q '"cniVersion"' ||
+  grep -q '"cniVersion"' <<<"$(CNI_COMMAND=VERSION "/usr/lib/berth/cni/$p" </dev/null 2>&1)" ||
     die "/usr/lib/berth/cni/$p does not answer CNI VERSION"
 done
-tar -tf /usr/lib/berth/pause.tar | grep -qx manifest.json || die "/usr/lib/berth/pause.tar is not a docker save archive"
+listing=$(tar -tf /usr/lib/berth/pause.tar) || die "tar cannot list /usr/lib/berth/pause.tar"
+grep -qx manifest.json <<<"$listing" || die "/usr/lib/berth/pause.tar is not a docker save archive (no manifest.json): $listing"
 say "berth config reads the packaged $conffile; the CNI plugins answer VERSION; pause.tar is a docker save archive"
 
 # The unit. systemd-analyze verify prints nothing and exits 0 for a clean unit; it exits 0 on some

@@ -16,7 +16,7 @@ die() { printf 'provision: %s\n' "$*" >&2; exit 1; }
 
 missing=()
 for pkg in docker.io docker-registry iproute2 iptables awscli curl rpm; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  grep -q 'install ok installed' <<<"$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
   [ "$(id -u)" -eq 0 ] || die "missing packages ${missing[*]}; run as root to install them"
