@@ -79,6 +79,10 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 	if s.introspection, err = net.Listen("tcp", cfg.IntrospectionAddr); err != nil {
 		return nil, fmt.Errorf("introspection API on %s: %w", cfg.IntrospectionAddr, err)
 	}
+	if a, ok := s.introspection.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+		log.Warn("the introspection API answers other hosts, without authentication (ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS=true)",
+			"addr", s.introspection.Addr().String())
+	}
 	if s.taskEndpoint, err = net.Listen("tcp", taskEndpointAddr); err != nil {
 		s.close()
 		return nil, fmt.Errorf("task endpoint on %s: %w", taskEndpointAddr, err)

@@ -149,9 +149,7 @@ type Config struct {
 	// zero: the kernel's ephemeral range (ip_local_port_range), else 49153-65535.
 	DynamicHostPortRange [2]int
 
-	// Parsed with the ECS agent's syntax and defaults, not yet acted on by the agent (the README
-	// marks these keys): metrics, spot draining, warm pools, instance tags, ECS Anywhere, security
-	// option capabilities, untracked image cleanup, off-host introspection.
+	// Telemetry, spot draining, warm pools, instance tags, ECS Anywhere, security option capabilities.
 	MetricsDisabled                    bool
 	PollMetrics                        bool
 	PollingMetricsWaitDuration         time.Duration
@@ -162,9 +160,14 @@ type Config struct {
 	External                           bool
 	SELinuxCapable                     bool
 	AppArmorCapable                    bool
-	UntrackedImageCleanup              bool
-	ImageCleanupExclusionList          []string
-	OffhostIntrospectionAccess         bool
+
+	// UntrackedImageCleanup also removes unused images Berth did not pull, created at least
+	// UntrackedImageMinimumAge ago; ImageCleanupExclusionList names images cleanup never removes.
+	UntrackedImageCleanup     bool
+	UntrackedImageMinimumAge  time.Duration
+	ImageCleanupExclusionList []string
+	// OffhostIntrospectionAccess lets the introspection API listen off loopback.
+	OffhostIntrospectionAccess bool
 
 	TaskENIEnabled                 bool
 	CNIPluginsPath                 string

@@ -38,11 +38,11 @@ func ecsKeys() []ecsKey {
 		"ECS_ENABLE_TASK_CPU_MEM_LIMIT", "ECS_CGROUP_PATH", "ECS_CGROUP_CPU_PERIOD", "ECS_DYNAMIC_HOST_PORT_RANGE",
 		"ECS_TASK_METADATA_RPS_LIMIT", "ECS_ENABLE_TASK_ENI", "ECS_CNI_PLUGINS_PATH", "ECS_AWSVPC_BLOCK_IMDS",
 		"ECS_AWSVPC_ADDITIONAL_LOCAL_ROUTES", "ECS_AGENT_CONFIG_FILE_PATH",
-		// Parsed with ECS's syntax and default, marked in the README until the agent acts on them.
 		"ECS_DISABLE_METRICS", "ECS_POLL_METRICS", "ECS_POLLING_METRICS_WAIT_DURATION",
 		"ECS_ENABLE_SPOT_INSTANCE_DRAINING", "ECS_WARM_POOLS_CHECK", "ECS_CONTAINER_INSTANCE_TAGS",
 		"ECS_CONTAINER_INSTANCE_PROPAGATE_TAGS_FROM", "ECS_EXTERNAL", "ECS_SELINUX_CAPABLE", "ECS_APPARMOR_CAPABLE",
 		"ECS_ENABLE_UNTRACKED_IMAGE_CLEANUP", "ECS_EXCLUDE_UNTRACKED_IMAGE", "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS",
+		"NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE",
 	)
 	return append(keys, []ecsKey{
 		{"ECS_LOGLEVEL_ON_INSTANCE", "Berth has one log level; it has no logging driver of its own to split levels with"},
@@ -51,7 +51,6 @@ func ecsKeys() []ecsKey {
 		{"ECS_PULL_DEPENDENT_CONTAINERS_UPFRONT", "not implemented"},
 		{"ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION_JITTER", "every stopped task is cleaned up after ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION, without jitter"},
 		{"ECS_MANIFEST_PULL_TIMEOUT", "Berth does not fetch image manifests separately; ECS_IMAGE_PULL_TIMEOUT bounds the whole pull"},
-		{"NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE", "untracked image cleanup is not implemented yet"},
 		{"NONECS_NUM_CONTAINERS_DELETE_PER_CYCLE", "Berth never removes containers it did not create"},
 		{"ECS_ENABLE_HIGH_DENSITY_ENI", "ENI trunking is not supported"},
 		{"ECS_HOST_DATA_DIR", "Berth runs on the host, not in a container: ECS_DATADIR is the host path"},

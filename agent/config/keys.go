@@ -13,6 +13,8 @@ const (
 	keyCluster     = "ECS_CLUSTER"
 	keyLocalCPAddr = "ECS_LOCAL_CONTROL_PLANE_ADDR"
 	keyLocalCP     = "ECS_LOCAL_CONTROL_PLANE"
+	keyIntroAddr   = "ECS_INTROSPECTION_ADDR"
+	keyOffhost     = "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS"
 	keyRegion      = "AWS_DEFAULT_REGION"
 )
 
@@ -59,7 +61,6 @@ type key struct {
 	secret   bool   // never shown, never quoted in errors
 	only     from   // the sources the key is read from; zero means all of them
 	berth    bool   // a Berth extension, not an ECS agent key
-	pending  string // parsed but not yet acted on: what the agent must do with it (README marks the key)
 	doc      string // one line for the README and --help
 	field    func(c *Config) field
 }
@@ -207,15 +208,14 @@ func keyTable() []key {
 			field: func(c *Config) field { return boolField{p: &c.SELinuxCapable} }},
 		{name: "ECS_APPARMOR_CAPABLE", jsonName: "AppArmorCapable", def: "false", doc: "AppArmor is available: register the apparmor security-options capability",
 			field: func(c *Config) field { return boolField{p: &c.AppArmorCapable} }},
-		{name: "ECS_ENABLE_UNTRACKED_IMAGE_CLEANUP", jsonName: "DeleteNonECSImagesEnabled", def: "false", doc: "image cleanup also removes images no task uses that Berth did not pull",
-			pending: "include unused images Berth did not pull in image cleanup, except ECS_EXCLUDE_UNTRACKED_IMAGE",
-			field:   func(c *Config) field { return boolField{p: &c.UntrackedImageCleanup} }},
-		{name: "ECS_EXCLUDE_UNTRACKED_IMAGE", jsonName: "ImageCleanupExclusionList", def: "", doc: "images (name:tag, comma-separated) untracked image cleanup never removes",
-			pending: "skip these images in untracked image cleanup",
-			field:   func(c *Config) field { return listField{p: &c.ImageCleanupExclusionList} }},
-		{name: "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS", def: "false", doc: "allow the introspection API to be reached from other hosts",
-			pending: "when true allow a non-loopback ECS_INTROSPECTION_ADDR; when false keep introspection unreachable from off-host and awsvpc tasks",
-			field:   func(c *Config) field { return boolField{p: &c.OffhostIntrospectionAccess} }},
+		{name: "ECS_ENABLE_UNTRACKED_IMAGE_CLEANUP", jsonName: "DeleteNonECSImagesEnabled", def: "false", doc: "each image cleanup cycle also removes, with the removals it has left, images Berth did not pull that no container uses, smallest first",
+			field: func(c *Config) field { return boolField{p: &c.UntrackedImageCleanup} }},
+		{name: "NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE", jsonName: "NonECSMinimumImageDeletionAge", def: "1h", doc: "an untracked image created more recently than this is kept",
+			field: func(c *Config) field { return durationField{p: &c.UntrackedImageMinimumAge} }},
+		{name: "ECS_EXCLUDE_UNTRACKED_IMAGE", jsonName: "ImageCleanupExclusionList", def: "", doc: "images (name:tag, comma-separated) image cleanup never removes, pulled by Berth or not; the pause image is always kept",
+			field: func(c *Config) field { return listField{p: &c.ImageCleanupExclusionList} }},
+		{name: keyOffhost, def: "false", doc: "true: the introspection API listens on all addresses (:51678 unless ECS_INTROSPECTION_ADDR is set), unauthenticated and read-only; false: a non-loopback ECS_INTROSPECTION_ADDR is refused",
+			field: func(c *Config) field { return boolField{p: &c.OffhostIntrospectionAccess} }},
 
 		{name: "ECS_AWSVPC_LOCAL_SUBNET", def: "172.31.250.0/24", berth: true, doc: "local mode: the subnet of the bridge network with NAT that stands in for an awsvpc task's ENI",
 			field: func(c *Config) field { return subnetField{p: &c.AWSVPCLocalSubnet} }},
@@ -238,7 +238,7 @@ func keyTable() []key {
 			field: func(c *Config) field { return stringField{p: &c.LocalControlPlaneAddr} }},
 		{name: "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS", def: "", berth: true, doc: "local mode: names other hosts' agents use to reach the embedded control plane; setting it allows a non-loopback ECS_LOCAL_CONTROL_PLANE_ADDR",
 			field: func(c *Config) field { return setField{p: &c.LocalControlPlaneAllowedHosts, check: checkHostName} }},
-		{name: "ECS_INTROSPECTION_ADDR", def: "127.0.0.1:51678", berth: true, doc: "listen address of the introspection API",
+		{name: keyIntroAddr, def: "127.0.0.1:51678", berth: true, doc: "listen address of the introspection API",
 			field: func(c *Config) field { return stringField{p: &c.IntrospectionAddr} }},
 
 		{name: keyEnvFile, flag: "ecs-config", def: DefaultEnvFile, only: fromFlag | fromEnv, berth: true, doc: "the env file to read",

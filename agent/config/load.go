@@ -139,6 +139,7 @@ func Load(src Sources) (*Result, error) {
 	if res.Config.Mode == ModeLocal {
 		errs = append(errs, checkLocalListen(res))
 	}
+	errs = append(errs, checkIntrospectionListen(res))
 	return res, errors.Join(errs...)
 }
 
@@ -262,6 +263,46 @@ func checkLocalListen(res *Result) error {
 	return &Error{Key: keyLocalCPAddr, Origin: res.Origins[keyLocalCPAddr],
 		Err: fmt.Errorf("%q is not a loopback address: the embedded control plane runs tasks as root and would be reachable "+
 			"from other hosts; set ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS to the names they use to reach it to allow that", c.LocalControlPlaneAddr)}
+}
+
+// OffhostIntrospectionAddr is where the introspection API listens with ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS
+// and no ECS_INTROSPECTION_ADDR: every address, on the ECS agent's port.
+const OffhostIntrospectionAddr = ":51678"
+
+// checkIntrospectionListen keeps the introspection API on loopback unless the operator allowed
+// off-host access, as the ECS agent's ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS does; with it and no
+// address of the operator's, it listens on every address.
+func checkIntrospectionListen(res *Result) error {
+	c := res.Config
+	if c.OffhostIntrospectionAccess && res.Origins[keyIntroAddr].Kind == SourceDefault {
+		c.IntrospectionAddr = OffhostIntrospectionAddr
+	}
+	host, _, err := net.SplitHostPort(c.IntrospectionAddr)
+	if err != nil {
+		return &Error{Key: keyIntroAddr, Origin: res.Origins[keyIntroAddr], Err: fmt.Errorf("%q is not host:port: %w", c.IntrospectionAddr, err)}
+	}
+	if isLoopbackHost(host) || c.OffhostIntrospectionAccess {
+		return nil
+	}
+	return &Error{Key: keyIntroAddr, Origin: res.Origins[keyIntroAddr],
+		Err: fmt.Errorf("%q is not a loopback address: the introspection API answers without authentication; "+
+			"set %s=true to allow access from other hosts", c.IntrospectionAddr, keyOffhost)}
+}
+
+// IntrospectionURL is the base URL local commands (healthcheck, ps, drain) reach the introspection
+// API at: its listen address, with loopback for a listener on every address.
+func (c *Config) IntrospectionURL() string {
+	host, port, err := net.SplitHostPort(c.IntrospectionAddr)
+	if err != nil {
+		return "http://" + c.IntrospectionAddr
+	}
+	if a, err := netip.ParseAddr(host); host == "" || (err == nil && a.IsUnspecified()) {
+		host = "127.0.0.1"
+		if err == nil && a.Is6() {
+			host = "::1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // isLoopbackHost reports whether a listen host is "localhost" or a loopback address ("" and

@@ -1315,6 +1315,32 @@ func TestLocalControlPlaneListensOnLoopbackUnlessAllowed(t *testing.T) {
 	require.Equal(t, ModeECS, res.Config.Mode)
 }
 
+func TestIntrospectionListensOnLoopbackUnlessOffhostAllowed(t *testing.T) {
+	f := newFiles(t, "", "")
+	res := f.mustLoad(t, nil)
+	assert.Equal(t, "127.0.0.1:51678", res.Config.IntrospectionAddr)
+	assert.Equal(t, "http://127.0.0.1:51678", res.Config.IntrospectionURL())
+	for _, addr := range []string{"0.0.0.0:51678", ":51678", "[::]:51678", "10.0.0.5:51678"} {
+		_, err := f.load(nil, "ECS_INTROSPECTION_ADDR="+addr)
+		e := keyError(t, err, "ECS_INTROSPECTION_ADDR")
+		assert.Contains(t, e.Error(), "not a loopback address")
+		assert.Contains(t, e.Error(), "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS=true")
+	}
+	_, err := f.load(nil, "ECS_INTROSPECTION_ADDR=51678")
+	keyError(t, err, "ECS_INTROSPECTION_ADDR")
+
+	// Allowed: every address on the ECS agent's port, as the ECS agent's introspection server.
+	res = f.mustLoad(t, nil, "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS=true")
+	assert.Equal(t, ":51678", res.Config.IntrospectionAddr)
+	assert.Equal(t, ":51678", res.Show().Keys["ECS_INTROSPECTION_ADDR"].Value, "berth config shows where it listens")
+	assert.Equal(t, "http://127.0.0.1:51678", res.Config.IntrospectionURL(), "local commands reach it on loopback")
+	res = f.mustLoad(t, nil, "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS=true", "ECS_INTROSPECTION_ADDR=[::]:9000")
+	assert.Equal(t, "[::]:9000", res.Config.IntrospectionAddr, "the operator's address wins")
+	assert.Equal(t, "http://[::1]:9000", res.Config.IntrospectionURL())
+	res = f.mustLoad(t, nil, "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS=true", "ECS_INTROSPECTION_ADDR=127.0.0.1:9000")
+	assert.Equal(t, "127.0.0.1:9000", res.Config.IntrospectionAddr)
+}
+
 // TestLogFileSizeWhoseBytesOverflow: a size whose byte value does not fit an int64 used to reach the
 // logger, whose conversion made it 1 byte, rolling the log at every line.
 func TestLogFileSizeWhoseBytesOverflow(t *testing.T) {

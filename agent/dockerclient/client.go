@@ -51,7 +51,7 @@ type Timeouts struct {
 	Inspect     time.Duration // inspect container or image (30 s)
 	Remove      time.Duration // remove container (5 m)
 	StopMargin  time.Duration // added to the container's stop timeout (30 s)
-	List        time.Duration // list containers (1 m)
+	List        time.Duration // list containers or images (1 m)
 	Version     time.Duration // version (30 s)
 	LoadImage   time.Duration // load image (10 m)
 	RemoveImage time.Duration // remove image (3 m)
@@ -392,6 +392,33 @@ func (c *Client) ListContainersByLabel(ctx context.Context, labels map[string]st
 		return nil, fmt.Errorf("list containers by label: %w", ctxErr(ctx, err))
 	}
 	return list, nil
+}
+
+// ListImages lists the Engine's tagged and dangling top-level images (not build intermediates).
+func (c *Client) ListImages(ctx context.Context) ([]docker.APIImages, error) {
+	ctx, cancel := withTimeout(ctx, "list images", c.timeouts.List)
+	defer cancel()
+	list, err := c.docker.ListImages(docker.ListImagesOptions{Context: ctx})
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", ctxErr(ctx, err))
+	}
+	return list, nil
+}
+
+// ContainerImageIDs returns the image ID of every container, running or not, whoever created it
+// (go-dockerclient's container list drops the field).
+func (c *Client) ContainerImageIDs(ctx context.Context) ([]string, error) {
+	ctx, cancel := withTimeout(ctx, "list containers", c.timeouts.List)
+	defer cancel()
+	var list []struct{ ImageID string }
+	if err := c.getJSON(ctx, "/containers/json?all=1", &list); err != nil {
+		return nil, fmt.Errorf("list containers: %w", ctxErr(ctx, err))
+	}
+	ids := make([]string, 0, len(list))
+	for _, ctr := range list {
+		ids = append(ids, ctr.ImageID)
+	}
+	return ids, nil
 }
 
 // LoadImage loads an image tarball (docker save format) from r.

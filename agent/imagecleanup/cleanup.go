@@ -3,7 +3,7 @@
 //
 // A normal cycle runs every Config.Interval (never when Config.Disabled):
 //
-//	records ─▶ drop in use (ref or ID) ─▶ drop younger than MinimumAge ─▶ oldest first
+//	records ─▶ drop in use (ref or ID) or excluded ─▶ drop younger than MinimumAge ─▶ oldest first
 //	        ─▶ remove up to PerCycle ─▶ delete the record of each image removed
 //
 // Disk pressure is sampled every Config.PressureInterval (first at once). Above
@@ -16,6 +16,11 @@
 //	│      │ removed some and usage ≤ LowWater? ─yes─▶ done
 //	│      ▼
 //	└─yes─ freed anything this round? ─no─▶ done (nothing left to remove)
+//
+// With Config.Untracked, a normal cycle then spends the removals it has left
+// on images Berth did not pull (untracked.go), as the ECS agent's
+// ECS_ENABLE_UNTRACKED_IMAGE_CLEANUP does. Images named in Config.Exclude are
+// never removed, tracked or not.
 //
 // The image pass under pressure ignores MinimumAge but still removes at most
 // PerCycle images per round. With Disabled set, pressure still runs the
@@ -39,6 +44,7 @@ import (
 	"sync"
 	"time"
 
+	docker "github.com/fsouza/go-dockerclient"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/dockerclient"
@@ -49,12 +55,13 @@ import (
 
 // Defaults for the zero fields of Config.
 const (
-	DefaultInterval         = 30 * time.Minute // ECS_IMAGE_CLEANUP_INTERVAL
-	DefaultMinimumAge       = time.Hour        // ECS_IMAGE_MINIMUM_CLEANUP_AGE
-	DefaultPerCycle         = 5                // ECS_NUM_IMAGES_DELETE_PER_CYCLE
-	DefaultHighWater        = 0.85
-	DefaultLowWater         = 0.75
-	DefaultPressureInterval = 10 * time.Second
+	DefaultInterval            = 30 * time.Minute // ECS_IMAGE_CLEANUP_INTERVAL
+	DefaultMinimumAge          = time.Hour        // ECS_IMAGE_MINIMUM_CLEANUP_AGE
+	DefaultPerCycle            = 5                // ECS_NUM_IMAGES_DELETE_PER_CYCLE
+	DefaultHighWater           = 0.85
+	DefaultLowWater            = 0.75
+	DefaultPressureInterval    = 10 * time.Second
+	DefaultUntrackedMinimumAge = time.Hour // NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE
 )
 
 // lastTouched is the later of PulledAt and LastUsedAt: the time the age of an image is counted from.
@@ -76,9 +83,13 @@ type Images interface {
 // running or not, including tasks still pulling. It must be safe to call from any goroutine.
 type InUse func() (refs, ids set.Set[string])
 
-// Docker removes images; a missing image must be success, and removal must not be forced.
+// Docker removes images; a missing image must be success, and removal must not be forced. The lists
+// are read only for untracked image cleanup: every top-level image, and the image ID of every
+// container in any state.
 type Docker interface {
 	RemoveImage(ctx context.Context, name string) error
+	ListImages(ctx context.Context) ([]docker.APIImages, error)
+	ContainerImageIDs(ctx context.Context) ([]string, error)
 }
 
 var _ Docker = (*dockerclient.Client)(nil)
@@ -100,6 +111,16 @@ type Config struct {
 	LowWater         float64         // used fraction pressure cleanup aims for; at most HighWater
 	PressureInterval time.Duration   // between disk usage samples
 	Clock            clockwork.Clock // images' ages and the cycle and sample tickers; nil is the wall clock
+
+	// Untracked (ECS_ENABLE_UNTRACKED_IMAGE_CLEANUP): normal cycles also remove images Berth did not
+	// pull that no container uses, with the removals PerCycle has left.
+	Untracked bool
+	// UntrackedMinimumAge (NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE): untracked images created more recently
+	// are kept; negative = no minimum.
+	UntrackedMinimumAge time.Duration
+	// Exclude (ECS_EXCLUDE_UNTRACKED_IMAGE and the pause image): image names (name:tag) never removed,
+	// tracked or not; an untracked image with any excluded tag is kept whole.
+	Exclude []string
 }
 
 // withDefaults fills zero fields and clamps LowWater to HighWater.
@@ -126,6 +147,12 @@ func (c Config) withDefaults() Config {
 	if c.PressureInterval <= 0 {
 		c.PressureInterval = DefaultPressureInterval
 	}
+	switch {
+	case c.UntrackedMinimumAge == 0:
+		c.UntrackedMinimumAge = DefaultUntrackedMinimumAge
+	case c.UntrackedMinimumAge < 0:
+		c.UntrackedMinimumAge = 0
+	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -136,6 +163,7 @@ func (c Config) withDefaults() Config {
 // safe for concurrent use; cycles and pressure cleanups run one at a time.
 type Cleaner struct {
 	cfg     Config
+	exclude set.Set[string] // cfg.Exclude
 	images  Images
 	inUse   InUse
 	docker  Docker
@@ -154,6 +182,7 @@ func New(cfg Config, images Images, inUse InUse, docker Docker, reclaim Reclaime
 	}
 	return &Cleaner{
 		cfg:     cfg.withDefaults(),
+		exclude: set.Of(cfg.Exclude...),
 		images:  images,
 		inUse:   inUse,
 		docker:  docker,
@@ -191,15 +220,24 @@ func (c *Cleaner) Run(ctx context.Context) {
 	}
 }
 
-// Cycle runs one normal cycle now, even when Disabled, and returns the refs it removed. Every failure
-// is logged and also returned (joined); a container still using an image is not a failure.
+// Cycle runs one normal cycle now, even when Disabled, and returns the refs it removed (untracked
+// images by the names they were removed by). Every failure is logged and also returned (joined); a
+// container still using an image is not a failure.
 func (c *Cleaner) Cycle(ctx context.Context) (removed []string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p, err := c.removeUnused(ctx, false, &set.Set[string]{})
-	c.log.Info("image cleanup cycle finished",
-		"removed", len(p.removed), "candidates", p.candidates, "kept_used_by_container", p.conflicts, "failed", p.failed)
-	return p.removed, err
+	kv := []any{"removed", len(p.removed), "candidates", p.candidates, "kept_used_by_container", p.conflicts, "failed", p.failed}
+	removed = p.removed
+	if c.cfg.Untracked {
+		u, uerr := c.removeUntracked(ctx, c.cfg.PerCycle-len(p.removed)-p.failed)
+		err = errors.Join(err, uerr)
+		removed = append(removed, u.removed...)
+		kv = append(kv, "untracked_removed", len(u.removed), "untracked_candidates", u.candidates,
+			"untracked_kept_used_by_container", u.conflicts, "untracked_failed", u.failed)
+	}
+	c.log.Info("image cleanup cycle finished", kv...)
+	return removed, err
 }
 
 // pass is the outcome of one image pass.
@@ -224,7 +262,7 @@ func (c *Cleaner) removeUnused(ctx context.Context, pressure bool, tried *set.Se
 	var cands []state.ImageRecord
 	for _, r := range records {
 		switch {
-		case r.Ref == "" || tried.Has(r.Ref) || used(r, refs, ids):
+		case r.Ref == "" || tried.Has(r.Ref) || used(r, refs, ids) || c.exclude.Has(r.Ref):
 		case !pressure && now.Sub(lastTouched(r)) < c.cfg.MinimumAge:
 		default:
 			cands = append(cands, r)
@@ -286,11 +324,7 @@ func used(r state.ImageRecord, refs, ids set.Set[string]) bool {
 	if refs.Has(r.Ref) {
 		return true
 	}
-	if r.ImageID == "" {
-		return false
-	}
-	id := strings.TrimPrefix(r.ImageID, "sha256:")
-	return ids.Has(id) || ids.Has("sha256:"+id)
+	return r.ImageID != "" && hasID(ids, r.ImageID)
 }
 
 // pressureState is what Run remembers between disk usage samples.

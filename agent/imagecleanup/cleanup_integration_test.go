@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -300,4 +301,63 @@ func TestIntegrationPressure(t *testing.T) {
 	assert.NotContains(t, d.names(), used)
 	assert.NotEmpty(t, logLines(buf, "level=warn", "disk usage above high water mark"), buf.String())
 	assert.NotEmpty(t, logLines(buf, "level=info", "disk pressure cleanup finished", "containers_removed=1", "images_removed=1"), buf.String())
+}
+
+// runImagesOnly shows untracked cleanup only this run's images (label berth.it), so the test never
+// touches the host's other images; removals and the container list are the real engine's.
+type runImagesOnly struct {
+	*recordingDocker
+	run string
+}
+
+func (r runImagesOnly) ListImages(ctx context.Context) ([]docker.APIImages, error) {
+	all, err := r.recordingDocker.ListImages(ctx)
+	var out []docker.APIImages
+	for _, img := range all {
+		if img.Labels["berth.it"] == r.run {
+			out = append(out, img)
+		}
+	}
+	return out, err
+}
+
+func TestIntegrationUntrackedCycle(t *testing.T) {
+	e := newEngine(t)
+	_, oneID := e.buildImage(t, "one-tag")
+	multi, multiID := e.buildImage(t, "multi")
+	alias := "berth-imagecleanup-it-alias:" + e.run
+	require.NoError(t, e.raw.TagImage(multi, docker.TagImageOptions{Repo: "berth-imagecleanup-it-alias", Tag: e.run}))
+	t.Cleanup(func() { _ = e.c.RemoveImage(context.Background(), alias) })
+	withCtr, withCtrID := e.buildImage(t, "container")
+	e.createContainer(t, withCtr, "not-berths") // created by someone else, never started
+	excluded, excludedID := e.buildImage(t, "excluded")
+	pulled, pulledID := e.buildImage(t, "pulled")
+	dangling, danglingID := e.buildImage(t, "dangling")
+	// The name moves to another image (as a new build of it would): the first image loses its tag.
+	require.NoError(t, e.raw.TagImage(pulled, docker.TagImageOptions{Repo: strings.Split(dangling, ":")[0], Tag: e.run, Force: true}))
+	t.Cleanup(func() { _ = e.c.RemoveImage(context.Background(), danglingID) })
+	img, err := e.c.InspectImage(t.Context(), danglingID)
+	require.NoError(t, err)
+	require.Empty(t, img.RepoTags, "the first dangling build is untagged")
+
+	images := &memImages{records: map[string]state.ImageRecord{
+		pulled: {Ref: pulled, ImageID: pulledID, PulledAt: time.Now()}, // too young for the tracked pass
+	}}
+	inUse := func() (refs, ids set.Set[string]) { return set.Set[string]{}, set.Set[string]{} }
+	d := runImagesOnly{recordingDocker: &recordingDocker{Docker: e.c}, run: e.run}
+	log, buf := debugLog(t)
+	c := New(Config{Untracked: true, UntrackedMinimumAge: -1, PerCycle: 10, Exclude: []string{excluded}}, images, inUse, d, nil, nil, log)
+
+	removed, err := c.Cycle(t.Context())
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{oneID, danglingID, multi, alias}, removed)
+	for _, id := range []string{oneID, multiID, danglingID} {
+		assert.False(t, e.exists(t, id), "untracked image %s is gone", id)
+	}
+	for _, id := range []string{withCtrID, excludedID, pulledID} {
+		assert.True(t, e.exists(t, id), "image %s stays", id)
+	}
+	assert.NotContains(t, d.names(), withCtr, "an image a container uses is never offered to Docker")
+	assert.NotContains(t, d.names(), withCtrID)
+	assert.Len(t, logLines(buf, "removed untracked image"), 3, buf.String())
 }

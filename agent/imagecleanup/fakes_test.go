@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	docker "github.com/fsouza/go-dockerclient"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
@@ -36,6 +37,10 @@ type host struct {
 	refs    set.Set[string]              // in use by tasks
 	ids     set.Set[string]
 
+	untracked    map[string]docker.APIImages // Docker's images Berth has no record of, by ID
+	containerIDs []string                    // the image IDs of every container on the host
+	imagesErr    error                       // ListImages and ContainerImageIDs fail with it
+
 	conflicts  set.Set[string]  // refs Docker refuses to remove (a container uses them)
 	removeErrs map[string]error // refs Docker fails to remove
 	listErr    error
@@ -52,7 +57,7 @@ type host struct {
 }
 
 func newHost(t *testing.T, records ...state.ImageRecord) *host {
-	h := &host{t: t, records: map[string]state.ImageRecord{}, removeErrs: map[string]error{}}
+	h := &host{t: t, records: map[string]state.ImageRecord{}, removeErrs: map[string]error{}, untracked: map[string]docker.APIImages{}}
 	for _, r := range records {
 		h.records[r.Ref] = r
 		h.engine.Add(r.Ref)
@@ -109,10 +114,82 @@ func (h *host) RemoveImage(_ context.Context, ref string) error {
 	}
 	h.events = append(h.events, "rm "+ref)
 	h.engine.Remove(ref)
+	h.removeUntracked(ref)
 	if h.onRemove != nil {
 		h.onRemove(h, ref)
 	}
 	return nil
+}
+
+// removeUntracked drops an untracked image by ID, or one of its tags (the image with its last tag),
+// as Docker does; mu is held.
+func (h *host) removeUntracked(name string) {
+	for id, img := range h.untracked {
+		if (id == name || slices.Contains(img.RepoTags, name)) && (h.ids.Has(id) || slices.Contains(h.containerIDs, id)) {
+			h.t.Errorf("removed %s of image %s while a task or container uses it", name, id)
+		}
+	}
+	if img, ok := h.untracked[name]; ok {
+		if len(tags(img)) > 1 {
+			h.t.Errorf("removed image %s by ID while it has tags %v; Docker refuses without force", name, img.RepoTags)
+		}
+		delete(h.untracked, name)
+		return
+	}
+	for id, img := range h.untracked {
+		if i := slices.Index(img.RepoTags, name); i >= 0 {
+			img.RepoTags = slices.Delete(slices.Clone(img.RepoTags), i, i+1)
+			h.untracked[id] = img
+			if len(img.RepoTags) == 0 {
+				delete(h.untracked, id)
+			}
+		}
+	}
+}
+
+// addUntracked adds an image Berth did not pull, created createdAgo ago.
+func (h *host) addUntracked(id string, size int64, createdAgo time.Duration, tags ...string) {
+	h.untracked[id] = docker.APIImages{ID: id, RepoTags: tags, Size: size, Created: ago(createdAgo).Unix()}
+}
+
+// untrackedLeft returns the IDs of the untracked images still in Docker, sorted.
+func (h *host) untrackedLeft() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for id := range h.untracked {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (h *host) ListImages(context.Context) ([]docker.APIImages, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, "list images")
+	if h.imagesErr != nil {
+		return nil, h.imagesErr
+	}
+	var out []docker.APIImages
+	for _, img := range h.untracked {
+		out = append(out, img)
+	}
+	for _, r := range h.records {
+		if h.engine.Has(r.Ref) {
+			out = append(out, docker.APIImages{ID: r.ImageID, RepoTags: []string{r.Ref}, Created: ago(1000 * time.Hour).Unix()})
+		}
+	}
+	return out, nil
+}
+
+func (h *host) ContainerImageIDs(context.Context) ([]string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.imagesErr != nil {
+		return nil, h.imagesErr
+	}
+	return slices.Clone(h.containerIDs), nil
 }
 
 func (h *host) reclaim(context.Context) (int, error) {

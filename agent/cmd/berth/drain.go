@@ -17,7 +17,7 @@ import (
 // drain sets the running agent's container instance to DRAINING, so the control plane places no new
 // task on it. The instance ARN comes from the agent's /v1/metadata.
 func drain(ctx context.Context, cfg *config.Config, out io.Writer) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+cfg.IntrospectionAddr+"/v1/metadata", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.IntrospectionURL()+"/v1/metadata", nil)
 	if err != nil {
 		return err
 	}

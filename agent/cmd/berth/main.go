@@ -290,7 +290,7 @@ func runHealthcheck(ctx context.Context, args, environ []string, stdout, stderr 
 	addr := res.Config.IntrospectionAddr
 	ctx, cancel := context.WithTimeout(ctx, healthcheckTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/metadata", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, res.Config.IntrospectionURL()+"/v1/metadata", nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "berth healthcheck: %v\n", err)
 		return 1

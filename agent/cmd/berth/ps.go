@@ -23,7 +23,7 @@ func runPs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 	addr := res.Config.IntrospectionAddr
 	ctx, cancel := context.WithTimeout(ctx, healthcheckTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/tasks", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, res.Config.IntrospectionURL()+"/v1/tasks", nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "berth ps: %v\n", err)
 		return 1
