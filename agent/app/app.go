@@ -102,7 +102,8 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	stats := containerstats.New(client, containerstats.Config{Logger: log.With("component", "container_stats")})
 	defer stats.Close()
 	telSettings := telemetrySettingsOf(cfg)
-	tel := telemetry.New(eng, stats, telemetry.Config{SampleInterval: telSettings.sampleInterval(), Logger: log.With("component", "telemetry")})
+	tel := telemetry.New(eng, stats, telemetry.Config{SampleInterval: telSettings.sampleInterval(),
+		Runtime: func(ctx context.Context) error { _, err := client.Version(ctx); return err }, Logger: log.With("component", "telemetry")})
 	var identity ec2identity.Identity
 	cp, identity, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, imds,
 		controlplane.TelemetryConfig{Source: tel, DisableMetrics: telSettings.DisableMetrics}, opts.Hook, log)

@@ -8,6 +8,7 @@
 //	                                                                              └──▶ latest figures
 //	TCS client ──Metrics(now)──▶ Window.Take per container, grouped by task (static tasks left out)
 //	TCS client ──Health(now)───▶ the task model's container health, with the time it last changed
+//	TCS client ──InstanceStatuses(now)──▶ the latest check of the Docker Engine (every 20 s)
 //
 // A container that stops running is forgotten once its last samples were taken by Metrics, or after
 // forgetAfter when nobody takes them, so memory is bounded by the containers that run.
@@ -55,10 +56,20 @@ const DefaultSampleInterval = time.Second
 // last samples.
 const forgetAfter = 2 * time.Minute
 
+// RuntimeCheckInterval spaces the checks of the container runtime behind InstanceStatuses, as the
+// ECS agent checks it once per publication; runtimeCheckTimeout bounds one.
+const (
+	RuntimeCheckInterval = 20 * time.Second
+	runtimeCheckTimeout  = 5 * time.Second
+)
+
 // Config configures a Source; zero fields take defaults.
 type Config struct {
 	// SampleInterval spaces the samples of each container (DefaultSampleInterval).
 	SampleInterval time.Duration
+	// Runtime checks that the Docker Engine answers (the ContainerRuntime instance status); nil
+	// reports the runtime OK from the first check on.
+	Runtime func(ctx context.Context) error
 	// Clock times sampling and health changes; nil is the wall clock.
 	Clock clockwork.Clock
 	// Logger receives the source's records; nil discards them.
@@ -91,9 +102,18 @@ type Source struct {
 	clock    clockwork.Clock
 	log      *logger.Logger
 
+	runtime func(ctx context.Context) error
+
 	mu         sync.Mutex
 	containers map[string]*container  // by Docker ID
 	health     map[string]healthSince // by task ARN + "/" + container name
+	runtimeSt  runtimeStatus
+}
+
+// runtimeStatus is the container runtime's instance status: INITIALIZING until the first check.
+type runtimeStatus struct {
+	status           string
+	changed, checked time.Time // the last change of status, the last check
 }
 
 var (
@@ -121,18 +141,38 @@ type healthSince struct {
 // Run.
 func New(tasks Tasks, stats Stats, cfg Config) *Source {
 	s := &Source{tasks: tasks, stats: stats, interval: cmp.Or(cfg.SampleInterval, DefaultSampleInterval), clock: cfg.Clock,
-		log: cfg.Logger, containers: map[string]*container{}, health: map[string]healthSince{}}
+		log: cfg.Logger, containers: map[string]*container{}, health: map[string]healthSince{}, runtime: cfg.Runtime}
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
 	}
+	if s.runtime == nil {
+		s.runtime = func(context.Context) error { return nil }
+	}
+	s.runtimeSt = runtimeStatus{status: tcs.InstanceStatusInitializing, changed: s.clock.Now()}
 	if s.log == nil {
 		s.log = logger.Nop()
 	}
 	return s
 }
 
-// Run samples every running container each SampleInterval until ctx ends.
+// Run samples every running container each SampleInterval, and checks the container runtime at once
+// and then every RuntimeCheckInterval, until ctx ends.
 func (s *Source) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { // a hung engine must not hold up sampling
+		s.CheckRuntime(ctx)
+		t := s.clock.NewTicker(RuntimeCheckInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.Chan():
+				s.CheckRuntime(ctx)
+			}
+		}
+	})
 	t := s.clock.NewTicker(s.interval)
 	defer t.Stop()
 	for {
@@ -143,6 +183,36 @@ func (s *Source) Run(ctx context.Context) {
 			s.Sample(ctx)
 		}
 	}
+}
+
+// CheckRuntime checks the container runtime once: OK when it answers within runtimeCheckTimeout,
+// IMPAIRED otherwise. A change is logged. Run calls it; tests call it directly.
+func (s *Source) CheckRuntime(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, runtimeCheckTimeout)
+	err := s.runtime(cctx)
+	cancel()
+	if ctx.Err() != nil {
+		return // shutting down: not the runtime's fault
+	}
+	status := tcs.InstanceStatusOK
+	if err != nil {
+		status = tcs.InstanceStatusImpaired
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &s.runtimeSt
+	st.checked = now
+	if st.status == status {
+		return
+	}
+	switch {
+	case err != nil:
+		s.log.Warn("container runtime impaired: the Docker Engine does not answer", "error", err)
+	case st.status == tcs.InstanceStatusImpaired:
+		s.log.Info("container runtime OK again")
+	}
+	st.status, st.changed = status, now
 }
 
 // Sample reads the latest stats sample of every running container of every running task once, and
@@ -280,10 +350,17 @@ func (s *Source) Health(now time.Time) []tcs.TaskHealth {
 	return out
 }
 
-// InstanceStatuses reports the container runtime OK: the agent publishes only while it runs, and it
-// runs only once the Docker Engine answered.
+// InstanceStatuses reports the container runtime's status as the latest check found it, with when it
+// last changed and when it was last checked (now, before the first check).
 func (s *Source) InstanceStatuses(now time.Time) []tcs.InstanceStatus {
-	return []tcs.InstanceStatus{{Type: tcs.InstanceStatusTypeRuntime, Status: tcs.InstanceStatusOK, LastUpdated: tcs.At(now)}}
+	s.mu.Lock()
+	st := s.runtimeSt
+	s.mu.Unlock()
+	if st.checked.IsZero() {
+		st.checked = now
+	}
+	return []tcs.InstanceStatus{{Type: tcs.InstanceStatusTypeRuntime, Status: st.status,
+		LastStatusChange: tcs.At(st.changed), LastUpdated: tcs.At(st.checked)}}
 }
 
 // Container returns the latest figures of the running container dockerID; ok is false when there

@@ -236,7 +236,68 @@ func TestSourceRunSamplesOnTicks(t *testing.T) {
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	clock.Advance(DefaultSampleInterval)
 	require.Eventually(t, func() bool { _, ok := src.Container("id-web"); return ok }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return src.InstanceStatuses(clock.Now())[0].Status == tcs.InstanceStatusOK }, 5*time.Second,
+		time.Millisecond, "Run checks the runtime at once")
 	cancel()
 	<-done
 	assert.False(t, math.IsNaN(src.Containers()[0].CPUPercent))
+}
+
+func TestSourceInstanceStatusFollowsTheRuntime(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	var mu sync.Mutex
+	var runtimeErr error
+	src := New(&fakeTasks{}, &fakeStats{}, Config{Clock: clock, Runtime: func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		_, hasDeadline := ctx.Deadline()
+		require.True(t, hasDeadline, "a check is bounded")
+		return runtimeErr
+	}})
+	status := func() tcs.InstanceStatus {
+		t.Helper()
+		got := src.InstanceStatuses(clock.Now())
+		require.Len(t, got, 1)
+		assert.Equal(t, tcs.InstanceStatusTypeRuntime, got[0].Type)
+		return got[0]
+	}
+	st := status()
+	assert.Equal(t, tcs.InstanceStatusInitializing, st.Status, "before the first check")
+	assert.Equal(t, t0, st.LastStatusChange.Time)
+
+	clock.Advance(time.Second)
+	src.CheckRuntime(t.Context())
+	st = status()
+	assert.Equal(t, tcs.InstanceStatusOK, st.Status)
+	assert.Equal(t, t0.Add(time.Second), st.LastStatusChange.Time)
+
+	clock.Advance(time.Minute)
+	mu.Lock()
+	runtimeErr = fmt.Errorf("cannot connect to the Docker daemon")
+	mu.Unlock()
+	src.CheckRuntime(t.Context())
+	clock.Advance(time.Minute)
+	src.CheckRuntime(t.Context())
+	st = status()
+	assert.Equal(t, tcs.InstanceStatusImpaired, st.Status)
+	assert.Equal(t, t0.Add(61*time.Second), st.LastStatusChange.Time, "changed at the first failed check")
+	assert.Equal(t, t0.Add(121*time.Second), st.LastUpdated.Time, "updated at the last check")
+
+	clock.Advance(time.Minute)
+	mu.Lock()
+	runtimeErr = nil
+	mu.Unlock()
+	src.CheckRuntime(t.Context())
+	st = status()
+	assert.Equal(t, tcs.InstanceStatusOK, st.Status)
+	assert.Equal(t, t0.Add(181*time.Second), st.LastStatusChange.Time)
+
+	// A check cut short by the agent's shutdown says nothing about the runtime.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	mu.Lock()
+	runtimeErr = context.Canceled
+	mu.Unlock()
+	src.CheckRuntime(ctx)
+	assert.Equal(t, tcs.InstanceStatusOK, status().Status)
 }

@@ -93,7 +93,12 @@ func TestIntegrationTCSPublishesTaskMetrics(t *testing.T) {
 		assert.Equal(t, "berth-test", key, "every frame is signed with the agent's key")
 	}
 	assert.Equal(t, "berth-test", telemetrySrv.Upgrades()[0].AccessKeyID)
-	assert.NotEmpty(t, telemetrySrv.InstanceStatuses())
+	statuses := telemetrySrv.InstanceStatuses()
+	require.NotEmpty(t, statuses)
+	if last := statuses[len(statuses)-1].Statuses; assert.Len(t, last, 1) {
+		assert.Equal(t, tcs.InstanceStatusTypeRuntime, last[0].Type)
+		assert.Equal(t, tcs.InstanceStatusOK, last[0].Status, "the Docker Engine answers")
+	}
 
 	// Local display: the same container's figures on /v1/tasks and /metrics.
 	ts := agent.waitTasks(10*time.Second, "the container's figures on /v1/tasks", func(ts []handlers.TaskResponse) bool {
