@@ -179,6 +179,47 @@ func TestIntegrationSpotNoticeDrains(t *testing.T) {
 	agent.stop()
 }
 
+// TestIntegrationWarmPoolsCheckHoldsRegistration runs ecs-mode agents with ECS_WARM_POOLS_CHECK
+// against ec2-metadata-mock's asglifecycle mode. While IMDS has no target lifecycle state (the mock
+// answers 404 past --mock-ip-count 0, as IMDS does before Auto Scaling sets one) the agent polls,
+// says it is still waiting and does not register; once the state is InService it registers. (The
+// mock cannot serve a warm-pool state turning InService; agent/ec2identity's unit tests cover that.)
+func TestIntegrationWarmPoolsCheckHoldsRegistration(t *testing.T) {
+	bin := buildBerth(t)
+	run := func(mockArgs ...string) (*recordingECS, *agentRun) {
+		imds := imdsmock.Start(t, append([]string{"asglifecycle"}, mockArgs...)...)
+		ecs := &recordingECS{cp: standInECS(t, "us-east-1").Handler()}
+		addr := serveLoopback(t, ecs)
+		agent := newRecoveryEnv(t, bin).start("AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://"+addr,
+			"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_CONFIG_FILE=/dev/null",
+			"AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_EC2_METADATA_DISABLED=false",
+			"AWS_EC2_METADATA_SERVICE_ENDPOINT="+imds, "ECS_WARM_POOLS_CHECK=true")
+		return ecs, agent
+	}
+	registered := func(ecs *recordingECS) bool {
+		ecs.mu.Lock()
+		defer ecs.mu.Unlock()
+		return ecs.register != nil
+	}
+
+	ecs, agent := run("--mock-ip-count", "0")
+	polled := func() bool {
+		return strings.Contains(agent.out.String(), "waiting for the instance to go into service")
+	}
+	if !assert.Eventually(t, polled, 30*time.Second, 100*time.Millisecond, "the agent polls the target lifecycle state") {
+		t.Fatalf("agent log:\n%s", agent.out.String())
+	}
+	assert.False(t, registered(ecs), "no registration before InService")
+	agent.stop()
+
+	ecs, agent = run("--asg-termination-delay-sec", "600")
+	if !assert.Eventually(t, func() bool { return registered(ecs) }, 30*time.Second, 100*time.Millisecond, "the agent registers once InService") {
+		t.Fatalf("agent log:\n%s", agent.out.String())
+	}
+	assert.Contains(t, agent.out.String(), "the instance is InService")
+	agent.stop()
+}
+
 // TestIntegrationTakesOverFromTheECSAgent: on a host whose data directory holds the ECS agent's
 // agent.db, a new Berth registers with the ECS agent's container instance ARN, and leaves a
 // container the ECS agent runs (its labels, not Berth's) running.
