@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The package test (`make packages-test`, part of `make test`): on this Debian host, as root,
 #   - installs DIR's berth .deb with dpkg -i (a berth package left by an aborted run is purged first);
-#   - checks every file and directory is in place with its type, mode and owner, that /etc/ecs/ecs.config
-#     is a conffile, that the binary is static and `berth version` reports VERSION, that the CNI plugins
+#   - checks every file and directory is in place with its type, mode and owner, that postinstall made
+#     /etc/ecs/ecs.config from the template (0600, owned by no package), that the binary is static and `berth version` reports VERSION, that the CNI plugins
 #     answer VERSION, that the pause tarball is a docker save archive, and the unit with systemd-analyze
 #     verify and its key settings;
 #   - installs the .deb again over itself (an upgrade): an edited ecs.config is kept;
-#   - dpkg -r: every file is gone but the conffile; dpkg -P: the conffile too; no enablement symlink left;
-#   - checks DIR's .rpm with rpm: the same paths, modes and owners, config(noreplace), version, scripts.
-# Leaves no berth package installed, whatever the outcome. Prints one line per step and "ok" at the end.
+#   - dpkg -r: every file is gone but ecs.config; dpkg -P: ecs.config is still there, edited (it is the
+#     operator's); no enablement symlink left;
+#   - installs the .deb once more over that unowned ecs.config, as EC2 user data leaves one before the
+#     install: no conffile prompt (stdin is /dev/null), the file untouched; then purges again;
+#   - checks DIR's .rpm with rpm: the same paths, modes and owners, version, scripts.
+# Leaves no berth package and no ecs.config of its own installed, whatever the outcome. Prints one line per step and "ok" at the end.
 #
 #   usage: scripts/packages-test.sh DIR VERSION
 set -euo pipefail
@@ -44,14 +47,15 @@ expected=(
   "/usr/lib/berth/cni/static f 755"
   "/usr/lib/berth/pause.tar f 644"
   "/etc/ecs d 755"
-  "/etc/ecs/ecs.config f 600"
+  "/usr/share/berth/ecs.config f 644"
   "/usr/share/doc/berth/examples/ecs.config f 644"
   "/usr/share/doc/berth/examples/ecs.config.json f 644"
   "/var/lib/ecs d 755"
   "/var/lib/ecs/data d 700"
   "/var/log/ecs d 750"
 )
-conffile=/etc/ecs/ecs.config
+conffile=/etc/ecs/ecs.config # made by postinstall, owned by no package
+template=/usr/share/berth/ecs.config
 unit=/usr/lib/systemd/system/berth.service
 wants_link=/etc/systemd/system/multi-user.target.wants/berth.service
 
@@ -60,10 +64,15 @@ purge() { [ -z "$(status)" ] || dpkg -P berth >"$log" 2>&1 || { cat "$log" >&2; 
 
 log=$(mktemp)
 stub=""
+made_conffile=false
 cleanup() {
   local rc=$?
   if [ $rc -ne 0 ] && [ -n "$(status)" ]; then
     dpkg -P berth >/dev/null 2>&1 || true
+  fi
+  if [ "$made_conffile" = true ]; then
+    rm -f "$conffile"
+    [[ " ${preexisting[*]:-} " == *" /etc/ecs "* ]] || rmdir /etc/ecs 2>/dev/null || true
   fi
   rm -rf "$log" "$stub"
   exit $rc
@@ -75,9 +84,10 @@ if [ -n "$(status)" ]; then
   say "purging berth ($(status)) left from an earlier run"
   purge
 fi
-# Files the package would take over must not be there unowned: dpkg would overwrite them silently, or
-# ask about ecs.config. Directories may exist (another agent's /etc/ecs); those are not checked for
-# removal below.
+# Files the package would take over must not be there unowned: dpkg would overwrite them silently. Nor
+# may ecs.config, which the test checks postinstall creates. Directories may exist (another agent's
+# /etc/ecs); those are not checked for removal below.
+[ ! -e "$conffile" ] || die "$conffile exists; move it away first (the test checks the package creates it)"
 preexisting=()
 for e in "${expected[@]}"; do
   read -r path type _ <<<"$e"
@@ -114,10 +124,14 @@ check_gone() {
 dpkg -i "$deb" </dev/null >"$log" 2>&1 || { cat "$log" >&2; die "dpkg -i $deb failed"; }
 [ "$(status)" = ii ] || die "berth status after dpkg -i: $(status), want ii"
 say "installed $(basename "$deb")"
+made_conffile=true
 check_installed
-grep -q "^ $conffile " <<<"$(dpkg-query -W -f='${Conffiles}\n' berth)" || die "$conffile is not a conffile"
+got=$(stat -c '%F %a %U:%G' "$conffile" 2>/dev/null) || die "postinstall did not create $conffile"
+[ "$got" = "regular file 600 root:root" ] || die "$conffile: got '$got', want 'regular file 600 root:root'"
+cmp -s "$conffile" "$template" || die "$conffile is not a copy of $template"
+! dpkg-query -S "$conffile" >/dev/null 2>&1 || die "$conffile is owned by a package; it must be the operator's"
 [ ! -L "$wants_link" ] || die "the package enabled berth.service on install; it must not"
-say "${#expected[@]} paths in place with their modes, owned by root; $conffile is a conffile; service not enabled"
+say "${#expected[@]} paths in place with their modes, owned by root; $conffile made from $template, owned by no package; service not enabled"
 
 # The binary: static (make build's CGO_ENABLED=0) and reporting the package's version.
 out=$(ldd /usr/bin/berth 2>&1 || true)
@@ -127,7 +141,7 @@ out=$(/usr/bin/berth version) || die "/usr/bin/berth version failed: $out"
 say "/usr/bin/berth version: $out"
 # The shipped ecs.config parses, and the defaults point at what the package installed (a clean
 # environment: no ECS_* variable of this shell's may change the answer).
-cfg=$(env -i PATH="$PATH" /usr/bin/berth config) || die "berth config with the packaged $conffile failed: $cfg"
+cfg=$(env -i PATH="$PATH" /usr/bin/berth config) || die "berth config with $conffile failed: $cfg"
 grep -q '"envFile": "/etc/ecs/ecs.config"' <<<"$cfg" || die "berth config did not read $conffile"
 for want in /usr/lib/berth/cni /usr/lib/berth/pause.tar /var/lib/ecs/data; do
   grep -q "\"value\": \"$want\"" <<<"$cfg" || die "berth config: no key defaults to $want"
@@ -138,7 +152,7 @@ for p in bridge host-device host-local loopback static; do
 done
 listing=$(tar -tf /usr/lib/berth/pause.tar) || die "tar cannot list /usr/lib/berth/pause.tar"
 grep -qx manifest.json <<<"$listing" || die "/usr/lib/berth/pause.tar is not a docker save archive (no manifest.json): $listing"
-say "berth config reads the packaged $conffile; the CNI plugins answer VERSION; pause.tar is a docker save archive"
+say "berth config reads $conffile; the CNI plugins answer VERSION; pause.tar is a docker save archive"
 
 # The unit. systemd-analyze verify prints nothing and exits 0 for a clean unit; it exits 0 on some
 # problems (an unknown key), so any output fails too. It resolves the unit's dependencies: when no
@@ -168,7 +182,7 @@ done
 ! grep -q '^Requires=' "$unit" || die "$unit has Requires=; Berth survives Docker restarts, want Wants="
 say "systemd-analyze verify $unit: clean ($how); Restart=always, Wants=/After=docker.service, TimeoutStopSec=30s"
 
-# --- upgrade (the same package over itself): an edited conffile is kept --------------------------
+# --- upgrade (the same package over itself): an edited ecs.config is kept --------------------------
 echo 'ECS_LOGLEVEL=debug # packages-test' >>"$conffile"
 systemctl --no-reload enable berth.service >/dev/null 2>&1 || die "systemctl enable berth.service failed"
 [ -L "$wants_link" ] || die "systemctl enable made no $wants_link"
@@ -180,13 +194,28 @@ say "reinstalled over itself: the edit to $conffile is kept"
 # --- remove, then purge ----------------------------------------------------------------------------
 dpkg -r berth >"$log" 2>&1 || { cat "$log" >&2; die "dpkg -r berth failed"; }
 [ "$(status)" = rc ] || die "berth status after dpkg -r: $(status), want rc (config files left)"
-check_gone "$conffile" /etc/ecs
+check_gone /etc/ecs
 grep -q '^ECS_LOGLEVEL=debug # packages-test$' "$conffile" || die "dpkg -r did not keep $conffile"
 say "dpkg -r: every file gone but $conffile (kept, with the edit); the enablement symlink is gone"
 dpkg -P berth >"$log" 2>&1 || { cat "$log" >&2; die "dpkg -P berth failed"; }
 [ -z "$(status)" ] || die "berth status after dpkg -P: $(status), want none"
-check_gone
-say "dpkg -P: $conffile gone too; no berth package known to dpkg"
+check_gone /etc/ecs
+grep -q '^ECS_LOGLEVEL=debug # packages-test$' "$conffile" || die "dpkg -P removed or changed $conffile"
+say "dpkg -P: no berth package known to dpkg; $conffile left as the operator's, with the edit"
+
+# --- install over an ecs.config written before it (EC2 user data) ----------------------------------
+# The leftover file is one no package owns, as `echo ECS_CLUSTER=prod >> /etc/ecs/ecs.config` in user
+# data leaves it: the install must neither prompt (stdin is /dev/null: a prompt fails dpkg) nor touch it.
+chmod 0640 "$conffile"
+before=$(stat -c '%a %s %Y' "$conffile") && saved=$(cat "$conffile")
+dpkg -i "$deb" </dev/null >"$log" 2>&1 || { cat "$log" >&2; die "dpkg -i over an existing $conffile failed"; }
+[ "$(stat -c '%a %s %Y' "$conffile")" = "$before" ] && [ "$(cat "$conffile")" = "$saved" ] ||
+  die "dpkg -i changed the existing $conffile"
+purge
+check_gone /etc/ecs
+rm -f "$conffile" && made_conffile=false
+[[ " ${preexisting[*]} " == *" /etc/ecs "* ]] || rmdir /etc/ecs
+say "dpkg -i over an existing $conffile: no prompt, the file untouched; purged again"
 
 # --- the .rpm ----------------------------------------------------------------------------------------
 # rpm -qp reads the package file only (no rpm database is involved). FILEFLAGS:fflags shows c for
@@ -204,12 +233,13 @@ for e in "${expected[@]}"; do
   want_perms=$(printf '%s' "$mode" | sed 's/7/rwx/g; s/6/rw-/g; s/5/r-x/g; s/4/r--/g; s/0/---/g')
   [ "${perms:1}" = "$want_perms" ] || die "$rpm: $path has mode $perms, want $want_perms"
 done
-awk -v p="$conffile" '$1 == p { exit !($4 ~ /c/ && $4 ~ /n/) }' <<<"$listing" ||
-  die "$rpm: $conffile is not %config(noreplace)"
+! awk -v p="$conffile" '$1 == p { found = 1 } END { exit !found }' <<<"$listing" ||
+  die "$rpm: lists $conffile; it must be the operator's, made by postinstall"
 scripts=$(rpm -qp --scripts "$rpm" 2>/dev/null)
 for s in postinstall preuninstall postuninstall; do
   grep -q "^$s scriptlet" <<<"$scripts" || die "$rpm has no $s scriptlet"
 done
-say "$(basename "$rpm"): version $rpm_version; rpm -qlp lists all ${#expected[@]} paths with their modes, root-owned; $conffile %config(noreplace); post/preun/postun scriptlets"
+grep -qF "$template $conffile" <<<"$scripts" || die "$rpm: the postinstall scriptlet does not create $conffile from $template"
+say "$(basename "$rpm"): version $rpm_version; rpm -qlp lists all ${#expected[@]} paths with their modes, root-owned, not $conffile; post/preun/postun scriptlets, postinstall creating $conffile"
 
 say "ok ($((SECONDS - start)) s)"

@@ -2,8 +2,9 @@
 # berth postremove (deb postrm, rpm %postun). Arguments: deb "remove", "purge", "upgrade", ...;
 # rpm 0 on removal, 1 on upgrade.
 # After removal systemd re-reads its units so berth.service is gone from it. Purge removes only what
-# dpkg owns (/etc/ecs/ecs.config and empty package directories): the state in /var/lib/ecs/data and the
-# logs in /var/log/ecs are left for the operator, since the Amazon ECS agent uses the same paths.
+# dpkg owns (empty package directories): /etc/ecs/ecs.config (the operator's, maybe written before the
+# install), the state in /var/lib/ecs/data and the logs in /var/log/ecs are left, since the Amazon ECS
+# agent uses the same paths.
 set -e
 
 case "$1" in
