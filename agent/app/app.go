@@ -139,6 +139,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err := servers.serve(gctx, g, eng, stats, tel, m, cp, roles, identity, cfg); err != nil {
 		return err
 	}
+	g.Go(func() error { tel.WatchRuntime(gctx); return nil })
 	if !telSettings.DisableMetrics {
 		g.Go(func() error { tel.Run(gctx); return nil })
 	}

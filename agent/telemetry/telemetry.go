@@ -155,24 +155,25 @@ func New(tasks Tasks, stats Stats, cfg Config) *Source {
 	return s
 }
 
-// Run samples every running container each SampleInterval, and checks the container runtime at once
-// and then every RuntimeCheckInterval, until ctx ends.
-func (s *Source) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { // a hung engine must not hold up sampling
-		s.CheckRuntime(ctx)
-		t := s.clock.NewTicker(RuntimeCheckInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.Chan():
-				s.CheckRuntime(ctx)
-			}
+// WatchRuntime checks the container runtime at once and then every RuntimeCheckInterval until ctx
+// ends. It runs apart from Run, so a hung engine does not hold up sampling, and runs when metrics are
+// off too: the instance status is published without them.
+func (s *Source) WatchRuntime(ctx context.Context) {
+	s.CheckRuntime(ctx)
+	t := s.clock.NewTicker(RuntimeCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+			s.CheckRuntime(ctx)
 		}
-	})
+	}
+}
+
+// Run samples every running container each SampleInterval until ctx ends.
+func (s *Source) Run(ctx context.Context) {
 	t := s.clock.NewTicker(s.interval)
 	defer t.Stop()
 	for {
@@ -186,7 +187,7 @@ func (s *Source) Run(ctx context.Context) {
 }
 
 // CheckRuntime checks the container runtime once: OK when it answers within runtimeCheckTimeout,
-// IMPAIRED otherwise. A change is logged. Run calls it; tests call it directly.
+// IMPAIRED otherwise. A change is logged. WatchRuntime calls it; tests call it directly.
 func (s *Source) CheckRuntime(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, runtimeCheckTimeout)
 	err := s.runtime(cctx)

@@ -236,8 +236,6 @@ func TestSourceRunSamplesOnTicks(t *testing.T) {
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	clock.Advance(DefaultSampleInterval)
 	require.Eventually(t, func() bool { _, ok := src.Container("id-web"); return ok }, 5*time.Second, time.Millisecond)
-	require.Eventually(t, func() bool { return src.InstanceStatuses(clock.Now())[0].Status == tcs.InstanceStatusOK }, 5*time.Second,
-		time.Millisecond, "Run checks the runtime at once")
 	cancel()
 	<-done
 	assert.False(t, math.IsNaN(src.Containers()[0].CPUPercent))
@@ -300,4 +298,27 @@ func TestSourceInstanceStatusFollowsTheRuntime(t *testing.T) {
 	mu.Unlock()
 	src.CheckRuntime(ctx)
 	assert.Equal(t, tcs.InstanceStatusOK, status().Status)
+}
+
+func TestSourceWatchRuntimeChecksAtOnceAndOnTicks(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	var mu sync.Mutex
+	checks := 0
+	src := New(&fakeTasks{}, &fakeStats{}, Config{Clock: clock, Runtime: func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		checks++
+		return nil
+	}})
+	count := func() int { mu.Lock(); defer mu.Unlock(); return checks }
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); src.WatchRuntime(ctx) }()
+	require.Eventually(t, func() bool { return count() == 1 }, 5*time.Second, time.Millisecond, "a check at once")
+	assert.Equal(t, tcs.InstanceStatusOK, src.InstanceStatuses(clock.Now())[0].Status)
+	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	clock.Advance(RuntimeCheckInterval)
+	require.Eventually(t, func() bool { return count() == 2 }, 5*time.Second, time.Millisecond, "a check per interval")
+	cancel()
+	<-done
 }
