@@ -106,7 +106,8 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		Runtime: func(ctx context.Context) error { _, err := client.Version(ctx); return err }, Logger: log.With("component", "telemetry")})
 	var identity ec2identity.Identity
 	cp, identity, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, imds,
-		controlplane.TelemetryConfig{Source: tel, DisableMetrics: telSettings.DisableMetrics}, opts.Hook, log)
+		controlplane.TelemetryConfig{Source: tel, DisableMetrics: telSettings.DisableMetrics, DisableHealth: cfg.DockerHealthCheckDisabled},
+		opts.Hook, log)
 	if err != nil {
 		return err
 	}

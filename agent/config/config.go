@@ -151,6 +151,7 @@ type Config struct {
 
 	// Telemetry, spot draining, warm pools, instance tags, ECS Anywhere, security option capabilities.
 	MetricsDisabled                    bool
+	DockerHealthCheckDisabled          bool
 	PollMetrics                        bool
 	PollingMetricsWaitDuration         time.Duration
 	SpotInstanceDrainingEnabled        bool

@@ -42,7 +42,7 @@ func ecsKeys() []ecsKey {
 		"ECS_ENABLE_SPOT_INSTANCE_DRAINING", "ECS_WARM_POOLS_CHECK", "ECS_CONTAINER_INSTANCE_TAGS",
 		"ECS_CONTAINER_INSTANCE_PROPAGATE_TAGS_FROM", "ECS_EXTERNAL", "ECS_SELINUX_CAPABLE", "ECS_APPARMOR_CAPABLE",
 		"ECS_ENABLE_UNTRACKED_IMAGE_CLEANUP", "ECS_EXCLUDE_UNTRACKED_IMAGE", "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS",
-		"NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE",
+		"NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE", "ECS_DISABLE_DOCKER_HEALTH_CHECK",
 	)
 	return append(keys, []ecsKey{
 		{"ECS_LOGLEVEL_ON_INSTANCE", "Berth has one log level; it has no logging driver of its own to split levels with"},
@@ -59,7 +59,6 @@ func ecsKeys() []ecsKey {
 		{"ECS_ENABLE_MEMORY_UNBOUNDED_WINDOWS_WORKAROUND", "Windows only"},
 		{"ECS_FSX_WINDOWS_FILE_SERVER_SUPPORTED", "FSx for Windows File Server volumes are not supported"},
 		{"ECS_SHARED_VOLUME_MATCH_FULL_CONFIG", "not implemented"},
-		{"ECS_DISABLE_DOCKER_HEALTH_CHECK", "not implemented: container health checks cannot be turned off"},
 		{"ECS_NVIDIA_RUNTIME", "GPUs are not supported"},
 		{"ECS_ENABLE_GPU_SUPPORT", "GPUs are not supported"},
 		{"ECS_ALTERNATE_CREDENTIAL_PROFILE", "the AWS SDK's AWS_PROFILE selects the agent's credentials profile"},
@@ -69,7 +68,7 @@ func ecsKeys() []ecsKey {
 		{"ECS_ENABLE_RUNTIME_STATS", "pprof and runtime stats logging are not exposed"},
 		{"ECS_EXCLUDE_IPV6_PORTBINDING", "not implemented"},
 		{"ECS_SKIP_LOCALHOST_TRAFFIC_FILTER", "ecs-init: Berth adds no localhost iptables filter"},
-		{"ECS_OFFHOST_INTROSPECTION_INTERFACE_NAME", "ecs-init: Berth adds no introspection iptables rule; ECS_INTROSPECTION_ADDR is loopback"},
+		{"ECS_OFFHOST_INTROSPECTION_INTERFACE_NAME", "ecs-init: Berth adds no introspection iptables rule; ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS decides where introspection listens"},
 		{"ECS_GMSA_SUPPORTED", "gMSA is not supported"},
 		{"ECS_TASK_PIDS_LIMIT", "task pids limits are not implemented"},
 		{"ECS_EBSTA_SUPPORTED", "EBS task attach is not supported"},

@@ -98,13 +98,16 @@ type Config struct {
 }
 
 // TelemetryConfig configures the TCS (telemetry) session. The agent's configuration keys for it
-// are ECS_DISABLE_METRICS (DisableMetrics) and, for the sampling, ECS_POLL_METRICS and
-// ECS_POLLING_METRICS_WAIT_DURATION (see agent/telemetry).
+// are ECS_DISABLE_METRICS (DisableMetrics), ECS_DISABLE_DOCKER_HEALTH_CHECK (DisableHealth) and, for
+// the sampling, ECS_POLL_METRICS and ECS_POLLING_METRICS_WAIT_DURATION (see agent/telemetry).
 type TelemetryConfig struct {
 	// Source is what is published; nil runs no TCS session.
 	Source tcs.Source
 	// DisableMetrics leaves container metrics out; health and instance status are still published.
 	DisableMetrics bool
+	// DisableHealth leaves container health out. With DisableMetrics too there is no TCS session at
+	// all, as with the ECS agent.
+	DisableHealth bool
 	// PublishInterval spaces publishing rounds; zero is tcs.DefaultPublishInterval (20 s).
 	PublishInterval time.Duration
 }
@@ -227,7 +230,11 @@ func (c *ControlPlane) Connect(ctx context.Context) error {
 	} else {
 		c.seq.Store(seq)
 	}
-	if c.cfg.Telemetry.Source != nil {
+	switch tel := c.cfg.Telemetry; {
+	case tel.Source == nil:
+	case tel.DisableMetrics && tel.DisableHealth:
+		c.log.Info("no TCS session: ECS_DISABLE_METRICS and ECS_DISABLE_DOCKER_HEALTH_CHECK are both set")
+	default:
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		wg.Go(func() { c.runTelemetry(ctx, arn) })
@@ -282,7 +289,7 @@ func (c *ControlPlane) runTelemetry(ctx context.Context, arn string) {
 	client, err := tcs.New(tcs.Config{Endpoint: endpoint, Cluster: c.cfg.Cluster, ContainerInstanceArn: arn,
 		Region: c.cfg.Region, Credentials: c.cfg.Credentials, AgentVersion: reg.AgentVersion, AgentHash: reg.AgentHash,
 		DockerVersion: reg.DockerVersion, Source: tel.Source, PublishInterval: tel.PublishInterval,
-		DisableMetrics: tel.DisableMetrics, Clock: c.cfg.Clock, Logger: c.log})
+		DisableMetrics: tel.DisableMetrics, DisableHealth: tel.DisableHealth, Clock: c.cfg.Clock, Logger: c.log})
 	if err != nil {
 		c.log.Error("no TCS session: metrics and health will not be published", "endpoint", endpoint, "error", err)
 		return

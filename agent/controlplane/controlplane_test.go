@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,8 @@ type fakeControl struct {
 	forgotten int
 	drained   []string // instance ARNs set DRAINING
 	telemetry string   // the TCS endpoint; empty: an unreachable one
+	// polls and telemetryAsks count DiscoverPollEndpoint and TelemetryEndpoint calls.
+	polls, telemetryAsks atomic.Int32
 }
 
 func (f *fakeControl) Drain(_ context.Context, instanceArn string) error {
@@ -44,10 +47,12 @@ func (f *fakeControl) RegisterContainerInstance(context.Context, ecsclient.Regis
 }
 
 func (f *fakeControl) DiscoverPollEndpoint(context.Context, string) (string, error) {
+	f.polls.Add(1)
 	return "http://127.0.0.1:1/", nil
 }
 
 func (f *fakeControl) TelemetryEndpoint(context.Context, string) (string, error) {
+	f.telemetryAsks.Add(1)
 	if f.telemetry != "" {
 		return f.telemetry, nil
 	}
@@ -375,4 +380,22 @@ func TestConnectRunsTCS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNoTCSWithoutMetricsOrHealth: with ECS_DISABLE_METRICS and ECS_DISABLE_DOCKER_HEALTH_CHECK both
+// set, as with the ECS agent, there is no TCS session at all; ACS goes on.
+func TestNoTCSWithoutMetricsOrHealth(t *testing.T) {
+	srv := tcstest.NewServer(t)
+	control := &fakeControl{fakeECS: newFakeECS(), telemetry: srv.URL}
+	cp := New(Config{Cluster: "c", Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDAGENT", "secret", ""),
+		Telemetry: TelemetryConfig{Source: fakeTelemetry{}, PublishInterval: 20 * time.Millisecond, DisableMetrics: true, DisableHealth: true}},
+		control, &fakeEngine{}, state.NewMemory(), logger.Nop())
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- cp.Connect(ctx) }()
+	require.Eventually(t, func() bool { return control.polls.Load() > 0 }, 5*time.Second, time.Millisecond, "ACS is being connected")
+	cancel()
+	require.NoError(t, <-done)
+	assert.Zero(t, control.telemetryAsks.Load(), "the TCS endpoint is not even discovered")
+	assert.Empty(t, srv.Upgrades())
 }

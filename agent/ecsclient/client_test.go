@@ -486,6 +486,9 @@ func TestAttributesAdvertiseWhatWorks(t *testing.T) {
 	// Without host-network credentials the Docker daemon cannot reach the credentials endpoint.
 	check("awslogs without host credentials", Registration{LoggingDrivers: []string{"awslogs"}, TaskIAMRole: true},
 		nil, []string{AttrExecutionRoleAWSLogs})
+	check("health checks on", Registration{}, []string{AttrContainerHealthCheck}, nil)
+	// ECS_DISABLE_DOCKER_HEALTH_CHECK: Amazon ECS must not place tasks with a health check here.
+	check("health checks off", Registration{HealthCheckDisabled: true}, nil, []string{AttrContainerHealthCheck})
 }
 
 // TestAttributesSecurityOptions: the selinux and apparmor capabilities are registered when the

@@ -91,6 +91,8 @@ type Registration struct {
 	// PIDIPCSharing registers pid-ipc-namespace-sharing: pidMode and ipcMode task can run (the
 	// pause image is there).
 	PIDIPCSharing bool
+	// HealthCheckDisabled leaves out container-health-check (ECS_DISABLE_DOCKER_HEALTH_CHECK).
+	HealthCheckDisabled bool
 	// TaskIAMRole and TaskIAMRoleNetworkHost register the task-iam-role capabilities: containers get
 	// their task role's credentials (of host-network tasks too, for the second).
 	TaskIAMRole, TaskIAMRoleNetworkHost bool
@@ -210,6 +212,9 @@ func Attributes(r Registration, goarch string) (map[string]string, error) {
 		if d = strings.TrimSpace(d); d != "" {
 			attrs[AttrLoggingDriverPrefix+d] = ""
 		}
+	}
+	if r.HealthCheckDisabled {
+		delete(attrs, AttrContainerHealthCheck)
 	}
 	if r.TaskENI {
 		attrs[AttrTaskENI] = ""

@@ -106,6 +106,8 @@ type Config struct {
 	PublishInterval time.Duration
 	// DisableMetrics (ECS_DISABLE_METRICS) leaves metrics out; health and instance status still go.
 	DisableMetrics bool
+	// DisableHealth (ECS_DISABLE_DOCKER_HEALTH_CHECK) leaves container health out.
+	DisableHealth bool
 	// HeartbeatTimeout is how long a session may go without a frame from the server; zero means
 	// DefaultHeartbeatTimeout plus a random jitter up to DefaultHeartbeatJitter, drawn per session.
 	HeartbeatTimeout time.Duration
@@ -447,6 +449,9 @@ func (c *Client) metricsBatch(now time.Time) *batch {
 }
 
 func (c *Client) healthBatch(now time.Time) *batch {
+	if c.cfg.DisableHealth {
+		return nil
+	}
 	tasks := c.cfg.Source.Health(now)
 	if len(tasks) == 0 {
 		return nil

@@ -241,6 +241,17 @@ func TestDisableMetricsStopsOnlyMetrics(t *testing.T) {
 	assert.Zero(t, h.src.calls(), "metrics not even gathered")
 }
 
+func TestDisableHealthStopsOnlyHealth(t *testing.T) {
+	h := start(t, &fakeSource{metrics: tasks(2), health: healths(2)}, func(c *tcs.Config) { c.DisableHealth = true })
+	for round := 1; round <= 2; round++ {
+		h.tick(t)
+		h.srv.WaitFor(t, "a round", func(s *tcstest.Server) bool {
+			return len(s.InstanceStatuses()) == round && len(s.MetricsBatches()) == round
+		})
+	}
+	assert.Empty(t, h.srv.HealthBatches())
+}
+
 func TestReconnectMidBatchLosesAndDuplicatesNothing(t *testing.T) {
 	h := start(t, &fakeSource{metrics: tasks(25), health: healths(12)}, nil)
 	// The second metrics frame of the batch arrives, then the connection drops before its ack.
