@@ -119,7 +119,7 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 		creds = append(creds, roles)
 		execCreds = append(execCreds, roles)
 	}
-	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: taskendpoint.Instance{Cluster: cfg.Cluster},
+	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: endpointInstance(cfg, identity),
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
 		Tasks:     eng, Credentials: creds, Stats: stats, Logger: s.log.With("component", "task_endpoint"),
 		LogDriverCredentials: logDriverCredentials{eng: eng, creds: execCreds}})
@@ -208,4 +208,14 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, name string
 		log.Warn(name+" stopped with an error", "error", err)
 	}
 	return nil
+}
+
+// endpointInstance is what the task metadata endpoint says of the instance: the cluster and, unless
+// ECS_DISABLE_TASK_METADATA_AZ, the EC2 availability zone (none off EC2 and in local mode).
+func endpointInstance(cfg *config.Config, identity ec2identity.Identity) taskendpoint.Instance {
+	in := taskendpoint.Instance{Cluster: cfg.Cluster}
+	if !cfg.TaskMetadataAZDisabled {
+		in.AvailabilityZone = identity.AvailabilityZone
+	}
+	return in
 }

@@ -16,7 +16,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/taskendpoint"
 )
 
 // startServer serves a handler that reads whole bodies, with the given limits, and counts the bodies
@@ -118,4 +121,14 @@ func TestOversizedHeadersAreRefused(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+func TestEndpointInstanceAvailabilityZone(t *testing.T) {
+	identity := ec2identity.Identity{InstanceID: "i-1", AvailabilityZone: "eu-west-3b"}
+	cfg := &config.Config{Cluster: "prod"}
+	assert.Equal(t, taskendpoint.Instance{Cluster: "prod", AvailabilityZone: "eu-west-3b"}, endpointInstance(cfg, identity))
+	cfg.TaskMetadataAZDisabled = true // ECS_DISABLE_TASK_METADATA_AZ
+	assert.Equal(t, taskendpoint.Instance{Cluster: "prod"}, endpointInstance(cfg, identity))
+	assert.Equal(t, taskendpoint.Instance{Cluster: "prod"}, endpointInstance(&config.Config{Cluster: "prod"}, ec2identity.Identity{}),
+		"off EC2 there is no zone to tell")
 }

@@ -152,6 +152,7 @@ type Config struct {
 	// Telemetry, spot draining, warm pools, instance tags, ECS Anywhere, security option capabilities.
 	MetricsDisabled                    bool
 	DockerHealthCheckDisabled          bool
+	TaskMetadataAZDisabled             bool
 	PollMetrics                        bool
 	PollingMetricsWaitDuration         time.Duration
 	SpotInstanceDrainingEnabled        bool

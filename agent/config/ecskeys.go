@@ -42,7 +42,7 @@ func ecsKeys() []ecsKey {
 		"ECS_ENABLE_SPOT_INSTANCE_DRAINING", "ECS_WARM_POOLS_CHECK", "ECS_CONTAINER_INSTANCE_TAGS",
 		"ECS_CONTAINER_INSTANCE_PROPAGATE_TAGS_FROM", "ECS_EXTERNAL", "ECS_SELINUX_CAPABLE", "ECS_APPARMOR_CAPABLE",
 		"ECS_ENABLE_UNTRACKED_IMAGE_CLEANUP", "ECS_EXCLUDE_UNTRACKED_IMAGE", "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS",
-		"NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE", "ECS_DISABLE_DOCKER_HEALTH_CHECK",
+		"NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE", "ECS_DISABLE_DOCKER_HEALTH_CHECK", "ECS_DISABLE_TASK_METADATA_AZ",
 	)
 	return append(keys, []ecsKey{
 		{"ECS_LOGLEVEL_ON_INSTANCE", "Berth has one log level; it has no logging driver of its own to split levels with"},
@@ -79,7 +79,6 @@ func ecsKeys() []ecsKey {
 		{"ECS_INIT_DOCKER_LOG_FILE_NUM", "ecs-init: Berth runs on the host, not in a container"},
 		{"ECS_AUDIT_LOGFILE", "the credentials audit log is not implemented"},
 		{"ECS_AUDIT_LOGFILE_DISABLED", "the credentials audit log is not implemented"},
-		{"ECS_DISABLE_TASK_METADATA_AZ", "not implemented"},
 	}...)
 }
 

@@ -186,6 +186,8 @@ func keyTable() []key {
 
 		{name: "ECS_DISABLE_METRICS", jsonName: "DisableMetrics", def: "false", doc: "do not gather task metrics",
 			field: func(c *Config) field { return boolField{p: &c.MetricsDisabled} }},
+		{name: "ECS_DISABLE_TASK_METADATA_AZ", jsonName: "TaskMetadataAZDisabled", def: "false", doc: "leave AvailabilityZone out of the task metadata endpoint's answers (in ecs mode on EC2 they carry the instance's)",
+			field: func(c *Config) field { return boolField{p: &c.TaskMetadataAZDisabled} }},
 		{name: "ECS_DISABLE_DOCKER_HEALTH_CHECK", jsonName: "DisableDockerHealthCheck", def: "false", doc: "register without the container-health-check capability, so Amazon ECS places no task with a health check here, and publish no container health; with ECS_DISABLE_METRICS too, no TCS session",
 			field: func(c *Config) field { return boolField{p: &c.DockerHealthCheckDisabled} }},
 		{name: "ECS_POLL_METRICS", jsonName: "PollMetrics", def: "false", doc: "sample container stats every ECS_POLLING_METRICS_WAIT_DURATION instead of every second",
