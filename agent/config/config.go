@@ -106,6 +106,7 @@ type Config struct {
 	Log         logger.Config
 
 	TaskCleanupWaitDuration    time.Duration
+	TaskCleanupWaitJitter      time.Duration
 	DockerStopTimeout          time.Duration
 	ContainerStartTimeout      time.Duration
 	ContainerCreateTimeout     time.Duration

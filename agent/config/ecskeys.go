@@ -43,13 +43,13 @@ func ecsKeys() []ecsKey {
 		"ECS_CONTAINER_INSTANCE_PROPAGATE_TAGS_FROM", "ECS_EXTERNAL", "ECS_SELINUX_CAPABLE", "ECS_APPARMOR_CAPABLE",
 		"ECS_ENABLE_UNTRACKED_IMAGE_CLEANUP", "ECS_EXCLUDE_UNTRACKED_IMAGE", "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS",
 		"NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE", "ECS_DISABLE_DOCKER_HEALTH_CHECK", "ECS_DISABLE_TASK_METADATA_AZ",
+		"ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION_JITTER",
 	)
 	return append(keys, []ecsKey{
 		{"ECS_LOGLEVEL_ON_INSTANCE", "Berth has one log level; it has no logging driver of its own to split levels with"},
 		{"ECS_UPDATES_ENABLED", "agent self-update through ECS is not implemented; update the package instead"},
 		{"ECS_UPDATE_DOWNLOAD_DIR", "agent self-update through ECS is not implemented"},
 		{"ECS_PULL_DEPENDENT_CONTAINERS_UPFRONT", "not implemented"},
-		{"ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION_JITTER", "every stopped task is cleaned up after ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION, without jitter"},
 		{"ECS_MANIFEST_PULL_TIMEOUT", "Berth does not fetch image manifests separately; ECS_IMAGE_PULL_TIMEOUT bounds the whole pull"},
 		{"NONECS_NUM_CONTAINERS_DELETE_PER_CYCLE", "Berth never removes containers it did not create"},
 		{"ECS_ENABLE_HIGH_DENSITY_ENI", "ENI trunking is not supported"},

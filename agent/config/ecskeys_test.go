@@ -69,6 +69,8 @@ func TestECSParity(t *testing.T) {
 		{"ECS_IMAGE_PULL_BEHAVIOR", "default", []in{{"default", "default"}, {"always", "always"}, {"once", "once"}, {"prefer-cached", "prefer-cached"}}},
 		{"ECS_IMAGE_CLEANUP_INTERVAL", "30m0s", []in{{"30m", "30m0s"}, {"1h", "1h0m0s"}}},
 		{"ECS_IMAGE_MINIMUM_CLEANUP_AGE", "1h0m0s", []in{{"30m", "30m0s"}}},
+		{"ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION_JITTER", "0s", []in{{"1h", "1h0m0s"}, {"soon", "ERR"}}},
+		{"NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE", "1h0m0s", []in{{"30m", "30m0s"}, {"0", "0s"}}},
 		{"ECS_NUM_IMAGES_DELETE_PER_CYCLE", "5", []in{{"5", "5"}, {"10", "10"}}},
 		{"ECS_DISABLE_IMAGE_CLEANUP", "false", []in{{"true", "true"}}},
 		{"ECS_INSTANCE_ATTRIBUTES", "map[]", []in{{`{"stack": "prod"}`, "map[stack:prod]"}, {`{"stack": 1}`, "ERR"}}},

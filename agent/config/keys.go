@@ -106,6 +106,8 @@ func keyTable() []key {
 
 		{name: "ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION", jsonName: "TaskCleanupWaitDuration", def: "3h", doc: "how long a stopped task's containers are kept",
 			field: func(c *Config) field { return durationField{p: &c.TaskCleanupWaitDuration, min: minTaskCleanupWait} }},
+		{name: "ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION_JITTER", jsonName: "TaskCleanupWaitDurationJitter", def: "0s", doc: "each stopped task is kept up to this much longer than ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION, an amount of its own (fixed by its ARN), so cleanups of tasks stopped together spread out",
+			field: func(c *Config) field { return durationField{p: &c.TaskCleanupWaitJitter} }},
 		{name: "ECS_CONTAINER_STOP_TIMEOUT", jsonName: "DockerStopTimeout", def: "30s", doc: "time between the stop signal and SIGKILL",
 			field: func(c *Config) field { return durationField{p: &c.DockerStopTimeout, min: minStopTimeout} }},
 		{name: "ECS_CONTAINER_START_TIMEOUT", jsonName: "ContainerStartTimeout", def: "3m", doc: "timeout of a container start",

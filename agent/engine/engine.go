@@ -80,10 +80,13 @@ func (ChangeFunc) TaskRemoved(string) {}
 
 // Config is what the engine takes from the agent's configuration.
 type Config struct {
-	Cluster           string
-	StopTimeout       time.Duration // default stop timeout (ECS_CONTAINER_STOP_TIMEOUT)
-	StartTimeout      time.Duration // default bound on a dependsOn wait (ECS_CONTAINER_START_TIMEOUT)
-	CleanupWait       time.Duration // stopped task kept this long (ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION)
+	Cluster      string
+	StopTimeout  time.Duration // default stop timeout (ECS_CONTAINER_STOP_TIMEOUT)
+	StartTimeout time.Duration // default bound on a dependsOn wait (ECS_CONTAINER_START_TIMEOUT)
+	CleanupWait  time.Duration // stopped task kept this long (ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION)
+	// CleanupJitter keeps each stopped task up to this much longer, an amount fixed by its ARN, so
+	// it is the same after an agent restart (ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION_JITTER).
+	CleanupJitter     time.Duration
 	ReconcileInterval time.Duration // how often every task re-inspects its containers (default 1 m)
 	Resources         Resources
 	// AWSVPC enables awsvpc tasks.

@@ -293,3 +293,45 @@ func TestCleanupWaitsForAnUnreachableEngine(t *testing.T) {
 	defer h.docker.mu.Unlock()
 	assert.Contains(t, h.docker.removed, id, "the container was removed, not left behind")
 }
+
+// TestCleanupJitter: ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION_JITTER keeps each stopped task an amount
+// of its own longer, within the jitter, the same for the same task (so after an agent restart too),
+// and different tasks' amounts spread; the task is cleaned up when the fake clock passes its wait.
+func TestCleanupJitter(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	cfg := testConfig()
+	cfg.Clock = clock
+	cfg.CleanupWait = time.Hour
+	cfg.CleanupJitter = time.Hour
+	h := newHarness(t, cfg)
+
+	extras := map[time.Duration]bool{}
+	for i := range 20 {
+		arn := fmt.Sprintf("arn:aws:ecs:local:000000000000:task/test-cluster/jitter-%d", i)
+		w := h.engine.cleanupWait(arn)
+		require.GreaterOrEqual(t, w, time.Hour)
+		require.Less(t, w, 2*time.Hour)
+		require.Equal(t, w, h.engine.cleanupWait(arn), "the same task, the same wait")
+		extras[w] = true
+	}
+	assert.Greater(t, len(extras), 15, "tasks' waits spread over the jitter")
+	unjittered := testConfig()
+	unjittered.CleanupWait = time.Hour
+	assert.Equal(t, time.Hour, newHarness(t, unjittered).engine.cleanupWait("arn:aws:ecs:local:000000000000:task/test-cluster/x"))
+
+	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/jitter-0"
+	extra := h.engine.cleanupWait(arn) - time.Hour
+	require.Greater(t, extra, 2*time.Second, "this ARN's share leaves room for the check below")
+	h.add(newTask(arn, ctr("app")))
+	h.waitStatus(arn, task.TaskRunning)
+	require.NoError(t, h.engine.StopTask(context.Background(), arn, "test"))
+	h.waitStatus(arn, task.TaskStopped)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, 2)) // the cleanup timer and the reconcile ticker
+	clock.Advance(time.Hour + extra - time.Second)
+	require.NoError(t, clock.BlockUntilContext(ctx, 2))
+	assert.NotNil(t, h.engine.Task(arn), "kept past the cleanup wait, for its share of the jitter")
+	clock.Advance(2 * time.Second)
+	require.True(t, pollUntil(func() bool { return h.engine.Task(arn) == nil }), "cleaned up once its wait has passed")
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
 	"time"
@@ -91,7 +92,7 @@ func (w *worker) cleanupNow() {
 // it stopped (which may have been before an agent restart), and lets the worker's goroutine end: a
 // stopped task waits as a timer, not as a goroutine. Late Docker events about it are not applied.
 func (w *worker) scheduleCleanup(ctx context.Context) {
-	wait := w.t.StoppedAt.Add(w.e.cfg.CleanupWait).Sub(w.e.clock.Now())
+	wait := w.t.StoppedAt.Add(w.e.cleanupWait(w.t.Arn)).Sub(w.e.clock.Now())
 	w.mu.Lock()
 	w.snap = w.t // nothing changes the task any more: the snapshot need not be a second copy
 	w.cleanScheduled = true
@@ -876,4 +877,15 @@ func shortID(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// cleanupWait is how long the stopped task arn is kept: CleanupWait plus its share of CleanupJitter,
+// in [0, CleanupJitter), from a hash of the ARN.
+func (e *Engine) cleanupWait(arn string) time.Duration {
+	if e.cfg.CleanupJitter <= 0 {
+		return e.cfg.CleanupWait
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(arn))
+	return e.cfg.CleanupWait + time.Duration(h.Sum64()%uint64(e.cfg.CleanupJitter))
 }
