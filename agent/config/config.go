@@ -154,6 +154,7 @@ type Config struct {
 	MetricsDisabled                    bool
 	DockerHealthCheckDisabled          bool
 	TaskMetadataAZDisabled             bool
+	ExcludeIPv6PortBindings            bool
 	PollMetrics                        bool
 	PollingMetricsWaitDuration         time.Duration
 	SpotInstanceDrainingEnabled        bool

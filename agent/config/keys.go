@@ -188,6 +188,8 @@ func keyTable() []key {
 
 		{name: "ECS_DISABLE_METRICS", jsonName: "DisableMetrics", def: "false", doc: "do not gather task metrics",
 			field: func(c *Config) field { return boolField{p: &c.MetricsDisabled} }},
+		{name: "ECS_EXCLUDE_IPV6_PORTBINDING", jsonName: "ShouldExcludeIPv6PortBinding", def: "true", doc: "leave IPv6 host port bindings (Docker's \"::\" ones) out of the state changes sent to Amazon ECS",
+			field: func(c *Config) field { return boolField{p: &c.ExcludeIPv6PortBindings} }},
 		{name: "ECS_DISABLE_TASK_METADATA_AZ", jsonName: "TaskMetadataAZDisabled", def: "false", doc: "leave AvailabilityZone out of the task metadata endpoint's answers (in ecs mode on EC2 they carry the instance's)",
 			field: func(c *Config) field { return boolField{p: &c.TaskMetadataAZDisabled} }},
 		{name: "ECS_DISABLE_DOCKER_HEALTH_CHECK", jsonName: "DisableDockerHealthCheck", def: "false", doc: "register without the container-health-check capability, so Amazon ECS places no task with a health check here, and publish no container health; with ECS_DISABLE_METRICS too, no TCS session",

@@ -40,7 +40,7 @@ func NewECSClient(ctx context.Context, cfg *config.Config, log *logger.Logger) (
 		creds = awsCfg.Credentials
 	}
 	client, err := ecsclient.New(ctx, ecsclient.Config{Region: region, Endpoint: endpoint, Credentials: creds,
-		Cluster: cfg.Cluster, Logger: log})
+		Cluster: cfg.Cluster, ExcludeIPv6PortBindings: cfg.ExcludeIPv6PortBindings, Logger: log})
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("ECS client: %w", err)
 	}

@@ -52,12 +52,16 @@ type Config struct {
 	Clock clockwork.Clock
 	// PollEndpointTTL is how long a discovered poll endpoint is reused; 0 means DefaultPollEndpointTTL.
 	PollEndpointTTL time.Duration
+	// ExcludeIPv6PortBindings leaves IPv6 host bindings out of the network bindings of state changes
+	// (ECS_EXCLUDE_IPV6_PORTBINDING).
+	ExcludeIPv6PortBindings bool
 }
 
 // Client calls the agent-facing ECS API for one cluster. It is safe for concurrent use.
 type Client struct {
 	api        *ecs.Client
 	cluster    string
+	noIPv6     bool // Config.ExcludeIPv6PortBindings
 	log        *logger.Logger
 	newBackoff func() retry.Backoff
 	retrier    retry.Retrier
@@ -105,6 +109,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{
 		api:        api,
 		cluster:    cfg.Cluster,
+		noIPv6:     cfg.ExcludeIPv6PortBindings,
 		log:        cfg.Logger,
 		newBackoff: cfg.NewBackoff,
 		retrier:    cfg.Retrier,

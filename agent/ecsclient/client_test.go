@@ -15,6 +15,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/task"
 )
 
 func baseRegistration() Registration {
@@ -503,5 +504,31 @@ func TestAttributesSecurityOptions(t *testing.T) {
 	}
 	if _, ok := attrs[AttrAppArmor]; ok {
 		t.Errorf("%s registered without ECS_APPARMOR_CAPABLE", AttrAppArmor)
+	}
+}
+
+// TestIPv6PortBindingsExcluded: ECS_EXCLUDE_IPV6_PORTBINDING (the ECS agent's default) leaves the
+// "::" bindings Docker makes beside "0.0.0.0" out of the state change; without it both go.
+func TestIPv6PortBindingsExcluded(t *testing.T) {
+	change := TaskStateChange{TaskArn: "arn:task/1", Status: StatusRunning, Containers: []ContainerStateChange{{
+		Name: "web", Status: StatusRunning, NetworkBindings: []task.NetworkBinding{
+			{BindIP: "0.0.0.0", ContainerPort: 80, HostPort: 32768, Protocol: "tcp"},
+			{BindIP: "::", ContainerPort: 80, HostPort: 32768, Protocol: "tcp"},
+			{BindIP: "::ffff:10.0.0.1", ContainerPort: 81, HostPort: 32769, Protocol: "tcp"},
+		}}}}
+	for _, exclude := range []bool{true, false} {
+		f := newFakeECS(t)
+		c := newTestClient(t, f, func(cfg *Config) { cfg.ExcludeIPv6PortBindings = exclude })
+		if err := c.SubmitTaskStateChange(context.Background(), change); err != nil {
+			t.Fatal(err)
+		}
+		got := fmt.Sprint(f.callsOf("SubmitTaskStateChange", true)[0].Body["containers"])
+		want := map[bool]int{true: 2, false: 3}[exclude]
+		if n := strings.Count(got, "bindIP:"); n != want {
+			t.Errorf("exclude=%v: %d bindings sent, want %d: %s", exclude, n, want, got)
+		}
+		if exclude && strings.Contains(got, "bindIP::: ") {
+			t.Errorf("the :: binding was sent: %s", got)
+		}
 	}
 }

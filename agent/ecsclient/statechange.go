@@ -2,6 +2,7 @@ package ecsclient
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -64,7 +65,7 @@ func (c *Client) SubmitTaskStateChange(ctx context.Context, ch TaskStateChange) 
 			Status:          aws.String(string(ct.Status)),
 			ExitCode:        optInt32(ct.ExitCode),
 			Reason:          optString(truncate(ct.Reason)),
-			NetworkBindings: bindings(ct.NetworkBindings),
+			NetworkBindings: bindings(ct.NetworkBindings, c.noIPv6),
 			RuntimeId:       optString(ct.RuntimeID),
 			ImageDigest:     optString(ct.ImageDigest),
 		})
@@ -90,15 +91,20 @@ func (c *Client) SubmitContainerStateChange(ctx context.Context, taskArn string,
 		Status:          aws.String(string(ct.Status)),
 		ExitCode:        optInt32(ct.ExitCode),
 		Reason:          optString(truncate(ct.Reason)),
-		NetworkBindings: bindings(ct.NetworkBindings),
+		NetworkBindings: bindings(ct.NetworkBindings, c.noIPv6),
 		RuntimeId:       optString(ct.RuntimeID),
 	})
 	return translate("SubmitContainerStateChange", err)
 }
 
-func bindings(in []task.NetworkBinding) []types.NetworkBinding {
+// bindings converts a container's network bindings; noIPv6 leaves out those on an IPv6 host address
+// (Docker binds a published port on "0.0.0.0" and on "::").
+func bindings(in []task.NetworkBinding, noIPv6 bool) []types.NetworkBinding {
 	var out []types.NetworkBinding
 	for _, b := range in {
+		if a, err := netip.ParseAddr(b.BindIP); noIPv6 && err == nil && a.Is6() && !a.Is4In6() {
+			continue
+		}
 		proto := types.TransportProtocolTcp
 		if b.Protocol == "udp" {
 			proto = types.TransportProtocolUdp
