@@ -175,6 +175,7 @@ func TestIntegrationSpotNoticeDrains(t *testing.T) {
 	mu.Lock()
 	assert.Contains(t, drained[0], `"status":"DRAINING"`)
 	assert.Less(t, drainsAt[0].Sub(noticeAt), 10*time.Second, "DRAINING within 10 s of the notice")
+	t.Logf("DRAINING %v after the notice appeared", drainsAt[0].Sub(noticeAt).Round(time.Millisecond))
 	mu.Unlock()
 	agent.stop()
 }
