@@ -66,7 +66,7 @@ func ecsKeys() []ecsKey {
 		{"ECS_LOG_OPTS", "ecs-init: Berth runs on the host, not in a container with a logging driver"},
 		{"ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE", "not implemented as a switch"},
 		{"ECS_ENABLE_RUNTIME_STATS", "pprof and runtime stats logging are not exposed"},
-		{"ECS_SKIP_LOCALHOST_TRAFFIC_FILTER", "ecs-init: Berth adds no localhost iptables filter"},
+		{"ECS_SKIP_LOCALHOST_TRAFFIC_FILTER", "the filter that keeps containers off the host's loopback (added with the task endpoint's NAT redirect, as ecs-init adds it) cannot be turned off"},
 		{"ECS_OFFHOST_INTROSPECTION_INTERFACE_NAME", "ecs-init: Berth adds no introspection iptables rule; ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS decides where introspection listens"},
 		{"ECS_GMSA_SUPPORTED", "gMSA is not supported"},
 		{"ECS_TASK_PIDS_LIMIT", "task pids limits are not implemented"},
