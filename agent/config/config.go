@@ -155,6 +155,7 @@ type Config struct {
 	DockerHealthCheckDisabled          bool
 	TaskMetadataAZDisabled             bool
 	ExcludeIPv6PortBindings            bool
+	AWSLogsExecutionRole               bool
 	PollMetrics                        bool
 	PollingMetricsWaitDuration         time.Duration
 	SpotInstanceDrainingEnabled        bool

@@ -188,6 +188,8 @@ func keyTable() []key {
 
 		{name: "ECS_DISABLE_METRICS", jsonName: "DisableMetrics", def: "false", doc: "do not gather task metrics",
 			field: func(c *Config) field { return boolField{p: &c.MetricsDisabled} }},
+		{name: "ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE", jsonName: "OverrideAWSLogsExecutionRole", def: "false", doc: "let the awslogs driver of a task with an execution role use the role's credentials, and register execution-role-awslogs (with awslogs among the logging drivers and ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST)",
+			field: func(c *Config) field { return boolField{p: &c.AWSLogsExecutionRole} }},
 		{name: "ECS_EXCLUDE_IPV6_PORTBINDING", jsonName: "ShouldExcludeIPv6PortBinding", def: "true", doc: "leave IPv6 host port bindings (Docker's \"::\" ones) out of the state changes sent to Amazon ECS",
 			field: func(c *Config) field { return boolField{p: &c.ExcludeIPv6PortBindings} }},
 		{name: "ECS_DISABLE_TASK_METADATA_AZ", jsonName: "TaskMetadataAZDisabled", def: "false", doc: "leave AvailabilityZone out of the task metadata endpoint's answers (in ecs mode on EC2 they carry the instance's)",

@@ -54,7 +54,8 @@ func NewRegistration(cfg *config.Config, resources engine.Resources, dockerVersi
 		ReservedPorts: resources.ReservedTCP, ReservedPortsUDP: resources.ReservedUDP,
 		AgentVersion: version.Get().Version, AgentHash: version.Get().GitHash, DockerVersion: dockerVersion,
 		DockerAPIVersion: dockerAPIVersion, LoggingDrivers: cfg.AvailableLoggingDrivers, TaskENI: cfg.TaskENIEnabled,
-		Privileged: !cfg.PrivilegedDisabled, HealthCheckDisabled: cfg.DockerHealthCheckDisabled, Attributes: cfg.InstanceAttributes,
+		Privileged: !cfg.PrivilegedDisabled, HealthCheckDisabled: cfg.DockerHealthCheckDisabled,
+		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Attributes: cfg.InstanceAttributes,
 		TaskIAMRole: cfg.TaskIAMRoleEnabled, TaskIAMRoleNetworkHost: cfg.TaskIAMRoleNetworkHost,
 		TaskCPUMemLimit: cfg.TaskCPUMemLimit, SELinux: cfg.SELinuxCapable, AppArmor: cfg.AppArmorCapable,
 		Tags: maps.Clone(cfg.ContainerInstanceTags)}

@@ -482,11 +482,14 @@ func TestAttributesAdvertiseWhatWorks(t *testing.T) {
 	}
 	check("bare", Registration{LoggingDrivers: []string{"json-file"}}, always, conditional)
 	check("everything on", Registration{LoggingDrivers: []string{"json-file", "awslogs"}, TaskCPUMemLimit: true,
-		PIDIPCSharing: true, TaskIAMRole: true, TaskIAMRoleNetworkHost: true},
+		PIDIPCSharing: true, TaskIAMRole: true, TaskIAMRoleNetworkHost: true, AWSLogsExecutionRole: true},
 		append(append(slices.Clone(always), conditional...), AttrLoggingDriverPrefix+"awslogs"), nil)
 	// Without host-network credentials the Docker daemon cannot reach the credentials endpoint.
-	check("awslogs without host credentials", Registration{LoggingDrivers: []string{"awslogs"}, TaskIAMRole: true},
-		nil, []string{AttrExecutionRoleAWSLogs})
+	check("awslogs without host credentials", Registration{LoggingDrivers: []string{"awslogs"}, TaskIAMRole: true,
+		AWSLogsExecutionRole: true}, nil, []string{AttrExecutionRoleAWSLogs})
+	// ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE unset: as with the ECS agent, no execution-role-awslogs.
+	check("awslogs without the override", Registration{LoggingDrivers: []string{"awslogs"}, TaskIAMRole: true,
+		TaskIAMRoleNetworkHost: true}, nil, []string{AttrExecutionRoleAWSLogs})
 	check("health checks on", Registration{}, []string{AttrContainerHealthCheck}, nil)
 	// ECS_DISABLE_DOCKER_HEALTH_CHECK: Amazon ECS must not place tasks with a health check here.
 	check("health checks off", Registration{HealthCheckDisabled: true}, nil, []string{AttrContainerHealthCheck})

@@ -91,6 +91,9 @@ type Registration struct {
 	// PIDIPCSharing registers pid-ipc-namespace-sharing: pidMode and ipcMode task can run (the
 	// pause image is there).
 	PIDIPCSharing bool
+	// AWSLogsExecutionRole registers execution-role-awslogs (ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE),
+	// given awslogs among LoggingDrivers and TaskIAMRoleNetworkHost.
+	AWSLogsExecutionRole bool
 	// HealthCheckDisabled leaves out container-health-check (ECS_DISABLE_DOCKER_HEALTH_CHECK).
 	HealthCheckDisabled bool
 	// TaskIAMRole and TaskIAMRoleNetworkHost register the task-iam-role capabilities: containers get
@@ -231,7 +234,7 @@ func Attributes(r Registration, goarch string) (map[string]string, error) {
 	if r.AppArmor {
 		attrs[AttrAppArmor] = ""
 	}
-	if slices.Contains(r.LoggingDrivers, "awslogs") && r.TaskIAMRoleNetworkHost {
+	if slices.Contains(r.LoggingDrivers, "awslogs") && r.AWSLogsExecutionRole && r.TaskIAMRoleNetworkHost {
 		// The Docker daemon's awslogs driver reaches the credentials endpoint from the host.
 		attrs[AttrExecutionRoleAWSLogs] = ""
 	}

@@ -97,7 +97,7 @@ func (w *worker) gatherInputs(ctx context.Context, c *task.Container) (createInp
 		return in, err
 	}
 	in.CgroupParent = parent
-	if c.LogsAuthExecutionRole && c.LogConfiguration != nil && c.LogConfiguration.LogDriver == "awslogs" && w.t.ExecutionCredentialsID != "" {
+	if w.e.awslogsWithExecutionRole(c) && w.t.ExecutionCredentialsID != "" {
 		// Docker's awslogs driver asks the task endpoint (169.254.170.2) for the role's credentials.
 		if in.LogOptions == nil {
 			in.LogOptions = map[string]string{}
@@ -173,9 +173,16 @@ func (e *Engine) RemoveCgroupLeftovers() {
 	}
 }
 
+// awslogsWithExecutionRole reports whether c's awslogs driver gets the task's execution-role
+// credentials: the container asks for them (LogsAuthExecutionRole) and the operator allowed it
+// (AWSLogsExecutionRole).
+func (e *Engine) awslogsWithExecutionRole(c *task.Container) bool {
+	return e.cfg.AWSLogsExecutionRole && c.LogsAuthExecutionRole && c.LogConfiguration != nil && c.LogConfiguration.LogDriver == "awslogs"
+}
+
 // LogDriverRole returns the execution role of the task whose execution-role credentials have this
 // ID, when the task is not stopped and one of its containers' awslogs driver uses them
-// (LogsAuthExecutionRole).
+// (awslogsWithExecutionRole).
 func (e *Engine) LogDriverRole(credentialsID string) (roleArn string, ok bool) {
 	if credentialsID == "" {
 		return "", false
@@ -185,7 +192,7 @@ func (e *Engine) LogDriverRole(credentialsID string) (roleArn string, ok bool) {
 			continue
 		}
 		for _, c := range t.Containers {
-			if c.LogsAuthExecutionRole && c.LogConfiguration != nil && c.LogConfiguration.LogDriver == "awslogs" {
+			if e.awslogsWithExecutionRole(c) {
 				return t.ExecutionRoleArn, true
 			}
 		}

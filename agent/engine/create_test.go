@@ -470,7 +470,9 @@ func TestLinksOrderCreates(t *testing.T) {
 // stopped and asks for it, under the task's execution credentials ID, which its container's log
 // options name.
 func TestLogDriverRole(t *testing.T) {
-	h := newHarness(t, testConfig())
+	cfg := testConfig()
+	cfg.AWSLogsExecutionRole = true
+	h := newHarness(t, cfg)
 	awslogs := func(c *task.Container) {
 		c.LogConfiguration = &task.LogConfiguration{LogDriver: "awslogs", Options: map[string]string{"awslogs-group": "g"}}
 	}
@@ -531,6 +533,26 @@ func TestLogDriverRole(t *testing.T) {
 	h.waitStatus(logs.Arn, task.TaskStopped)
 	_, ok := h.engine.LogDriverRole(logs.ExecutionCredentialsID)
 	assert.False(t, ok, "a stopped task's logs need no credentials")
+}
+
+// TestLogDriverRoleNeedsTheOverride: without ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE, as with the
+// ECS agent, an awslogs driver that asks for the execution role is not told where its credentials
+// are, and the endpoint serves them to no log driver.
+func TestLogDriverRoleNeedsTheOverride(t *testing.T) {
+	h := newHarness(t, testConfig())
+	logs := newTask("arn:aws:ecs:local:000000000000:task/test-cluster/logs", ctr("app", func(c *task.Container) {
+		c.LogConfiguration = &task.LogConfiguration{LogDriver: "awslogs", Options: map[string]string{"awslogs-group": "g"}}
+		c.LogsAuthExecutionRole = true
+	}))
+	logs.ExecutionRoleArn, logs.ExecutionCredentialsID = execRole, "11111111111111111111111111111111"
+	h.add(logs)
+	h.waitStatus(logs.Arn, task.TaskRunning)
+	_, ok := h.engine.LogDriverRole(logs.ExecutionCredentialsID)
+	assert.False(t, ok)
+	calls := h.docker.createCalls()
+	require.Len(t, calls, 1)
+	assert.Equal(t, "g", calls[0].HostConfig.LogConfig.Config["awslogs-group"])
+	assert.NotContains(t, calls[0].HostConfig.LogConfig.Config, "awslogs-credentials-endpoint")
 }
 
 func jsonOf(v any) (string, error) {

@@ -84,6 +84,9 @@ type Config struct {
 	StopTimeout  time.Duration // default stop timeout (ECS_CONTAINER_STOP_TIMEOUT)
 	StartTimeout time.Duration // default bound on a dependsOn wait (ECS_CONTAINER_START_TIMEOUT)
 	CleanupWait  time.Duration // stopped task kept this long (ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION)
+	// AWSLogsExecutionRole lets an awslogs driver that asks for it (Container.LogsAuthExecutionRole)
+	// use the task's execution-role credentials (ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE).
+	AWSLogsExecutionRole bool
 	// CleanupJitter keeps each stopped task up to this much longer, an amount fixed by its ARN, so
 	// it is the same after an agent restart (ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION_JITTER).
 	CleanupJitter     time.Duration

@@ -65,7 +65,8 @@ func (s *logsStandIn) seen() (messages, keys []string) {
 }
 
 // TestIntegrationAWSLogsWithExecutionRole runs, in ecs mode, a container logging with the awslogs
-// driver whose task's logsAuthStrategy is ExecutionRole: the Docker daemon gets the execution role's
+// driver whose task's logsAuthStrategy is ExecutionRole, on an agent with
+// ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE=true: the Docker daemon gets the execution role's
 // credentials from the task endpoint and ships the container's output, signed with that role's key,
 // to a CloudWatch Logs stand-in.
 func TestIntegrationAWSLogsWithExecutionRole(t *testing.T) {
@@ -87,7 +88,8 @@ func TestIntegrationAWSLogsWithExecutionRole(t *testing.T) {
 			LogsAuthStrategy: "ExecutionRole", DockerConfig: &acs.DockerConfig{HostConfig: string(options)}}}}}}
 
 	env := newRecoveryEnv(t, buildBerth(t))
-	agent := env.start(ecsModeEnv(addr, `ECS_AVAILABLE_LOGGING_DRIVERS=["json-file","awslogs"]`)...)
+	agent := env.start(ecsModeEnv(addr, `ECS_AVAILABLE_LOGGING_DRIVERS=["json-file","awslogs"]`,
+		"ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE=true")...)
 	agent.waitTasks(time.Minute, "the task runs", familyRunning("awslogs", 1))
 	require.Eventually(t, func() bool {
 		messages, _ := logs.seen()
