@@ -156,6 +156,7 @@ type Config struct {
 	TaskMetadataAZDisabled             bool
 	ExcludeIPv6PortBindings            bool
 	AWSLogsExecutionRole               bool
+	TaskPidsLimit                      int
 	PollMetrics                        bool
 	PollingMetricsWaitDuration         time.Duration
 	SpotInstanceDrainingEnabled        bool

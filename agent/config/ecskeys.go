@@ -44,7 +44,7 @@ func ecsKeys() []ecsKey {
 		"ECS_ENABLE_UNTRACKED_IMAGE_CLEANUP", "ECS_EXCLUDE_UNTRACKED_IMAGE", "ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS",
 		"NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE", "ECS_DISABLE_DOCKER_HEALTH_CHECK", "ECS_DISABLE_TASK_METADATA_AZ",
 		"ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION_JITTER", "ECS_EXCLUDE_IPV6_PORTBINDING",
-		"ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE",
+		"ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE", "ECS_TASK_PIDS_LIMIT",
 	)
 	return append(keys, []ecsKey{
 		{"ECS_LOGLEVEL_ON_INSTANCE", "Berth has one log level; it has no logging driver of its own to split levels with"},
@@ -69,7 +69,6 @@ func ecsKeys() []ecsKey {
 		{"ECS_SKIP_LOCALHOST_TRAFFIC_FILTER", "the filter that keeps containers off the host's loopback (added with the task endpoint's NAT redirect, as ecs-init adds it) cannot be turned off"},
 		{"ECS_OFFHOST_INTROSPECTION_INTERFACE_NAME", "ecs-init: Berth adds no introspection iptables rule; ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS decides where introspection listens"},
 		{"ECS_GMSA_SUPPORTED", "gMSA is not supported"},
-		{"ECS_TASK_PIDS_LIMIT", "task pids limits are not implemented"},
 		{"ECS_EBSTA_SUPPORTED", "EBS task attach is not supported"},
 		{"ECS_AGENT_LABELS", "ecs-init: Berth runs on the host, not in a labelled container"},
 		{"ECS_AGENT_APPARMOR_PROFILE", "ecs-init: Berth runs on the host, not in a container with an AppArmor profile"},

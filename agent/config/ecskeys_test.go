@@ -69,6 +69,7 @@ func TestECSParity(t *testing.T) {
 		{"ECS_IMAGE_PULL_BEHAVIOR", "default", []in{{"default", "default"}, {"always", "always"}, {"once", "once"}, {"prefer-cached", "prefer-cached"}}},
 		{"ECS_IMAGE_CLEANUP_INTERVAL", "30m0s", []in{{"30m", "30m0s"}, {"1h", "1h0m0s"}}},
 		{"ECS_IMAGE_MINIMUM_CLEANUP_AGE", "1h0m0s", []in{{"30m", "30m0s"}}},
+		{"ECS_TASK_PIDS_LIMIT", "0", []in{{"100", "100"}, {"4194304", "4194304"}, {"4194305", "ERR"}, {"-1", "0"}, {"many", "ERR"}}},
 		{"ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION_JITTER", "0s", []in{{"1h", "1h0m0s"}, {"soon", "ERR"}}},
 		{"NON_ECS_IMAGE_MINIMUM_CLEANUP_AGE", "1h0m0s", []in{{"30m", "30m0s"}, {"0", "0s"}}},
 		{"ECS_NUM_IMAGES_DELETE_PER_CYCLE", "5", []in{{"5", "5"}, {"10", "10"}}},
@@ -138,20 +139,20 @@ func TestECSParity(t *testing.T) {
 // TestUnsupportedECSKeysWarnOnce: an unsupported ECS key that is set is one warning naming the key
 // and its highest source, and not also an "unknown key" warning.
 func TestUnsupportedECSKeysWarnOnce(t *testing.T) {
-	f := newFiles(t, "ECS_UPDATES_ENABLED=true\nECS_TASK_PIDS_LIMIT=100\nECS_NOT_A_KEY=1\n", `{"ECS_GMSA_SUPPORTED": true}`)
+	f := newFiles(t, "ECS_UPDATES_ENABLED=true\nECS_AUDIT_LOGFILE=/var/log/audit.log\nECS_NOT_A_KEY=1\n", `{"ECS_GMSA_SUPPORTED": true}`)
 	res := f.mustLoad(t, nil, "ECS_UPDATES_ENABLED=true", "ECS_ENABLE_GPU_SUPPORT=true")
 	count := map[string]int{}
 	for _, w := range res.Warnings {
 		count[w.Key]++
 	}
-	for _, k := range []string{"ECS_UPDATES_ENABLED", "ECS_TASK_PIDS_LIMIT", "ECS_GMSA_SUPPORTED", "ECS_ENABLE_GPU_SUPPORT", "ECS_NOT_A_KEY"} {
+	for _, k := range []string{"ECS_UPDATES_ENABLED", "ECS_AUDIT_LOGFILE", "ECS_GMSA_SUPPORTED", "ECS_ENABLE_GPU_SUPPORT", "ECS_NOT_A_KEY"} {
 		assert.Equal(t, 1, count[k], "warnings for %s", k)
 	}
 	w := warningFor(res, "ECS_UPDATES_ENABLED")
 	require.NotNil(t, w)
 	assert.Equal(t, SourceEnv, w.Origin.Kind, "the highest source is named")
 	assert.Contains(t, w.Msg, "not supported by Berth")
-	w = warningFor(res, "ECS_TASK_PIDS_LIMIT")
+	w = warningFor(res, "ECS_AUDIT_LOGFILE")
 	require.NotNil(t, w)
 	assert.Equal(t, SourceEnvFile, w.Origin.Kind)
 	assert.Equal(t, 2, w.Origin.Line)

@@ -95,14 +95,17 @@ func (f boolField) parse(v value) (string, error) {
 func (f boolField) show() any { return *f.p }
 
 type intField struct {
-	p   *int
-	min int
+	p        *int
+	min, max int // max 0: none
 }
 
 func (f intField) parse(v value) (string, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(v.text))
 	if err != nil {
 		return "", fmt.Errorf("%q is not a whole number", v.text)
+	}
+	if f.max != 0 && n > f.max {
+		return "", fmt.Errorf("%d is above the maximum %d", n, f.max)
 	}
 	*f.p = n
 	if n < f.min {

@@ -19,6 +19,9 @@ const (
 )
 
 // Minimums, as in the ECS agent. A value below one is raised to it with a warning.
+// maxTaskPidsLimit is the largest ECS_TASK_PIDS_LIMIT, as the ECS agent bounds it (4 Mi, the largest pid_max).
+const maxTaskPidsLimit = 4194304
+
 const (
 	minTaskCleanupWait       = time.Minute
 	minStopTimeout           = time.Second
@@ -188,6 +191,8 @@ func keyTable() []key {
 
 		{name: "ECS_DISABLE_METRICS", jsonName: "DisableMetrics", def: "false", doc: "do not gather task metrics",
 			field: func(c *Config) field { return boolField{p: &c.MetricsDisabled} }},
+		{name: "ECS_TASK_PIDS_LIMIT", jsonName: "TaskPidsLimit", def: "0", doc: "the most processes each task's containers may have together (pids.max of the task cgroup; every task then gets one); 0: no limit; needs ECS_ENABLE_TASK_CPU_MEM_LIMIT",
+			field: func(c *Config) field { return intField{p: &c.TaskPidsLimit, min: 0, max: maxTaskPidsLimit} }},
 		{name: "ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE", jsonName: "OverrideAWSLogsExecutionRole", def: "false", doc: "let the awslogs driver of a task with an execution role use the role's credentials, and register execution-role-awslogs (with awslogs among the logging drivers and ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST)",
 			field: func(c *Config) field { return boolField{p: &c.AWSLogsExecutionRole} }},
 		{name: "ECS_EXCLUDE_IPV6_PORTBINDING", jsonName: "ShouldExcludeIPv6PortBinding", def: "true", doc: "leave IPv6 host port bindings (Docker's \"::\" ones) out of the state changes sent to Amazon ECS",

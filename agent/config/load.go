@@ -241,6 +241,10 @@ func crossChecks(res *Result) []error {
 		errs = append(errs, &Error{Key: "ECS_DISK_LOW_WATER_PERCENT", Origin: res.Origins["ECS_DISK_LOW_WATER_PERCENT"],
 			Err: fmt.Errorf("%d%% must be below ECS_DISK_HIGH_WATER_PERCENT (%d%%), which must be at most 100%%", c.DiskLowWaterPercent, c.DiskHighWaterPercent)})
 	}
+	if c.TaskPidsLimit > 0 && !c.TaskCPUMemLimit {
+		errs = append(errs, &Error{Key: "ECS_TASK_PIDS_LIMIT", Origin: res.Origins["ECS_TASK_PIDS_LIMIT"],
+			Err: errors.New("is set to a task cgroup limit, but ECS_ENABLE_TASK_CPU_MEM_LIMIT=false: tasks have no cgroup to hold it")})
+	}
 	if c.EngineAuthData != "" && c.EngineAuthType == "" {
 		errs = append(errs, &Error{Key: "ECS_ENGINE_AUTH_TYPE", Origin: res.Origins["ECS_ENGINE_AUTH_TYPE"],
 			Err: errors.New("must be docker or dockercfg when ECS_ENGINE_AUTH_DATA is set")})

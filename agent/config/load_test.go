@@ -1315,6 +1315,16 @@ func TestLocalControlPlaneListensOnLoopbackUnlessAllowed(t *testing.T) {
 	require.Equal(t, ModeECS, res.Config.Mode)
 }
 
+func TestTaskPidsLimitNeedsTaskCgroups(t *testing.T) {
+	f := newFiles(t, "", "")
+	res := f.mustLoad(t, nil, "ECS_TASK_PIDS_LIMIT=100")
+	assert.Equal(t, 100, res.Config.TaskPidsLimit)
+	_, err := f.load(nil, "ECS_TASK_PIDS_LIMIT=100", "ECS_ENABLE_TASK_CPU_MEM_LIMIT=false")
+	e := keyError(t, err, "ECS_TASK_PIDS_LIMIT")
+	assert.Contains(t, e.Error(), "ECS_ENABLE_TASK_CPU_MEM_LIMIT=false")
+	f.mustLoad(t, nil, "ECS_TASK_PIDS_LIMIT=0", "ECS_ENABLE_TASK_CPU_MEM_LIMIT=false")
+}
+
 func TestIntrospectionListensOnLoopbackUnlessOffhostAllowed(t *testing.T) {
 	f := newFiles(t, "", "")
 	res := f.mustLoad(t, nil)

@@ -41,6 +41,9 @@ type TaskCgroups interface {
 	Remove(taskID string) error
 	// TaskIDs lists the task cgroups that exist.
 	TaskIDs() ([]string, error)
+	// EveryTask reports whether every task gets a cgroup, not only those with task-level cpu or
+	// memory: a limit applies to all of them (ECS_TASK_PIDS_LIMIT).
+	EveryTask() bool
 }
 
 // ErrNoSecretSource is the reason a container that asks for secrets cannot be created when the
@@ -112,7 +115,7 @@ func (w *worker) gatherInputs(ctx context.Context, c *task.Container) (createInp
 // written again) at the first container create of this worker.
 func (w *worker) taskCgroup() (string, error) {
 	cg := w.e.cfg.TaskCgroups
-	if cg == nil || (w.t.CPU == 0 && w.t.Memory == 0) {
+	if !w.hasCgroup() {
 		return "", nil
 	}
 	if w.cgroupParent != "" {
@@ -130,10 +133,17 @@ func (w *worker) taskCgroup() (string, error) {
 	return parent, nil
 }
 
+// hasCgroup reports whether the task gets a cgroup: task cgroups are on, and the task has task-level
+// cpu or memory or every task gets one.
+func (w *worker) hasCgroup() bool {
+	cg := w.e.cfg.TaskCgroups
+	return cg != nil && (w.t.CPU != 0 || w.t.Memory != 0 || cg.EveryTask())
+}
+
 // removeCgroup deletes the task's cgroup, if task cgroups are on; a failure is logged and the
 // cgroup is left for the next agent start.
 func (w *worker) removeCgroup() {
-	if w.e.cfg.TaskCgroups == nil || (w.t.CPU == 0 && w.t.Memory == 0) {
+	if !w.hasCgroup() {
 		return
 	}
 	if err := w.e.cfg.TaskCgroups.Remove(CNITaskID(w.arn)); err != nil {

@@ -213,6 +213,8 @@ type fakeCgroups struct {
 	createErr error
 	listErr   error
 
+	everyTask bool // EveryTask's answer
+
 	mu      sync.Mutex
 	creates []cgroupCreate
 	removed []string
@@ -235,6 +237,8 @@ func (f *fakeCgroups) Create(taskID string, cpuUnits, memoryMiB, containerCPUUni
 	}
 	return "/ecs/" + taskID, nil
 }
+
+func (f *fakeCgroups) EveryTask() bool { return f.everyTask }
 
 func (f *fakeCgroups) Remove(taskID string) error {
 	f.mu.Lock()
@@ -262,16 +266,18 @@ func TestTaskCgroup(t *testing.T) {
 	tests := []struct {
 		name        string
 		cpu, memory int
+		everyTask   bool
 		want        bool
 	}{
 		{name: "cpu and memory", cpu: 1024, memory: 2048, want: true},
 		{name: "memory only", memory: 512, want: true},
 		{name: "cpu only", cpu: 256, want: true},
 		{name: "no task-level limits"},
+		{name: "no task-level limits, a limit for every task", everyTask: true, want: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cgroups := &fakeCgroups{}
+			cgroups := &fakeCgroups{everyTask: tt.everyTask}
 			cfg := testConfig()
 			cfg.TaskCgroups = cgroups
 			cfg.CleanupWait = 0

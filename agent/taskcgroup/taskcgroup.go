@@ -8,6 +8,7 @@
 //	task cpu set     CFS quota = cpu/1024 × period (at least 1000µs)   v1 cpu.cfs_period_us, cpu.cfs_quota_us; v2 cpu.max
 //	task cpu unset   shares = max(containers' cpu, 2)                   v1 cpu.shares; v2 cpu.weight (runc's conversion)
 //	task memory set  hard limit = memory MiB × 2^20                     v1 memory.limit_in_bytes; v2 memory.max
+//	pids limit set   the number of processes (ECS_TASK_PIDS_LIMIT)     pids.max (v1: the pids hierarchy)
 //
 // The shared root (<root> itself, and on v2 the controllers enabled in its ancestors) is created
 // when needed and never removed: other tasks use it.
@@ -74,6 +75,8 @@ type Limits struct {
 	// ContainerCPUUnits is the sum of the task's containers' cpu, used for the shares when CPUUnits
 	// is 0.
 	ContainerCPUUnits int
+	// PIDs is the most processes the task's containers may have together; 0: unset (no limit).
+	PIDs int
 }
 
 // Config configures a Manager.
@@ -101,6 +104,7 @@ type Manager struct {
 	hierarchies []string
 	cpuDir      string // where cpu.* files live: fs/cpu on v1, fs on v2
 	memoryDir   string // where memory.* files live: fs/memory on v1, fs on v2
+	pidsDir     string // where pids.* files live: fs/pids on v1 ("" when not mounted), fs on v2
 	ops         ops
 }
 
@@ -172,7 +176,7 @@ func newManager(cfg Config, o ops) (*Manager, error) {
 	if magic == unix.CGROUP2_SUPER_MAGIC {
 		m.version = 2
 		m.hierarchies = []string{fs}
-		m.cpuDir, m.memoryDir = fs, fs
+		m.cpuDir, m.memoryDir, m.pidsDir = fs, fs, fs
 		return m, nil
 	}
 	if magic == unix.CGROUP_SUPER_MAGIC {
@@ -212,6 +216,9 @@ func newManager(cfg Config, o ops) (*Manager, error) {
 			c, dir, errdefs.ErrFailedPrecondition)
 	}
 	m.cpuDir, m.memoryDir = filepath.Join(fs, "cpu"), filepath.Join(fs, "memory")
+	if real, err := filepath.EvalSymlinks(filepath.Join(fs, "pids")); err == nil && slices.Contains(m.hierarchies, real) {
+		m.pidsDir = filepath.Join(fs, "pids")
+	}
 	return m, nil
 }
 
@@ -258,6 +265,10 @@ func (m *Manager) Create(taskID string, l Limits) (parent string, err error) {
 	}
 	if err := checkLimits(l); err != nil {
 		return "", fmt.Errorf("task %s: %w", taskID, err)
+	}
+	if l.PIDs > 0 && m.pidsDir == "" {
+		return "", fmt.Errorf("task %s: a pids limit needs the cgroup v1 pids controller, which is not mounted in %s: %w",
+			taskID, m.fs, errdefs.ErrFailedPrecondition)
 	}
 
 	var made []string // task cgroup directories this call made, to undo
@@ -309,6 +320,8 @@ func checkLimits(l Limits) error {
 		return fmt.Errorf("task memory %d MiB: must not be negative: %w", l.MemoryMiB, errdefs.ErrInvalidArgument)
 	case l.ContainerCPUUnits < 0:
 		return fmt.Errorf("containers' cpu %d: must not be negative: %w", l.ContainerCPUUnits, errdefs.ErrInvalidArgument)
+	case l.PIDs < 0:
+		return fmt.Errorf("pids limit %d: must not be negative: %w", l.PIDs, errdefs.ErrInvalidArgument)
 	case int64(l.MemoryMiB) > math.MaxInt64>>20:
 		return fmt.Errorf("task memory %d MiB: too large to express in bytes: %w", l.MemoryMiB, errdefs.ErrInvalidArgument)
 	case int64(l.CPUUnits) > math.MaxInt64/MaxCPUPeriod.Microseconds():
@@ -341,6 +354,13 @@ func (m *Manager) limitWrites(l Limits, existed map[string]bool) []write {
 	cpuExisted := existed[m.hierarchyOf(m.cpuDir)]
 	memExisted := existed[m.hierarchyOf(m.memoryDir)]
 	var ws []write
+	switch {
+	case m.pidsDir == "":
+	case l.PIDs > 0:
+		ws = append(ws, write{m.pidsDir, "pids.max", strconv.Itoa(l.PIDs)})
+	case existed[m.hierarchyOf(m.pidsDir)]:
+		ws = append(ws, write{m.pidsDir, "pids.max", "max"})
+	}
 	if m.version == 2 {
 		if l.CPUUnits > 0 {
 			q := quotaMicros(l.CPUUnits, m.periodUS)

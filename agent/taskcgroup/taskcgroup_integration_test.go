@@ -50,7 +50,7 @@ func TestRealCgroupfs(t *testing.T) {
 	parent, err := m.Create(id, Limits{CPUUnits: 512, MemoryMiB: 64})
 	require.NoError(t, err)
 	assert.Equal(t, root+"/"+id, parent)
-	_, err = m.Create(id, Limits{CPUUnits: 512, MemoryMiB: 64})
+	_, err = m.Create(id, Limits{CPUUnits: 512, MemoryMiB: 64, PIDs: 50})
 	require.NoError(t, err, "Create again reuses the cgroup")
 
 	read := func(dir, file string) string {
@@ -67,6 +67,7 @@ func TestRealCgroupfs(t *testing.T) {
 		assert.Equal(t, "67108864", read(m.memoryDir, "memory.max"))
 		assert.Equal(t, "50000 100000", read(m.cpuDir, "cpu.max"))
 	}
+	assert.Equal(t, "50", read(m.pidsDir, "pids.max"))
 	p, err := m.Path(id)
 	require.NoError(t, err)
 	_, err = os.Stat(p)

@@ -74,6 +74,21 @@ func TestNewV1NeedsCPUAndMemory(t *testing.T) {
 	assert.True(t, errdefs.IsFailedPrecondition(err), "%v", err)
 }
 
+// TestPIDsLimitNeedsThePidsController: on v1 without a pids hierarchy a task with a pids limit is
+// refused, naming the controller, and nothing is made; tasks without one still get cgroups.
+func TestPIDsLimitNeedsThePidsController(t *testing.T) {
+	l := v1Layout(t)
+	require.NoError(t, os.RemoveAll(filepath.Join(l.fs, "pids")))
+	m := l.manager(t)
+	_, err := m.Create(taskID, Limits{PIDs: 10})
+	require.Error(t, err)
+	assert.True(t, errdefs.IsFailedPrecondition(err), "%v", err)
+	assert.Contains(t, err.Error(), "pids controller")
+	assert.False(t, l.exists(t, "memory/ecs/"+taskID))
+	_, err = m.Create(taskID, Limits{MemoryMiB: 8})
+	require.NoError(t, err)
+}
+
 func TestNewV1CoMountedHierarchy(t *testing.T) {
 	l := v1Layout(t)
 	// Make cpu and cpuacct one hierarchy "cpu,cpuacct" with links to it, as most distributions do.
@@ -113,6 +128,8 @@ func TestCreateV1(t *testing.T) {
 			map[string]string{"cpu/cpu.shares": "2", "memory/memory.limit_in_bytes": ""}},
 		{"shares at most 262144", 0, Limits{ContainerCPUUnits: 1 << 20},
 			map[string]string{"cpu/cpu.shares": "262144"}},
+		{"pids limit", 0, Limits{PIDs: 100}, map[string]string{"pids/pids.max": "100"}},
+		{"no pids limit", 0, Limits{MemoryMiB: 1}, map[string]string{"pids/pids.max": ""}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -156,6 +173,8 @@ func TestCreateV2(t *testing.T) {
 		{"weight of 1024 shares", Limits{ContainerCPUUnits: 1024}, map[string]string{"cpu.weight": "39"}},
 		{"weight of 262144 shares", Limits{ContainerCPUUnits: 262144}, map[string]string{"cpu.weight": "10000"}},
 		{"weight of too many shares", Limits{ContainerCPUUnits: 1 << 30}, map[string]string{"cpu.weight": "10000"}},
+		{"pids limit", Limits{PIDs: 100}, map[string]string{"pids.max": "100"}},
+		{"no pids limit", Limits{MemoryMiB: 1}, map[string]string{"pids.max": ""}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -201,11 +220,11 @@ func TestCreateReusesAndResets(t *testing.T) {
 		second map[string]string // after Create again with neither
 	}{
 		{"v1", v1Layout,
-			map[string]string{"cpu/cpu.cfs_quota_us": "50000", "memory/memory.limit_in_bytes": "67108864"},
-			map[string]string{"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.shares": "300", "memory/memory.limit_in_bytes": "-1"}},
+			map[string]string{"cpu/cpu.cfs_quota_us": "50000", "memory/memory.limit_in_bytes": "67108864", "pids/pids.max": "100"},
+			map[string]string{"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.shares": "300", "memory/memory.limit_in_bytes": "-1", "pids/pids.max": "max"}},
 		{"v2", v2Layout,
-			map[string]string{"cpu.max": "50000 100000", "memory.max": "67108864"},
-			map[string]string{"cpu.max": "max", "cpu.weight": "12", "memory.max": "max"}},
+			map[string]string{"cpu.max": "50000 100000", "memory.max": "67108864", "pids.max": "100"},
+			map[string]string{"cpu.max": "max", "cpu.weight": "12", "memory.max": "max", "pids.max": "max"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -218,7 +237,7 @@ func TestCreateReusesAndResets(t *testing.T) {
 					assert.Equal(t, v, l.read(t, filepath.Join(dir, "ecs", taskID, name)), file)
 				}
 			}
-			_, err := m.Create(taskID, Limits{CPUUnits: 512, MemoryMiB: 64})
+			_, err := m.Create(taskID, Limits{CPUUnits: 512, MemoryMiB: 64, PIDs: 100})
 			require.NoError(t, err)
 			check(c.first)
 			_, err = m.Create(taskID, Limits{ContainerCPUUnits: 300})
@@ -375,6 +394,7 @@ func TestBadLimitsRefused(t *testing.T) {
 		"negative cpu":            {CPUUnits: -1},
 		"negative memory":         {MemoryMiB: -1},
 		"negative container cpu":  {ContainerCPUUnits: -1},
+		"negative pids":           {PIDs: -1},
 		"memory overflows int64":  {MemoryMiB: 1 << 43},
 		"cpu quota overflows int": {CPUUnits: 1 << 62},
 	} {

@@ -375,9 +375,11 @@ func TestIntegrationTaskCgroup(t *testing.T) {
 	}
 	writeDef("cg-limits", "512", "128", `["sleep"]`)
 	writeDef("cg-oom", "256", "64", `["alloc", "-mib", "256"]`)
-	agent := env.start()
-	ts := agent.waitTasks(time.Minute, "the limited task runs and the hog has stopped", func(ts []handlers.TaskResponse) bool {
-		return familyRunning("cg-limits", 1)(ts) && familyStopped("cg-oom")(ts)
+	plain := fmt.Sprintf(`{"family": "cg-pids", "containerDefinitions": [{"name": "app", "image": %q, "memory": 16, "command": ["sleep"]}]}`, testappImage)
+	require.NoError(t, os.WriteFile(filepath.Join(env.tasksDir, "cg-pids.json"), []byte(plain), 0o600))
+	agent := env.start("ECS_TASK_PIDS_LIMIT=100")
+	ts := agent.waitTasks(time.Minute, "the limited tasks run and the hog has stopped", func(ts []handlers.TaskResponse) bool {
+		return familyRunning("cg-limits", 1)(ts) && familyRunning("cg-pids", 1)(ts) && familyStopped("cg-oom")(ts)
 	})
 	for _, ctrl := range []string{"memory", "cpu"} {
 		_, err := os.Stat(filepath.Join(cgfs, ctrl, "ecs", leftover))
@@ -396,6 +398,13 @@ func TestIntegrationTaskCgroup(t *testing.T) {
 			assert.Equal(t, "100000", read(filepath.Join(cgfs, "cpu", "ecs", dir, "cpu.cfs_period_us")))
 			assert.Equal(t, "50000", read(filepath.Join(cgfs, "cpu", "ecs", dir, "cpu.cfs_quota_us")), "512 units: half a CPU")
 			procs := read(filepath.Join(cgfs, "memory", "ecs", dir, tk.Containers[0].DockerID, "cgroup.procs"))
+			assert.NotEmpty(t, procs, "the container runs inside the task cgroup")
+			assert.Equal(t, "100", read(filepath.Join(cgfs, "pids", "ecs", dir, "pids.max")), "ECS_TASK_PIDS_LIMIT")
+		case "cg-pids":
+			// No task-level cpu or memory: the pids limit alone gives the task its cgroup.
+			dir := engine.CNITaskID(tk.Arn)
+			assert.Equal(t, "100", read(filepath.Join(cgfs, "pids", "ecs", dir, "pids.max")))
+			procs := read(filepath.Join(cgfs, "pids", "ecs", dir, tk.Containers[0].DockerID, "cgroup.procs"))
 			assert.NotEmpty(t, procs, "the container runs inside the task cgroup")
 		case "cg-oom":
 			c := tk.Containers[0]
