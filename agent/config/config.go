@@ -150,13 +150,18 @@ type Config struct {
 	// zero: the kernel's ephemeral range (ip_local_port_range), else 49153-65535.
 	DynamicHostPortRange [2]int
 
+	// TaskPidsLimit is every task cgroup's pids.max (0: none); with it every task gets a cgroup.
+	TaskPidsLimit int
+	// AWSLogsExecutionRole lets awslogs use the task's execution role (and registers the capability).
+	AWSLogsExecutionRole bool
+	// ExcludeIPv6PortBindings leaves "::" host bindings out of state changes.
+	ExcludeIPv6PortBindings bool
+	// TaskMetadataAZDisabled leaves the availability zone out of the task metadata endpoint.
+	TaskMetadataAZDisabled bool
+
 	// Telemetry, spot draining, warm pools, instance tags, ECS Anywhere, security option capabilities.
 	MetricsDisabled                    bool
 	DockerHealthCheckDisabled          bool
-	TaskMetadataAZDisabled             bool
-	ExcludeIPv6PortBindings            bool
-	AWSLogsExecutionRole               bool
-	TaskPidsLimit                      int
 	PollMetrics                        bool
 	PollingMetricsWaitDuration         time.Duration
 	SpotInstanceDrainingEnabled        bool
