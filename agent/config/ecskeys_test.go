@@ -87,7 +87,7 @@ func TestECSParity(t *testing.T) {
 		{"ECS_AWSVPC_BLOCK_IMDS", "false", []in{{"true", "true"}}},
 		{"ECS_AWSVPC_ADDITIONAL_LOCAL_ROUTES", "[]", []in{{`["10.0.15.0/24"]`, "[10.0.15.0/24]"}}},
 		{"ECS_ENGINE_AUTH_TYPE", "", []in{{"docker", "docker"}, {"dockercfg", "dockercfg"}}},
-		// Parsed, not yet acted on.
+		// Telemetry, EC2 and capabilities.
 		{"ECS_DISABLE_METRICS", "false", []in{{"true", "true"}}},
 		{"ECS_POLL_METRICS", "false", []in{{"true", "true"}}},
 		{"ECS_POLLING_METRICS_WAIT_DURATION", "10s", []in{{"10s", "10s"}, {"1s", "5s"}, {"1m", "20s"}}},

@@ -160,28 +160,24 @@ func New(tasks Tasks, stats Stats, cfg Config) *Source {
 // off too: the instance status is published without them.
 func (s *Source) WatchRuntime(ctx context.Context) {
 	s.CheckRuntime(ctx)
-	t := s.clock.NewTicker(RuntimeCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.Chan():
-			s.CheckRuntime(ctx)
-		}
-	}
+	s.every(ctx, RuntimeCheckInterval, func() { s.CheckRuntime(ctx) })
 }
 
 // Run samples every running container each SampleInterval until ctx ends.
 func (s *Source) Run(ctx context.Context) {
-	t := s.clock.NewTicker(s.interval)
+	s.every(ctx, s.interval, func() { s.Sample(ctx) })
+}
+
+// every calls fn each d on the source's clock until ctx ends.
+func (s *Source) every(ctx context.Context, d time.Duration, fn func()) {
+	t := s.clock.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.Chan():
-			s.Sample(ctx)
+			fn()
 		}
 	}
 }
