@@ -227,12 +227,15 @@ func TestIntegrationExampleWebTask(t *testing.T) {
 		out, _ := cmd.Output()
 		return string(out)
 	}
-	require.Eventually(t, func() bool {
+	running := func() bool {
 		out := ps()
 		return regexp.MustCompile(`(?m)^\S+\s+web:1\s+RUNNING\s+RUNNING\s+web\s+RUNNING`).MatchString(out) &&
 			regexp.MustCompile(`(?m)^\s+sidecar\s+RUNNING`).MatchString(out)
-	}, 90*time.Second, 200*time.Millisecond, "berth ps never showed both containers RUNNING; last:\n%s\nagent log:\n%s\nstderr:\n%s",
-		ps(), stdout.String(), stderr.String())
+	}
+	if !assert.Eventually(t, running, 90*time.Second, 200*time.Millisecond, "berth ps never showed both containers RUNNING") {
+		// Read now, not when Eventually was called.
+		t.Fatalf("last berth ps:\n%s\nagent log:\n%s\nstderr:\n%s", ps(), stdout.String(), stderr.String())
+	}
 
 	resp, err := http.Get("http://127.0.0.1:8080/")
 	require.NoError(t, err)
