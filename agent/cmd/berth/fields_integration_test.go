@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -414,5 +415,35 @@ func TestIntegrationTaskCgroup(t *testing.T) {
 			assert.Equal(t, "Essential container in task exited", tk.StoppedReason)
 		}
 	}
+	agent.stop()
+}
+
+// TestIntegrationHostNamespacesAndPortRange: a static task with pidMode and ipcMode host runs in the
+// host's PID and IPC namespaces, and its containerPortRange gets host ports from
+// ECS_DYNAMIC_HOST_PORT_RANGE (below the kernel's ephemeral range, so nothing else takes them).
+func TestIntegrationHostNamespacesAndPortRange(t *testing.T) {
+	env := newRecoveryEnv(t, buildBerth(t))
+	def := fmt.Sprintf(`{"family": "ns-host", "pidMode": "host", "ipcMode": "host", "containerDefinitions": [{"name": "app",
+		"image": %q, "memory": 16, "command": ["sleep"],
+		"portMappings": [{"containerPortRange": "7000-7002", "protocol": "tcp"}]}]}`, testappImage)
+	require.NoError(t, os.WriteFile(filepath.Join(env.tasksDir, "ns-host.json"), []byte(def), 0o600))
+	agent := env.start("ECS_DYNAMIC_HOST_PORT_RANGE=20700-20799")
+	ts := agent.waitTasks(time.Minute, "the task runs", familyRunning("ns-host", 1))
+	ci := inspectFamily(t, dockerFromEnv(t), ts, "ns-host")["app"]
+	require.NotNil(t, ci)
+	assert.Equal(t, "host", ci.HostConfig.PidMode)
+	assert.Equal(t, "host", ci.HostConfig.IpcMode)
+	var ports []string
+	for port, binds := range ci.NetworkSettings.Ports {
+		for _, b := range binds {
+			hp, err := strconv.Atoi(b.HostPort)
+			require.NoError(t, err)
+			assert.True(t, hp >= 20700 && hp <= 20799, "%s bound to host port %d, outside ECS_DYNAMIC_HOST_PORT_RANGE", port, hp)
+		}
+		if len(binds) > 0 {
+			ports = append(ports, string(port))
+		}
+	}
+	assert.ElementsMatch(t, []string{"7000/tcp", "7001/tcp", "7002/tcp"}, ports)
 	agent.stop()
 }
