@@ -27,7 +27,8 @@ import (
 // secret is missing. Every AWS call is signed with the task's execution-role key; the first task
 // runs with every value in place, the second stops with a reason naming the secret and the AWS
 // error; no value reaches the log, the console or berth.db. Then, in local mode, a static task
-// without an execution role gets its secret with the host's own credentials.
+// without an execution role gets its secret with the host's own credentials, and one with an
+// executionRoleArn with that role's, assumed with the host's through an STS stand-in.
 func TestIntegrationSecrets(t *testing.T) {
 	bin := buildBerth(t)
 	dc := dockerFromEnv(t)
@@ -112,27 +113,57 @@ func TestIntegrationSecrets(t *testing.T) {
 		assert.False(t, bytes.Contains(state, []byte(secret)), "berth.db holds a secret")
 	}
 
-	// Local mode, no execution role: the host's own credentials.
+	// Local mode: a static task without an execution role fetches with the host's own credentials; one
+	// with an executionRoleArn with that role, which the agent assumes with them (an STS stand-in).
 	local := newRecoveryEnv(t, bin)
-	def := fmt.Sprintf(`{"family": "secrets-local", "containerDefinitions": [{"name": "app", "image": %q, "memory": 16,
-		"command": ["sleep"], "secrets": [{"name": "DB_PASS", "valueFrom": "/berth/db-pass"}]}]}`, testappImage)
-	require.NoError(t, os.WriteFile(filepath.Join(local.tasksDir, "secrets.json"), []byte(def), 0o600))
-	environ = []string{"AWS_ACCESS_KEY_ID=AKIAHOST", "AWS_SECRET_ACCESS_KEY=host-secret", "AWS_REGION=us-east-1",
+	const hostKey = "AKIAHOSTHOSTHOST0000" // the key the STS stand-in lets assume roles
+	roleArn := "arn:aws:iam::" + secretstest.Account + ":role/exec-secrets"
+	roleValue := "role-" + randomHex(t, 8)
+	aws.PutParameter("/berth/role-pass", roleValue)
+	sts := &stsStandIn{issued: map[string]string{}}
+	for family, spec := range map[string]string{
+		"secrets-local": `"secrets": [{"name": "DB_PASS", "valueFrom": "/berth/db-pass"}]`,
+		"secrets-role":  `"secrets": [{"name": "DB_PASS", "valueFrom": "/berth/role-pass"}]`,
+	} {
+		role := ""
+		if family == "secrets-role" {
+			role = fmt.Sprintf(`"executionRoleArn": %q, `, roleArn)
+		}
+		def := fmt.Sprintf(`{"family": %q, %s"containerDefinitions": [{"name": "app", "image": %q, "memory": 16,
+			"command": ["sleep"], %s}]}`, family, role, testappImage, spec)
+		require.NoError(t, os.WriteFile(filepath.Join(local.tasksDir, family+".json"), []byte(def), 0o600))
+	}
+	environ = []string{"AWS_ACCESS_KEY_ID=" + hostKey, "AWS_SECRET_ACCESS_KEY=host-secret", "AWS_REGION=us-east-1",
 		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
-		"ECS_LOCAL_CONTROL_PLANE_ADDR=" + freeAddr(t)}
+		"ECS_LOCAL_CONTROL_PLANE_ADDR=" + freeAddr(t), "AWS_ENDPOINT_URL_STS=http://" + serveLoopback(t, sts)}
 	for k, v := range aws.Env() {
 		environ = append(environ, k+"="+v)
 	}
+	fetchedBefore := len(aws.AccessKeys())
 	agent = local.start(environ...)
-	ts = agent.waitTasks(time.Minute, "the static task runs", familyRunning("secrets-local", 1))
+	ts = agent.waitTasks(time.Minute, "the static tasks run", func(ts []handlers.TaskResponse) bool {
+		return familyRunning("secrets-local", 1)(ts) && familyRunning("secrets-role", 1)(ts)
+	})
+	want := map[string]string{"secrets-local": ssmValue, "secrets-role": roleValue}
 	for _, tk := range ts {
-		if tk.Family == "secrets-local" {
+		if v, ok := want[tk.Family]; ok {
 			ci, err := dc.InspectContainerWithOptions(docker.InspectContainerOptions{ID: tk.Containers[0].DockerID})
 			require.NoError(t, err)
-			assert.Contains(t, ci.Config.Env, "DB_PASS="+ssmValue)
+			assert.Contains(t, ci.Config.Env, "DB_PASS="+v, tk.Family)
 		}
 	}
-	keys = aws.AccessKeys()
-	assert.Equal(t, "AKIAHOST", keys[len(keys)-1], "the host's own key fetched the local task's secret")
+	var byHost, byRole bool
+	for _, k := range aws.AccessKeys()[fetchedBefore:] {
+		switch {
+		case k == hostKey:
+			byHost = true
+		case sts.roleOf(k) == roleArn:
+			byRole = true
+		default:
+			t.Errorf("a secret was fetched with %s, neither the host's key nor one STS issued for %s", k, roleArn)
+		}
+	}
+	assert.True(t, byHost, "the host's own key fetched the task without an execution role")
+	assert.True(t, byRole, "a key STS issued for the execution role fetched the other task's secret")
 	agent.stop()
 }
