@@ -18,10 +18,10 @@ const (
 	keyRegion      = "AWS_DEFAULT_REGION"
 )
 
-// Minimums, as in the ECS agent. A value below one is raised to it with a warning.
 // maxTaskPidsLimit is the largest ECS_TASK_PIDS_LIMIT, as the ECS agent bounds it (4 Mi, the largest pid_max).
 const maxTaskPidsLimit = 4194304
 
+// Minimums, as in the ECS agent. A value below one is raised to it with a warning.
 const (
 	minTaskCleanupWait       = time.Minute
 	minStopTimeout           = time.Second

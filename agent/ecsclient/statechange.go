@@ -102,7 +102,7 @@ func (c *Client) SubmitContainerStateChange(ctx context.Context, taskArn string,
 func bindings(in []task.NetworkBinding, noIPv6 bool) []types.NetworkBinding {
 	var out []types.NetworkBinding
 	for _, b := range in {
-		if a, err := netip.ParseAddr(b.BindIP); noIPv6 && err == nil && a.Is6() && !a.Is4In6() {
+		if noIPv6 && isIPv6(b.BindIP) {
 			continue
 		}
 		proto := types.TransportProtocolTcp
@@ -117,6 +117,12 @@ func bindings(in []task.NetworkBinding, noIPv6 bool) []types.NetworkBinding {
 		})
 	}
 	return out
+}
+
+// isIPv6 reports whether a binding's host address is an IPv6 one (not an IPv4-mapped one).
+func isIPv6(addr string) bool {
+	a, err := netip.ParseAddr(addr)
+	return err == nil && a.Is6() && !a.Is4In6()
 }
 
 func truncate(s string) string {

@@ -44,7 +44,8 @@ func (c *Cleaner) removeUntracked(ctx context.Context, budget int) (pass, error)
 		if refs, ids := c.inUse(); hasID(ids, img.ID) || slices.ContainsFunc(img.RepoTags, refs.Has) {
 			continue // a task started with it since the candidates were chosen
 		}
-		names := tags(img)
+		tagged := tags(img)
+		names := tagged
 		if len(names) <= 1 {
 			names = []string{img.ID}
 		}
@@ -54,7 +55,7 @@ func (c *Cleaner) removeUntracked(ctx context.Context, budget int) (pass, error)
 				break
 			}
 		}
-		fields := []any{"image_id", img.ID, "tags", strings.Join(tags(img), ","), "size_bytes", img.Size}
+		fields := []any{"image_id", img.ID, "tags", strings.Join(tagged, ","), "size_bytes", img.Size}
 		switch {
 		case failed == nil:
 			budget--
