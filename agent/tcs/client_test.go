@@ -229,26 +229,28 @@ func TestBatchesWithFinOnTheLast(t *testing.T) {
 	assert.Len(t, hb[0].Tasks, 12)
 }
 
-func TestDisableMetricsStopsOnlyMetrics(t *testing.T) {
-	h := start(t, &fakeSource{metrics: tasks(2), health: healths(2)}, func(c *tcs.Config) { c.DisableMetrics = true })
+// twoRoundsWith runs two publishing rounds of a client configured by mod and waits until each has
+// published the instance status and the batches still counts.
+func twoRoundsWith[B any](t *testing.T, mod func(*tcs.Config), still func(*tcstest.Server) []B) *harness {
+	t.Helper()
+	h := start(t, &fakeSource{metrics: tasks(2), health: healths(2)}, mod)
 	for round := 1; round <= 2; round++ {
 		h.tick(t)
 		h.srv.WaitFor(t, "a round", func(s *tcstest.Server) bool {
-			return len(s.InstanceStatuses()) == round && len(s.HealthBatches()) == round
+			return len(s.InstanceStatuses()) == round && len(still(s)) == round
 		})
 	}
+	return h
+}
+
+func TestDisableMetricsStopsOnlyMetrics(t *testing.T) {
+	h := twoRoundsWith(t, func(c *tcs.Config) { c.DisableMetrics = true }, (*tcstest.Server).HealthBatches)
 	assert.Empty(t, h.srv.MetricsBatches())
 	assert.Zero(t, h.src.calls(), "metrics not even gathered")
 }
 
 func TestDisableHealthStopsOnlyHealth(t *testing.T) {
-	h := start(t, &fakeSource{metrics: tasks(2), health: healths(2)}, func(c *tcs.Config) { c.DisableHealth = true })
-	for round := 1; round <= 2; round++ {
-		h.tick(t)
-		h.srv.WaitFor(t, "a round", func(s *tcstest.Server) bool {
-			return len(s.InstanceStatuses()) == round && len(s.MetricsBatches()) == round
-		})
-	}
+	h := twoRoundsWith(t, func(c *tcs.Config) { c.DisableHealth = true }, (*tcstest.Server).MetricsBatches)
 	assert.Empty(t, h.srv.HealthBatches())
 }
 
