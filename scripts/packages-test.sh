@@ -2,7 +2,8 @@
 # The package test (`make packages-test`, part of `make test`): on this Debian host, as root,
 #   - installs DIR's berth .deb with dpkg -i (a berth package left by an aborted run is purged first);
 #   - checks every file and directory is in place with its type, mode and owner, that postinstall made
-#     /etc/ecs/ecs.config from the template (0600, owned by no package), that the binary is static and `berth version` reports VERSION, that the CNI plugins
+#     /etc/ecs/ecs.config from the template (0600, owned by no package), that the binary is static and
+#     `berth version` reports VERSION, that the CNI plugins
 #     answer VERSION, that the pause tarball is a docker save archive, and the unit with systemd-analyze
 #     verify and its key settings;
 #   - installs the .deb again over itself (an upgrade): an edited ecs.config is kept;
@@ -11,7 +12,8 @@
 #   - installs the .deb once more over that unowned ecs.config, as EC2 user data leaves one before the
 #     install: no conffile prompt (stdin is /dev/null), the file untouched; then purges again;
 #   - checks DIR's .rpm with rpm: the same paths, modes and owners, version, scripts.
-# Leaves no berth package and no ecs.config of its own installed, whatever the outcome. Prints one line per step and "ok" at the end.
+# Leaves no berth package and no ecs.config of its own installed, whatever the outcome. Prints one line
+# per step and "ok" at the end.
 #
 #   usage: scripts/packages-test.sh DIR VERSION
 set -euo pipefail
@@ -65,14 +67,19 @@ purge() { [ -z "$(status)" ] || dpkg -P berth >"$log" 2>&1 || { cat "$log" >&2; 
 log=$(mktemp)
 stub=""
 made_conffile=false
+# drop_conffile removes the ecs.config the test made, and /etc/ecs unless it was there before.
+drop_conffile() {
+  rm -f "$conffile"
+  made_conffile=false
+  [[ " ${preexisting[*]:-} " == *" /etc/ecs "* ]] || rmdir /etc/ecs 2>/dev/null || true
+}
 cleanup() {
   local rc=$?
   if [ $rc -ne 0 ] && [ -n "$(status)" ]; then
     dpkg -P berth >/dev/null 2>&1 || true
   fi
   if [ "$made_conffile" = true ]; then
-    rm -f "$conffile"
-    [[ " ${preexisting[*]:-} " == *" /etc/ecs "* ]] || rmdir /etc/ecs 2>/dev/null || true
+    drop_conffile
   fi
   rm -rf "$log" "$stub"
   exit $rc
@@ -213,8 +220,8 @@ dpkg -i "$deb" </dev/null >"$log" 2>&1 || { cat "$log" >&2; die "dpkg -i over an
   die "dpkg -i changed the existing $conffile"
 purge
 check_gone /etc/ecs
-rm -f "$conffile" && made_conffile=false
-[[ " ${preexisting[*]} " == *" /etc/ecs "* ]] || rmdir /etc/ecs
+drop_conffile
+[ ! -e /etc/ecs ] || [[ " ${preexisting[*]} " == *" /etc/ecs "* ]] || die "/etc/ecs left behind"
 say "dpkg -i over an existing $conffile: no prompt, the file untouched; purged again"
 
 # --- the .rpm ----------------------------------------------------------------------------------------
