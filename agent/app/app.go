@@ -88,7 +88,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	// run, after Start below, by which time cp is set.
 	var cp *controlplane.ControlPlane
 	instanceARN := func() string { return cp.ContainerInstanceARN() }
-	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, credentials, instanceARN, opts.Hook, log)
+	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, credentials, instanceARN, opts.Probe, log)
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	var identity ec2identity.Identity
 	cp, identity, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, imds,
 		controlplane.TelemetryConfig{Source: tel, DisableMetrics: telSettings.DisableMetrics, DisableHealth: cfg.DockerHealthCheckDisabled},
-		opts.Hook, log)
+		opts.Probe, log)
 	if err != nil {
 		return err
 	}
@@ -200,7 +200,7 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 // support (without it the engine refuses awsvpc tasks, saying how to enable them).
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
 	m *metrics.Metrics, roles *rolecreds.Provider, credentials *controlplane.CredentialsStore, instanceARN func() string,
-	hook engine.Hook, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
+	probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
 	resources, err := hostResources(cfg)
 	if err != nil {
 		return nil, resources, err
@@ -240,7 +240,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, CleanupJitter: cfg.TaskCleanupWaitJitter,
-		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Resources: resources, AWSVPC: awsvpc, Hook: hook, DisablePrivileged: cfg.PrivilegedDisabled,
+		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Resources: resources, AWSVPC: awsvpc, Probe: probe, DisablePrivileged: cfg.PrivilegedDisabled,
 		TaskEndpoint: endpoint, ExecutionRoleAuth: executionRoleAuth{auth.ExecutionRoles(execCreds)},
 		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
@@ -265,7 +265,7 @@ func (a executionRoleAuth) AuthSource(r engine.ExecutionRole) dockerclient.AuthS
 // newControlPlane builds the agent's side of the control plane the configuration chose.
 func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.Resources, docker dockerclient.VersionInfo,
 	eng *engine.Engine, store state.Store, credentials *controlplane.CredentialsStore, imds *ec2identity.Client,
-	tel controlplane.TelemetryConfig, hook engine.Hook, log *logger.Logger) (*controlplane.ControlPlane, ec2identity.Identity, error) {
+	tel controlplane.TelemetryConfig, probe engine.Probe, log *logger.Logger) (*controlplane.ControlPlane, ec2identity.Identity, error) {
 	var identity ec2identity.Identity
 	ecs, creds, region, err := controlplane.NewECSClient(ctx, cfg, log)
 	if err != nil {
@@ -279,7 +279,7 @@ func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.R
 			propagateEC2Tags(ctx, imds, &reg, log)
 		}
 	}
-	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Hook: hook,
+	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Probe: probe,
 		DisablePrivileged: cfg.PrivilegedDisabled, CredentialsStore: credentials, Telemetry: tel},
 		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), identity, nil
 }
@@ -332,8 +332,9 @@ type Options struct {
 	// StopTasksOnExit stops every task before the agent exits on SIGTERM (berth agent
 	// --stop-tasks-on-exit); by default tasks keep running across an agent restart.
 	StopTasksOnExit bool
-	// Hook is passed to the engine (see engine.Config.Hook); the crash-recovery tests set it.
-	Hook engine.Hook
+	// Probe is passed to the engine and the control plane (see engine.Config.Probe); the crash-recovery
+	// tests set it.
+	Probe engine.Probe
 }
 
 // openState opens the state store ECS_CHECKPOINT asks for: the bbolt file in ECS_DATADIR, or memory.

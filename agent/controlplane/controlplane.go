@@ -87,9 +87,9 @@ type Config struct {
 	// DisablePrivileged rejects tasks with a privileged container (ECS_DISABLE_PRIVILEGED) when they
 	// arrive.
 	DisablePrivileged bool
-	// Hook, if set, is called at HookRejectedSaved with the saved report; the crash-recovery tests
+	// Probe, if set, is called at ProbeRejectedSaved with the saved report; the crash-recovery tests
 	// kill the agent there.
-	Hook engine.Hook
+	Probe engine.Probe
 	// CredentialsStore keeps the task role credentials the control plane sends; nil: a new one. The
 	// agent makes it first, so that the engine's pulls with execution roles can read it.
 	CredentialsStore *CredentialsStore
@@ -112,9 +112,9 @@ type TelemetryConfig struct {
 	PublishInterval time.Duration
 }
 
-// HookRejectedSaved is the point where a rejected task's STOPPED report is saved and the payload is
+// ProbeRejectedSaved is the point where a rejected task's STOPPED report is saved and the payload is
 // not acknowledged yet.
-const HookRejectedSaved = "rejected-saved"
+const ProbeRejectedSaved = "rejected-saved"
 
 // ControlPlane is the agent's side of one control plane. It implements engine.Listener (subscribe it
 // before the engine starts) and acs.Handler.
@@ -361,8 +361,8 @@ func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
 		if err != nil {
 			return err
 		}
-		if c.cfg.Hook != nil {
-			c.cfg.Hook(HookRejectedSaved, report)
+		if c.cfg.Probe != nil {
+			c.cfg.Probe(ProbeRejectedSaved, report)
 		}
 	}
 	if err := c.store.SaveSeqNum(ctx, p.SeqNum); err != nil {

@@ -94,8 +94,8 @@ type Config struct {
 	Resources         Resources
 	// AWSVPC enables awsvpc tasks.
 	AWSVPC AWSVPCConfig
-	// Hook, if set, is called at each Hook* point.
-	Hook Hook
+	// Probe, if set, is called at each Probe* point.
+	Probe Probe
 	// Clock is the engine's time source; nil means the real clock.
 	Clock clockwork.Clock
 	// DisablePrivileged refuses privileged containers (ECS_DISABLE_PRIVILEGED): such a task stops
@@ -124,19 +124,19 @@ type Config struct {
 	PauseImage string
 }
 
-// Hook is called at a named step of a task's life with the task, which it must not keep or change.
-type Hook func(point string, t *task.Task)
+// Probe is called at a named step of a task's life with the task, which it must not keep or change.
+type Probe func(point string, t *task.Task)
 
-// Hook points: named steps of a task's life at which Config.Hook is called. The crash-recovery tests
+// Probe points: named steps of a task's life at which Config.Probe is called. The crash-recovery tests
 // kill the agent at each of them.
 const (
-	HookSaved        = "saved"         // a change of the task is saved; listeners are not told yet
-	HookBeforeCreate = "before-create" // a container's name is saved; Docker has not been asked to create it
-	HookAfterCreate  = "after-create"  // Docker created the container; its ID is not saved yet
-	HookBeforeStart  = "before-start"  // Docker created the container; it has not been asked to start it
-	HookAfterStart   = "after-start"   // Docker started the container; RUNNING is not saved yet
-	HookBeforeStop   = "before-stop"   // the stop is saved; Docker has not been asked to stop the containers
-	HookAfterStop    = "after-stop"    // Docker stopped the containers; STOPPED is not saved yet
+	ProbeSaved        = "saved"         // a change of the task is saved; listeners are not told yet
+	ProbeBeforeCreate = "before-create" // a container's name is saved; Docker has not been asked to create it
+	ProbeAfterCreate  = "after-create"  // Docker created the container; its ID is not saved yet
+	ProbeBeforeStart  = "before-start"  // Docker created the container; it has not been asked to start it
+	ProbeAfterStart   = "after-start"   // Docker started the container; RUNNING is not saved yet
+	ProbeBeforeStop   = "before-stop"   // the stop is saved; Docker has not been asked to stop the containers
+	ProbeAfterStop    = "after-stop"    // Docker stopped the containers; STOPPED is not saved yet
 )
 
 // ErrStopped is returned by AddTask before Start and after the engine's context has ended. An
@@ -207,9 +207,9 @@ func (e *Engine) pauseImage(t *task.Task) string {
 	return e.cfg.PauseImage
 }
 
-func (e *Engine) hook(point string, t *task.Task) {
-	if e.cfg.Hook != nil {
-		e.cfg.Hook(point, t)
+func (e *Engine) probe(point string, t *task.Task) {
+	if e.cfg.Probe != nil {
+		e.cfg.Probe(point, t)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// crashAt makes a harness "crash" the first time the hook fires at point with when(task) true: from
+// crashAt makes a harness "crash" the first time the probe fires at point with when(task) true: from
 // then on nothing is saved (the store is what a crashed agent leaves on disk) and the worker goroutine
 // ends on the spot, as if the process had died.
 type crashAt struct {
@@ -29,7 +29,7 @@ type crashAt struct {
 	hit     chan struct{}
 }
 
-func (c *crashAt) hook(point string, t *task.Task) {
+func (c *crashAt) probe(point string, t *task.Task) {
 	if point != c.point || (c.when != nil && !c.when(t)) {
 		return
 	}
@@ -70,22 +70,22 @@ func TestRecoveryAtEveryKillPoint(t *testing.T) {
 		stopTask bool // stop the task (after it runs) so the crash hits the stop path
 		want     task.TaskStatus
 	}{
-		{name: "accepted, saved before anything else", point: HookSaved, when: knownIs(task.TaskNone), want: task.TaskRunning},
-		{name: "after pull", point: HookSaved, when: knownIs(task.TaskPulled), want: task.TaskRunning},
-		{name: "name saved, before create", point: HookBeforeCreate, want: task.TaskRunning},
-		{name: "created, ID not saved", point: HookAfterCreate, want: task.TaskRunning},
-		{name: "created, before start", point: HookBeforeStart, want: task.TaskRunning},
-		{name: "started, RUNNING not saved", point: HookAfterStart, want: task.TaskRunning},
-		{name: "RUNNING saved, not reported", point: HookSaved, when: knownIs(task.TaskRunning), want: task.TaskRunning},
-		{name: "stop saved, containers not stopped", point: HookBeforeStop, stopTask: true, want: task.TaskStopped},
-		{name: "containers stopped, STOPPED not saved", point: HookAfterStop, stopTask: true, want: task.TaskStopped},
+		{name: "accepted, saved before anything else", point: ProbeSaved, when: knownIs(task.TaskNone), want: task.TaskRunning},
+		{name: "after pull", point: ProbeSaved, when: knownIs(task.TaskPulled), want: task.TaskRunning},
+		{name: "name saved, before create", point: ProbeBeforeCreate, want: task.TaskRunning},
+		{name: "created, ID not saved", point: ProbeAfterCreate, want: task.TaskRunning},
+		{name: "created, before start", point: ProbeBeforeStart, want: task.TaskRunning},
+		{name: "started, RUNNING not saved", point: ProbeAfterStart, want: task.TaskRunning},
+		{name: "RUNNING saved, not reported", point: ProbeSaved, when: knownIs(task.TaskRunning), want: task.TaskRunning},
+		{name: "stop saved, containers not stopped", point: ProbeBeforeStop, stopTask: true, want: task.TaskStopped},
+		{name: "containers stopped, STOPPED not saved", point: ProbeAfterStop, stopTask: true, want: task.TaskStopped},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/kill"
 			crash := &crashAt{point: tt.point, when: tt.when, hit: make(chan struct{})}
 			cfg := testConfig()
-			cfg.Hook = crash.hook
+			cfg.Probe = crash.probe
 			first := newHarness(t, cfg, func(h *harness) {
 				h.store.fail = func(int, *task.Task) error {
 					if crash.frozen() {

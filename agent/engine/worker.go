@@ -216,7 +216,7 @@ func (w *worker) commit(ctx context.Context) {
 		return
 	}
 	w.saved = sum
-	w.e.hook(HookSaved, t)
+	w.e.probe(ProbeSaved, t)
 	w.mu.Lock()
 	w.snap = t.Clone()
 	w.mu.Unlock()
@@ -279,7 +279,7 @@ func (w *worker) run(ctx context.Context) {
 	w.mu.Unlock()
 
 	if w.saved != ([sha256.Size]byte{}) { // AddTask saved it: that is the task's first saved change
-		w.e.hook(HookSaved, w.t)
+		w.e.probe(ProbeSaved, w.t)
 	}
 	w.e.notify(w.t)
 	w.t.DesiredStatus = task.TaskRunning
@@ -514,7 +514,7 @@ func (w *worker) startContainer(ctx context.Context, c *task.Container) error {
 			return err
 		}
 	}
-	w.e.hook(HookBeforeStart, w.t)
+	w.e.probe(ProbeBeforeStart, w.t)
 	if err := w.e.docker.StartContainer(ctx, c.DockerID); err != nil {
 		return fmt.Errorf("CannotStartContainerError: %w", err)
 	}
@@ -528,7 +528,7 @@ func (w *worker) startContainer(ctx context.Context, c *task.Container) error {
 	case c.Pause: // it holds only the task's PID and IPC namespaces
 		c.KnownStatus = task.ContainerResourcesProvisioned
 	}
-	w.e.hook(HookAfterStart, w.t)
+	w.e.probe(ProbeAfterStart, w.t)
 	w.log.Info("container started", "container", c.Name, "docker_id", shortID(c.DockerID))
 	delete(w.waitingSince, c.Name)
 	w.refresh(ctx, c)
@@ -546,7 +546,7 @@ func (w *worker) create(ctx context.Context, c *task.Container) error {
 	if c.DockerName == "" {
 		c.DockerName = containerName(w.t, c)
 		w.commit(ctx)
-		w.e.hook(HookBeforeCreate, w.t)
+		w.e.probe(ProbeBeforeCreate, w.t)
 	}
 	// The file exists (PENDING) before the container does, since Docker mounts its directory.
 	mdDir, err := w.syncMetadata(c, true)
@@ -571,7 +571,7 @@ func (w *worker) create(ctx context.Context, c *task.Container) error {
 	if err != nil {
 		return fmt.Errorf("CannotCreateContainerError: %w", err)
 	}
-	w.e.hook(HookAfterCreate, w.t)
+	w.e.probe(ProbeAfterCreate, w.t)
 	c.DockerID = created.ID
 	c.KnownStatus = task.ContainerCreated
 	c.CreatedAt = w.e.clock.Now().UTC()
@@ -756,7 +756,7 @@ func (w *worker) stopAll(ctx context.Context) {
 		c.DesiredStatus = task.ContainerStopped
 	}
 	w.commit(ctx)
-	w.e.hook(HookBeforeStop, w.t)
+	w.e.probe(ProbeBeforeStop, w.t)
 	for {
 		w.drain(ctx)
 		for _, c := range w.t.Containers {
@@ -800,7 +800,7 @@ func (w *worker) stopAll(ctx context.Context) {
 			}()
 		}
 		wg.Wait()
-		w.e.hook(HookAfterStop, w.t)
+		w.e.probe(ProbeAfterStop, w.t)
 		failed := false
 		for i, c := range ready {
 			if errs[i] != nil && !errors.Is(errs[i], dockerclient.ErrNotFound) {

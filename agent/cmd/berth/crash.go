@@ -8,15 +8,15 @@ import (
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// crashEnv names the test-only variable (its points are the engine.Hook* constants and
-// controlplane.HookRejectedSaved) that makes the agent kill itself with SIGKILL at one step of
-// a task's life: BERTH_TEST_CRASH_AT=<hook point>[:<task known status>][@<task family>], for example
+// crashEnv names the test-only variable (its points are the engine.Probe* constants and
+// controlplane.ProbeRejectedSaved) that makes the agent kill itself with SIGKILL at one step of
+// a task's life: BERTH_TEST_CRASH_AT=<probe point>[:<task known status>][@<task family>], for example
 // saved:RUNNING@web or after-create@web. The crash-recovery integration tests use it to stop the real
 // binary at exact points; nothing else should.
 const crashEnv = "BERTH_TEST_CRASH_AT"
 
-// crashHook returns the engine hook crashEnv asks for, or nil.
-func crashHook(environ []string) func(string, *task.Task) {
+// crashProbe returns the engine probe crashEnv asks for, or nil.
+func crashProbe(environ []string) func(string, *task.Task) {
 	var spec string
 	for _, kv := range environ {
 		if v, ok := strings.CutPrefix(kv, crashEnv+"="); ok {

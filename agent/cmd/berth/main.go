@@ -162,7 +162,7 @@ func runAgent(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		reportInvalid(res, err, stderr)
 		return 1
 	}
-	opts.Hook = crashHook(environ)
+	opts.Probe = crashProbe(environ)
 	setGCPercent(environ)
 	// Files the agent creates are not readable by others: rolled log files (which the logging library
 	// creates 0666) and what the CNI plugins write. State files and the log file are narrowed

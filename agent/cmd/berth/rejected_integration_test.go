@@ -117,7 +117,7 @@ func TestIntegrationRejectedTaskSurvivesAKill(t *testing.T) {
 		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}
 
-	first := env.start(append(ecsMode, "BERTH_TEST_CRASH_AT="+controlplane.HookRejectedSaved)...)
+	first := env.start(append(ecsMode, "BERTH_TEST_CRASH_AT="+controlplane.ProbeRejectedSaved)...)
 	first.waitKilled(60 * time.Second)
 	acks, stopped := standIn.state()
 	assert.Empty(t, acks, "killed before the ack")
