@@ -129,8 +129,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if _, err := eng.Restore(ctx, restored, trusted); err != nil {
 		return fmt.Errorf("recover saved tasks: %w", err)
 	}
-	eng.RemoveNetworkLeftovers(ctx)
-	eng.RemoveCgroupLeftovers()
+	eng.RemoveLeftovers(ctx)
 	var reporting errgroup.Group
 	reporting.Go(func() error { cp.Report(engineCtx, eng.Tasks()); return nil })
 	defer func() { _ = reporting.Wait() }()

@@ -12,6 +12,7 @@ import (
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 
 	"github.com/berth-agent/berth/agent/ecscni"
+	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -81,78 +82,147 @@ func CNITaskID(arn string) string {
 	return unsafeTaskID.ReplaceAllString(arn[strings.LastIndexByte(arn, '/')+1:], "-")
 }
 
+// awsvpcFeature sets up and tears down the network namespaces of awsvpc tasks (see hooks.go). With
+// no Network it refuses them.
+type awsvpcFeature struct {
+	cfg    AWSVPCConfig
+	docker Docker
+	log    *logger.Logger
+}
+
+var _ Recoverer = (*awsvpcFeature)(nil)
+
+func (f *awsvpcFeature) Name() string { return "awsvpc" }
+
+// TaskHook returns the hook of an awsvpc task; other tasks have none.
+func (f *awsvpcFeature) TaskHook(t *task.Task) TaskHook {
+	if t.NetworkMode != task.NetworkAWSVPC {
+		return nil
+	}
+	return &awsvpcHook{f: f}
+}
+
+// RemoveLeftovers deletes the networking of tasks the engine does not hold; without awsvpc support
+// it does nothing.
+func (f *awsvpcFeature) RemoveLeftovers(ctx context.Context, known []string) {
+	if f.cfg.Leftovers == nil {
+		return
+	}
+	removed, err := f.cfg.Leftovers.Leftovers(ctx, taskIDs(known).Has)
+	if err != nil {
+		f.log.Warn("removing networking left by unknown tasks failed", "error", err)
+	}
+	if len(removed) > 0 {
+		f.log.Info("removed networking left by tasks no longer known", "tasks", removed)
+	}
+}
+
+// awsvpcHook is one awsvpc task's network.
+type awsvpcHook struct{ f *awsvpcFeature }
+
+var (
+	_ Preparer  = (*awsvpcHook)(nil)
+	_ StartHook = (*awsvpcHook)(nil)
+	_ StopHook  = (*awsvpcHook)(nil)
+)
+
+// Prepare refuses the task when the agent has no task networking.
+func (h *awsvpcHook) Prepare(*Run) error {
+	if h.f.cfg.Network == nil {
+		return errors.New("awsvpc network mode needs task networking: set ECS_ENABLE_TASK_ENI=true")
+	}
+	return nil
+}
+
+// AfterStart sets up the task network once the pause container runs.
+func (h *awsvpcHook) AfterStart(ctx context.Context, r *Run, c *task.Container) error {
+	if !c.Pause {
+		return nil
+	}
+	return h.setup(ctx, r, c)
+}
+
+// BeforeStop tears the network down before the pause container stops: CNI DEL needs the namespace,
+// which goes with the pause container.
+func (h *awsvpcHook) BeforeStop(ctx context.Context, r *Run, batch []*task.Container) {
+	for _, c := range batch {
+		if c.Pause {
+			h.teardown(ctx, r)
+		}
+	}
+}
+
+// Stopped tears the network down if it is still up: the pause container may have died by itself.
+func (h *awsvpcHook) Stopped(ctx context.Context, r *Run) { h.teardown(ctx, r) }
+
 // taskNetwork describes the task's networking for the CNI plugins.
-func (w *worker) taskNetwork(netns string) (ecscni.TaskNetwork, error) {
-	cfg := w.e.cfg.AWSVPC
-	tn := ecscni.TaskNetwork{TaskID: CNITaskID(w.arn), NetNS: netns, BridgeIPv4: cfg.BridgeIPv4,
+func (h *awsvpcHook) taskNetwork(t *task.Task, netns string) ecscni.TaskNetwork {
+	cfg := h.f.cfg
+	tn := ecscni.TaskNetwork{TaskID: CNITaskID(t.Arn), NetNS: netns, BridgeIPv4: cfg.BridgeIPv4,
 		AdditionalLocalRoutes: cfg.AdditionalLocalRoutes, BlockIMDS: cfg.BlockIMDS, LocalSubnet: cfg.LocalSubnet}
-	if eni := w.t.ENI; eni != nil {
+	if eni := t.ENI; eni != nil {
 		addr := eni.IPv4.Addr()
 		tn.ENI = &ecscni.ENI{MAC: eni.MAC,
 			IPv4:    cnitypes.IPNet{IP: net.IP(addr.AsSlice()), Mask: net.CIDRMask(eni.IPv4.Bits(), addr.BitLen())},
 			Gateway: net.IP(eni.Gateway.AsSlice()), DNSServers: eni.DNSServers, SearchDomains: eni.SearchDomains}
 	}
-	return tn, nil
+	return tn
 }
 
-// setupNetwork runs CNI ADD against the pause container's namespace; only then is the pause
-// container RESOURCES_PROVISIONED and may the task's containers join it. Setting up a namespace that
-// is set up already returns the recorded result, so a restored task passes through here safely.
-func (w *worker) setupNetwork(ctx context.Context, pause *task.Container) error {
-	if err := w.waitForENI(ctx); err != nil {
+// setup runs CNI ADD against the pause container's namespace; only then is the pause container
+// RESOURCES_PROVISIONED and may the task's containers join it. Setting up a namespace that is set up
+// already returns the recorded result, so a restored task passes through here safely.
+func (h *awsvpcHook) setup(ctx context.Context, r *Run, pause *task.Container) error {
+	t := r.Task()
+	if err := h.waitForENI(ctx, r); err != nil {
 		return err
 	}
-	ci, err := w.e.docker.InspectContainer(ctx, pause.DockerID)
+	ci, err := h.f.docker.InspectContainer(ctx, pause.DockerID)
 	if err != nil {
 		return fmt.Errorf("inspect the pause container: %w", err)
 	}
 	if ci.State.Pid == 0 {
 		return fmt.Errorf("the pause container has no process")
 	}
-	tn, err := w.taskNetwork(fmt.Sprintf("/proc/%d/ns/net", ci.State.Pid))
-	if err != nil {
-		return err
-	}
-	res, err := w.e.cfg.AWSVPC.Network.Setup(ctx, tn)
+	tn := h.taskNetwork(t, fmt.Sprintf("/proc/%d/ns/net", ci.State.Pid))
+	res, err := h.f.cfg.Network.Setup(ctx, tn)
 	if err != nil {
 		return fmt.Errorf("CNI setup of the task network: %w", err)
 	}
-	w.t.AWSVPC = &task.AWSVPC{NetNS: tn.NetNS, IPv4: res.ENIIPv4, BridgeIPv4: res.BridgeIPv4}
-	if ready := w.e.cfg.AWSVPC.TaskBridgeReady; ready != nil {
+	t.AWSVPC = &task.AWSVPC{NetNS: tn.NetNS, IPv4: res.ENIIPv4, BridgeIPv4: res.BridgeIPv4}
+	if ready := h.f.cfg.TaskBridgeReady; ready != nil {
 		if err := ready(ctx); err != nil {
 			// The task runs; its containers cannot reach their credentials or metadata.
-			w.log.Error("the task endpoint is not reachable through the task bridge", "error", err)
+			r.Log().Error("the task endpoint is not reachable through the task bridge", "error", err)
 		}
 	}
 	pause.KnownStatus = task.ContainerResourcesProvisioned
-	w.log.Info("task network set up", "ipv4", res.ENIIPv4, "bridge_ipv4", res.BridgeIPv4)
-	w.commit(ctx)
+	r.Log().Info("task network set up", "ipv4", res.ENIIPv4, "bridge_ipv4", res.BridgeIPv4)
+	r.Commit(ctx)
 	return nil
 }
 
-// teardownNetwork runs CNI DEL for the task, once; a namespace that is gone already is fine.
-func (w *worker) teardownNetwork(ctx context.Context) {
-	v := w.t.AWSVPC
-	if v == nil || v.TornDown || w.e.cfg.AWSVPC.Network == nil {
+// teardown runs CNI DEL for the task, once; a namespace that is gone already is fine.
+func (h *awsvpcHook) teardown(ctx context.Context, r *Run) {
+	t := r.Task()
+	v := t.AWSVPC
+	if v == nil || v.TornDown || h.f.cfg.Network == nil {
 		return
 	}
-	tn, err := w.taskNetwork(v.NetNS)
-	if err == nil {
-		err = w.e.cfg.AWSVPC.Network.Teardown(ctx, tn)
-	}
-	if err != nil {
-		w.log.Warn("tearing down the task network failed; it is retried at the next agent start", "error", err)
+	if err := h.f.cfg.Network.Teardown(ctx, h.taskNetwork(t, v.NetNS)); err != nil {
+		r.Log().Warn("tearing down the task network failed; it is retried at the next agent start", "error", err)
 		return
 	}
 	v.TornDown = true
-	w.log.Info("task network torn down")
-	w.commit(ctx)
+	r.Log().Info("task network torn down")
+	r.Commit(ctx)
 }
 
 // waitForENI waits until the task's ENI has appeared on the host, bounded by ENIWait.
-func (w *worker) waitForENI(ctx context.Context) error {
-	eni, cfg := w.t.ENI, w.e.cfg.AWSVPC
-	if eni == nil || cfg.ENIs == nil || w.t.AWSVPC != nil {
+func (h *awsvpcHook) waitForENI(ctx context.Context, r *Run) error {
+	t, cfg := r.Task(), h.f.cfg
+	eni := t.ENI
+	if eni == nil || cfg.ENIs == nil || t.AWSVPC != nil {
 		return nil
 	}
 	limit := cfg.ENIWait
@@ -161,10 +231,10 @@ func (w *worker) waitForENI(ctx context.Context) error {
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	w.t.PendingReason = "waiting for the ENI with MAC " + eni.MAC + " to appear on the host"
-	w.commit(ctx)
+	t.PendingReason = "waiting for the ENI with MAC " + eni.MAC + " to appear on the host"
+	r.Commit(ctx)
 	err := cfg.ENIs.WaitForMAC(waitCtx, eni.MAC)
-	w.t.PendingReason = ""
+	t.PendingReason = ""
 	switch {
 	case err == nil:
 		return nil

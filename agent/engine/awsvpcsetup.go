@@ -13,7 +13,6 @@ import (
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/logger"
-	"github.com/berth-agent/berth/agent/set"
 )
 
 // PauseImage is the image of every awsvpc task's pause container, built from misc/pause.
@@ -94,24 +93,4 @@ func ensurePauseImage(ctx context.Context, images ImageLoader, tarball string, l
 	}
 	log.Info("pause image loaded", "image", PauseImage, "tarball", tarball)
 	return nil
-}
-
-// RemoveNetworkLeftovers deletes the networking of tasks the engine does not hold (an agent killed
-// during setup, a task forgotten with its state). Call it after Restore; without awsvpc support it
-// does nothing.
-func (e *Engine) RemoveNetworkLeftovers(ctx context.Context) {
-	if e.cfg.AWSVPC.Leftovers == nil {
-		return
-	}
-	var known set.Set[string]
-	for _, t := range e.Tasks() {
-		known.Add(CNITaskID(t.Arn))
-	}
-	removed, err := e.cfg.AWSVPC.Leftovers.Leftovers(ctx, known.Has)
-	if err != nil {
-		e.log.Warn("removing networking left by unknown tasks failed", "error", err)
-	}
-	if len(removed) > 0 {
-		e.log.Info("removed networking left by tasks no longer known", "tasks", removed)
-	}
 }

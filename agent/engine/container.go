@@ -78,7 +78,7 @@ func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg
 	for _, kv := range c.Environment {
 		env = append(env, kv.Name+"="+kv.Value)
 	}
-	env = endpointEnv(t, c, cfg.TaskEndpoint, mergeEnv(in.FileEnv, env, in.SecretEnv))
+	env = mergeEnv(env)
 	stopTimeout := int(effectiveStopTimeout(c, cfg).Seconds())
 	conf := &docker.Config{
 		Image:       c.Image,
@@ -180,7 +180,7 @@ func createOptions(t *task.Task, c *task.Container, cluster, pauseID string, cfg
 		}
 		host.VolumesFrom = append(host.VolumesFrom, spec)
 	}
-	applyOptions(t, c, pauseID, in, conf, host)
+	applyOptions(t, c, pauseID, conf, host)
 	return docker.CreateContainerOptions{Name: c.DockerName, Config: conf, HostConfig: host}, nil
 }
 

@@ -348,7 +348,7 @@ func TestTaskCgroupRefused(t *testing.T) {
 	assert.Empty(t, h.creates())
 }
 
-// TestRemoveCgroupLeftovers: the cgroups of tasks the engine does not hold are removed, those of
+// TestRemoveCgroupLeftovers: at recovery, the cgroups of tasks the engine does not hold are removed, those of
 // its tasks kept; a failed listing removes nothing.
 func TestRemoveCgroupLeftovers(t *testing.T) {
 	cgroups := &fakeCgroups{ids: []string{"gone-1", "held", "gone-2"}}
@@ -359,17 +359,17 @@ func TestRemoveCgroupLeftovers(t *testing.T) {
 	h.add(newTask(arn, ctr("app")))
 	h.waitStatus(arn, task.TaskRunning)
 
-	h.engine.RemoveCgroupLeftovers()
+	h.engine.RemoveLeftovers(context.Background())
 	_, removed := cgroups.calls()
 	assert.Equal(t, []string{"gone-1", "gone-2"}, removed)
 
 	failing := &fakeCgroups{ids: []string{"gone-3"}, listErr: errors.New("read /sys/fs/cgroup/ecs: no such file or directory")}
 	cfg.TaskCgroups = failing
-	newHarness(t, cfg).engine.RemoveCgroupLeftovers()
+	newHarness(t, cfg).engine.RemoveLeftovers(context.Background())
 	_, removed = failing.calls()
 	assert.Empty(t, removed)
 
-	newHarness(t, testConfig()).engine.RemoveCgroupLeftovers() // without task cgroups: nothing to do
+	newHarness(t, testConfig()).engine.RemoveLeftovers(context.Background()) // without task cgroups: nothing to do
 }
 
 // TestTaskNamespacesPause: a task with pidMode or ipcMode task gets a pause container that holds the

@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"net/netip"
 	"slices"
+
+	docker "github.com/fsouza/go-dockerclient"
 
 	"github.com/berth-agent/berth/agent/task"
 )
@@ -65,21 +68,88 @@ func assignEndpointIDs(t *task.Task) {
 	}
 }
 
-// provideRoles asks the role credentials provider, if any, for the task's roles.
-func (e *Engine) provideRoles(t *task.Task) {
-	roles := e.cfg.TaskEndpoint.Roles
+// endpointFeature tells containers where the task endpoint is and has the agent's role provider, if
+// any, keep their task's role credentials (see hooks.go).
+type endpointFeature struct {
+	cfg TaskEndpointConfig
+	// awslogsExecutionRole is Config.AWSLogsExecutionRole.
+	awslogsExecutionRole bool
+}
+
+var (
+	_ Preparer    = endpointFeature{}
+	_ CreateHook  = endpointFeature{}
+	_ CleanupHook = endpointFeature{}
+)
+
+func (endpointFeature) Name() string { return "task endpoint" }
+
+// TaskHook returns the feature itself: it keeps no state of its own per task.
+func (f endpointFeature) TaskHook(*task.Task) TaskHook { return f }
+
+// Prepare asks the role credentials provider, if any, for the task's roles. A role that gets no
+// credentials is logged; the task runs.
+func (f endpointFeature) Prepare(r *Run) error {
+	roles, t := f.cfg.Roles, r.Task()
 	if roles == nil {
-		return
+		return nil
 	}
-	for _, r := range []struct{ roleType, arn, id string }{
+	for _, role := range []struct{ roleType, arn, id string }{
 		{RoleTypeTask, t.RoleArn, t.CredentialsID}, {RoleTypeExecution, t.ExecutionRoleArn, t.ExecutionCredentialsID}} {
-		if r.arn == "" {
+		if role.arn == "" {
 			continue
 		}
-		if err := roles.Provide(t.Arn, r.roleType, r.arn, r.id); err != nil {
-			e.log.Error("the task's role gets no credentials", "task", t.Arn, "role_type", r.roleType, "role_arn", r.arn, "error", err)
+		if err := roles.Provide(t.Arn, role.roleType, role.arn, role.id); err != nil {
+			r.Log().Error("the task's role gets no credentials", "role_type", role.roleType, "role_arn", role.arn, "error", err)
 		}
 	}
+	return nil
+}
+
+// BeforeCreate adds the task endpoint's variables to c's environment and, when c's awslogs driver
+// uses the task's execution role, the endpoint Docker asks for its credentials.
+func (f endpointFeature) BeforeCreate(_ context.Context, r *Run, c *task.Container, opts *docker.CreateContainerOptions) error {
+	t := r.Task()
+	opts.Config.Env = endpointEnv(t, c, f.cfg, opts.Config.Env)
+	if awslogsWithExecutionRole(f.awslogsExecutionRole, c) && t.ExecutionCredentialsID != "" {
+		// Docker's awslogs driver asks the task endpoint (169.254.170.2) for the role's credentials.
+		setLogOptions(opts.HostConfig, map[string]string{"awslogs-credentials-endpoint": "/v2/credentials/" + t.ExecutionCredentialsID})
+	}
+	return nil
+}
+
+// Cleanup stops the role provider's keeping of the task's credentials.
+func (f endpointFeature) Cleanup(_ context.Context, r *Run) {
+	if f.cfg.Roles != nil {
+		f.cfg.Roles.Remove(r.Task().Arn)
+	}
+}
+
+// awslogsWithExecutionRole reports whether c's awslogs driver gets the task's execution-role
+// credentials: the container asks for them (LogsAuthExecutionRole) and the operator allowed it
+// (allowed: Config.AWSLogsExecutionRole).
+func awslogsWithExecutionRole(allowed bool, c *task.Container) bool {
+	return allowed && c.LogsAuthExecutionRole && c.LogConfiguration != nil && c.LogConfiguration.LogDriver == "awslogs"
+}
+
+// LogDriverRole returns the execution role of the task whose execution-role credentials have this
+// ID, when the task is not stopped and one of its containers' awslogs driver uses them
+// (awslogsWithExecutionRole).
+func (e *Engine) LogDriverRole(credentialsID string) (roleArn string, ok bool) {
+	if credentialsID == "" {
+		return "", false
+	}
+	for _, t := range e.Tasks() {
+		if t.ExecutionCredentialsID != credentialsID || t.KnownStatus == task.TaskStopped {
+			continue
+		}
+		for _, c := range t.Containers {
+			if awslogsWithExecutionRole(e.cfg.AWSLogsExecutionRole, c) {
+				return t.ExecutionRoleArn, true
+			}
+		}
+	}
+	return "", false
 }
 
 // ByToken returns a copy of the task, and the name of its container, whose metadata token is token.

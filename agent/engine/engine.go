@@ -122,6 +122,9 @@ type Config struct {
 	// outside awsvpc mode with pidMode or ipcMode task (awsvpc tasks use AWSVPC.PauseImage); empty:
 	// such tasks are refused, saying why.
 	PauseImage string
+	// Features are run at points of every task's life after the engine's own (awsvpc, secrets, task
+	// cgroup, task endpoint, metadata file), in this order; see hooks.go.
+	Features []Feature
 }
 
 // Probe is called at a named step of a task's life with the task, which it must not keep or change.
@@ -156,6 +159,7 @@ type Engine struct {
 	log       *logger.Logger
 	resources *resourceQueue
 	ports     *hostPortPicker
+	features  []Feature // the built-ins, then Config.Features
 
 	clock clockwork.Clock
 
@@ -188,10 +192,12 @@ func New(cfg Config, d Docker, p Puller, auth dockerclient.AuthSource, store Sto
 	if cfg.DynamicHostPorts == [2]int{} {
 		cfg.DynamicHostPorts = [2]int{49153, 65535}
 	}
-	return &Engine{cfg: cfg, ports: newHostPortPicker(cfg.DynamicHostPorts[0], cfg.DynamicHostPorts[1]), docker: d, puller: p, auth: auth, store: store, log: log, clock: cfg.Clock, retryDelay: time.Second,
+	e := &Engine{cfg: cfg, ports: newHostPortPicker(cfg.DynamicHostPorts[0], cfg.DynamicHostPorts[1]), docker: d, puller: p, auth: auth, store: store, log: log, clock: cfg.Clock, retryDelay: time.Second,
 		resources: newResourceQueue(cfg.Resources), workers: map[string]*worker{}, byID: map[string]*worker{},
 		unknown: map[string]task.UnknownContainer{}, tokens: map[string]*worker{},
 		spawn: make(chan *worker), done: make(chan struct{})}
+	e.features = append(e.builtinFeatures(), cfg.Features...)
+	return e
 }
 
 // SharesNamespaces reports whether tasks with pidMode or ipcMode task can run: the engine has a
@@ -321,7 +327,7 @@ func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
 	if w.acceptErr != nil {
 		return fmt.Errorf("save task %s: %w", t.Arn, w.acceptErr)
 	}
-	e.provideRoles(t)
+	w.prepareHooks()
 	select {
 	case e.spawn <- w:
 		return nil
@@ -539,9 +545,6 @@ func (e *Engine) forget(w *worker) {
 	}
 	ls := slices.Clone(e.listeners)
 	e.mu.Unlock()
-	if roles := e.cfg.TaskEndpoint.Roles; roles != nil {
-		roles.Remove(w.arn)
-	}
 	if x := e.cfg.ExecutionRoleAuth; x != nil {
 		x.TaskRemoved(w.arn)
 	}
@@ -557,63 +560,5 @@ func (e *Engine) notify(t *task.Task) {
 	e.mu.Unlock()
 	for _, l := range ls {
 		l.TaskChanged(t.Clone())
-	}
-}
-
-// dispatch routes container events to their task's worker until ctx ends or the stream closes, and
-// drops a container of no known task once it stops or is removed. After a re-subscription every
-// worker re-inspects, and the containers of no known task are inspected again, since events may have
-// been missed.
-func (e *Engine) dispatch(ctx context.Context, events <-chan dockerclient.Event) {
-	for {
-		var ev dockerclient.Event
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok = <-events:
-		}
-		if !ok {
-			return
-		}
-		if ev.Type == dockerclient.EventTypeBerth && ev.Action == dockerclient.ActionResubscribed {
-			e.log.Info("Docker event stream re-subscribed; re-inspecting every task's containers")
-			e.reinspectAll()
-			e.goTracked(func() { e.recheckUnknown(ctx) }) // Docker calls: not on the event path
-			continue
-		}
-		e.mu.Lock()
-		w, ok := e.byID[ev.ID]
-		e.mu.Unlock()
-		if ok {
-			w.event(ev)
-		} else if why, gone := unknownGone(ev); gone {
-			e.dropUnknown(ev.ID, why)
-		}
-	}
-}
-
-func (e *Engine) reinspectAll() {
-	e.mu.Lock()
-	workers := e.listedLocked()
-	e.mu.Unlock()
-	for _, w := range workers {
-		w.requestInspect()
-	}
-}
-
-// reconcileLoop makes every worker re-inspect its containers periodically, and inspects the containers
-// of no known task, to catch what events missed.
-func (e *Engine) reconcileLoop(ctx context.Context) {
-	t := e.clock.NewTicker(e.cfg.ReconcileInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.Chan():
-			e.reinspectAll()
-			e.recheckUnknown(ctx)
-		}
 	}
 }

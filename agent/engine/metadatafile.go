@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -203,26 +204,70 @@ func withMetadataMount(opts *docker.CreateContainerOptions, hostDir string) {
 	opts.Config.Env = append(env, MetadataFileEnv+"="+target+"/"+MetadataFileName)
 }
 
-// metadataFile is what a worker knows of one container's file: what it wrote last.
+// metadataFeature writes the container metadata file of every container (see hooks.go): PENDING
+// before its create, rewritten as it changes, removed with its task.
+type metadataFeature struct {
+	cfg     ContainerMetadataConfig
+	cluster string
+}
+
+func (metadataFeature) Name() string { return "container metadata file" }
+
+// TaskHook returns the hook of every task while the files have a root: a task's files are removed at
+// its cleanup even when the feature has been turned off since they were written.
+func (f metadataFeature) TaskHook(*task.Task) TaskHook {
+	if f.cfg.Dir == "" {
+		return nil
+	}
+	return &metadataHook{f: f, files: map[string]*metadataFile{}}
+}
+
+// metadataHook is one task's metadata files.
+type metadataHook struct {
+	f     metadataFeature
+	files map[string]*metadataFile // container name → its file as last written
+}
+
+var (
+	_ CreateHook  = (*metadataHook)(nil)
+	_ CommitHook  = (*metadataHook)(nil)
+	_ CleanupHook = (*metadataHook)(nil)
+)
+
+// metadataFile is what a hook knows of one container's file: what it wrote last.
 type metadataFile struct {
 	data   []byte
 	failed bool // the last write failed and was logged
 }
 
-// syncMetadata brings the metadata file of c up to date and returns its directory, or "" when c has
-// none. create is true just before Docker creates c, when its first (PENDING) file is written; later a
+// BeforeCreate writes c's PENDING file and mounts its directory into c. The file exists before the
+// container does, since Docker mounts its directory; a container whose file cannot be written is
+// created without one.
+func (h *metadataHook) BeforeCreate(_ context.Context, r *Run, c *task.Container, opts *docker.CreateContainerOptions) error {
+	dir, err := h.sync(r.Task(), c, true)
+	if err != nil {
+		r.Log().Warn("the container gets no metadata file", "container", c.Name, "error", err)
+	}
+	if dir != "" {
+		withMetadataMount(opts, dir)
+	}
+	return nil
+}
+
+// sync brings the metadata file of c up to date and returns its directory, or "" when c has none.
+// create is true just before Docker creates c, when its first (PENDING) file is written; later a
 // file is only rewritten, never made for a container created without one (before the feature was
-// turned on). Nothing is written when the content is unchanged. Run goroutine only.
-func (w *worker) syncMetadata(c *task.Container, create bool) (string, error) {
-	cfg := w.e.cfg.ContainerMetadata
-	if !cfg.Enabled || cfg.Dir == "" || c.Pause {
+// turned on). Nothing is written when the content is unchanged.
+func (h *metadataHook) sync(t *task.Task, c *task.Container, create bool) (string, error) {
+	cfg := h.f.cfg
+	if !cfg.Enabled || c.Pause {
 		return "", nil
 	}
-	dir, err := metadataDir(cfg.Dir, w.arn, c.Name)
+	dir, err := metadataDir(cfg.Dir, t.Arn, c.Name)
 	if err != nil {
 		return "", err
 	}
-	last, known := w.metadata[c.Name]
+	last, known := h.files[c.Name]
 	if !known {
 		// After a restart: the file on disk is what was written last, if there is one.
 		data, err := os.ReadFile(filepath.Join(dir, MetadataFileName))
@@ -236,7 +281,7 @@ func (w *worker) syncMetadata(c *task.Container, create bool) (string, error) {
 		default:
 			last = &metadataFile{}
 		}
-		w.metadata[c.Name] = last
+		h.files[c.Name] = last
 	}
 	arn := ""
 	if cfg.InstanceARN != nil {
@@ -248,7 +293,7 @@ func (w *worker) syncMetadata(c *task.Container, create bool) (string, error) {
 			arn = old.ContainerInstanceARN
 		}
 	}
-	data, err := json.MarshalIndent(buildMetadata(w.t, c, w.e.cfg.Cluster, cfg, arn), "", "\t")
+	data, err := json.MarshalIndent(buildMetadata(t, c, h.f.cluster, cfg, arn), "", "\t")
 	if err != nil {
 		return "", fmt.Errorf("encode the metadata of container %s: %w", c.Name, err)
 	}
@@ -262,43 +307,41 @@ func (w *worker) syncMetadata(c *task.Container, create bool) (string, error) {
 	return dir, nil
 }
 
-// syncAllMetadata rewrites the metadata file of every container whose content has changed. A failure
-// is logged once per container until a write succeeds again; the container runs on.
-func (w *worker) syncAllMetadata() {
-	if !w.e.cfg.ContainerMetadata.Enabled {
+// AfterCommit rewrites the metadata file of every container whose content has changed (the instance
+// ARN may have become known without a change of the task). A failure is logged once per container
+// until a write succeeds again; the container runs on.
+func (h *metadataHook) AfterCommit(r *Run) {
+	if !h.f.cfg.Enabled {
 		return
 	}
-	for _, c := range w.t.Containers {
+	t := r.Task()
+	for _, c := range t.Containers {
 		if c.DockerName == "" || c.Pause {
 			continue
 		}
-		_, err := w.syncMetadata(c, false)
-		f := w.metadata[c.Name]
+		_, err := h.sync(t, c, false)
+		f := h.files[c.Name]
 		if f == nil {
 			continue
 		}
 		switch {
 		case err != nil && !f.failed:
 			f.failed = true
-			w.log.Warn("the container's metadata file is not up to date", "container", c.Name, "error", err)
+			r.Log().Warn("the container's metadata file is not up to date", "container", c.Name, "error", err)
 		case err == nil && f.failed:
 			f.failed = false
-			w.log.Info("the container's metadata file is up to date again", "container", c.Name)
+			r.Log().Info("the container's metadata file is up to date again", "container", c.Name)
 		}
 	}
 }
 
-// removeMetadata removes the task's metadata directory; it is idempotent.
-func (w *worker) removeMetadata() {
-	root := w.e.cfg.ContainerMetadata.Dir
-	if root == "" {
-		return
-	}
-	dir, err := metadataTaskDir(root, w.arn)
+// Cleanup removes the task's metadata directory; it is idempotent.
+func (h *metadataHook) Cleanup(_ context.Context, r *Run) {
+	dir, err := metadataTaskDir(h.f.cfg.Dir, r.Task().Arn)
 	if err != nil {
 		return // no file was ever written for it
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		w.log.Warn("removing the task's metadata files failed", "dir", dir, "error", err)
+		r.Log().Warn("removing the task's metadata files failed", "dir", dir, "error", err)
 	}
 }

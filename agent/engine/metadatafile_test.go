@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -163,9 +164,8 @@ func TestContainerMetadataOff(t *testing.T) {
 	assert.Equal(t, MetadataReady, md.MetadataFileStatus)
 	assert.Equal(t, []metadataNetwork{{NetworkMode: "awsvpc", IPv4Addresses: []string{"172.31.250.5"}}}, md.Networks)
 
-	w := &worker{e: &Engine{cfg: metadataConfig(t, &instanceARN)}, arn: mdTaskArn, metadata: map[string]*metadataFile{},
-		t: &task.Task{Arn: mdTaskArn}}
-	dir, err := w.syncMetadata(&task.Container{Name: PauseContainerName, Pause: true}, true)
+	hook := metadataFeature{cfg: metadataConfig(t, &instanceARN).ContainerMetadata}.TaskHook(&task.Task{Arn: mdTaskArn}).(*metadataHook)
+	dir, err := hook.sync(&task.Task{Arn: mdTaskArn}, &task.Container{Name: PauseContainerName, Pause: true}, true)
 	require.NoError(t, err)
 	assert.Empty(t, dir, "the pause container has no metadata file")
 }
@@ -239,7 +239,7 @@ func TestWriteMetadataFileIsAtomic(t *testing.T) {
 	assert.Equal(t, MetadataFileName, entries[0].Name())
 }
 
-// TestMetadataAfterRestart: a worker that has not written a file yet (a restored task) rewrites only
+// TestMetadataAfterRestart: a hook that has not written a file yet (a restored task) rewrites only
 // files that exist, never makes one for a container created without it, and keeps the instance ARN a
 // file has while the host is not registered again yet.
 func TestMetadataAfterRestart(t *testing.T) {
@@ -258,14 +258,15 @@ func TestMetadataAfterRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, writeMetadataFile(root, dir, old))
 
-	w := &worker{e: &Engine{cfg: cfg}, arn: mdTaskArn, t: tk, metadata: map[string]*metadataFile{}}
-	w.syncAllMetadata()
+	run := &Run{&worker{arn: mdTaskArn, t: tk, log: logger.Nop()}}
+	hook := metadataFeature{cfg: cfg.ContainerMetadata, cluster: cfg.Cluster}.TaskHook(tk).(*metadataHook)
+	hook.AfterCommit(run)
 	md := readMetadata(t, filepath.Join(dir, MetadataFileName))
 	assert.Equal(t, MetadataReady, md["MetadataFileStatus"])
 	assert.Equal(t, "arn:aws:ecs:r:1:container-instance/c/saved", md["ContainerInstanceARN"], "kept until registration")
 	assert.NoDirExists(t, filepath.Join(filepath.Dir(dir), "old"), "no file for a container created without one")
 
 	instanceARN.Store("arn:aws:ecs:r:1:container-instance/c/new")
-	w.syncAllMetadata()
+	hook.AfterCommit(run)
 	assert.Equal(t, "arn:aws:ecs:r:1:container-instance/c/new", readMetadata(t, filepath.Join(dir, MetadataFileName))["ContainerInstanceARN"])
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -15,20 +14,12 @@ import (
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// createInputs is what a container's create needs beyond its task: values fetched for it with the
-// task's execution role (never saved) and host resources picked for it now.
+// createInputs is what a container's create needs beyond its task and the features' hooks: host
+// resources picked for it now.
 type createInputs struct {
-	// FileEnv holds the environmentFiles' variables and SecretEnv the secrets', NAME=VALUE. The
-	// definition's environment wins over FileEnv, as in ECS; SecretEnv wins over both.
-	FileEnv   []string
-	SecretEnv []string
-	// LogOptions are the log driver options from logConfiguration.secretOptions.
-	LogOptions map[string]string
 	// HostPorts maps each port mapping with a containerPortRange (by its index) to the first host
 	// port of the range picked for it, in bridge mode.
 	HostPorts map[int]int
-	// CgroupParent is the task's cgroup, when it has one.
-	CgroupParent string
 }
 
 // mergeEnv returns the container's environment: each name once, later layers winning.
@@ -51,9 +42,8 @@ func mergeEnv(layers ...[]string) []string {
 
 // applyOptions sets the container options that Docker takes more or less as the task definition
 // states them: links, host name, DNS, extra hosts, sysctls, security options, terminal and stdin,
-// networking off, Linux parameters, PID and IPC namespaces, the task cgroup and the log driver's
-// secret options.
-func applyOptions(t *task.Task, c *task.Container, pauseID string, in createInputs, conf *docker.Config, host *docker.HostConfig) {
+// networking off, Linux parameters, PID and IPC namespaces.
+func applyOptions(t *task.Task, c *task.Container, pauseID string, conf *docker.Config, host *docker.HostConfig) {
 	for _, l := range c.Links {
 		name, alias, _ := strings.Cut(l, ":")
 		if target := t.Container(name); target != nil && target.DockerName != "" {
@@ -103,15 +93,6 @@ func applyOptions(t *task.Task, c *task.Container, pauseID string, in createInpu
 	if !c.Pause {
 		host.PidMode = namespaceMode(t.PidMode, pauseID)
 		host.IpcMode = namespaceMode(t.IpcMode, pauseID)
-	}
-	host.CgroupParent = in.CgroupParent
-	if len(in.LogOptions) > 0 {
-		if host.LogConfig.Config == nil {
-			host.LogConfig.Config = map[string]string{}
-		} else {
-			host.LogConfig.Config = maps.Clone(host.LogConfig.Config)
-		}
-		maps.Copy(host.LogConfig.Config, in.LogOptions)
 	}
 }
 
@@ -184,6 +165,27 @@ func (p *hostPortPicker) pick(n int, protocol string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %d consecutive free %s ports in the dynamic host port range %d-%d (ECS_DYNAMIC_HOST_PORT_RANGE)", n, protocol, p.lo, p.hi)
+}
+
+// forRanges picks the host ports of c's port mappings with a containerPortRange: the first port of
+// each range by the mapping's index, nil when it has none.
+func (p *hostPortPicker) forRanges(c *task.Container) (map[int]int, error) {
+	var ports map[int]int
+	for i, pm := range c.PortMappings {
+		if pm.ContainerPortRange == "" {
+			continue
+		}
+		lo, hi := portRangeBounds(pm.ContainerPortRange)
+		first, err := p.pick(hi-lo+1, protocol(pm.Protocol))
+		if err != nil {
+			return nil, fmt.Errorf("portMappings[%d] containerPortRange %s: %w", i, pm.ContainerPortRange, err)
+		}
+		if ports == nil {
+			ports = map[int]int{}
+		}
+		ports[i] = first
+	}
+	return ports, nil
 }
 
 // portFree reports whether the port can be bound on every address for protocol now.

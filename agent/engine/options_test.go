@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -12,12 +13,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
 )
 
 // TestCreateOptionsEveryOption: a container with every option the definition may give is created
-// with each one in Docker's words, its environment layered file < definition < secret, and the log
-// driver's secret options merged into a copy of the task's options.
+// with each one in Docker's words, and the engine's create hooks, in their order, layer its
+// environment file < definition < secret < task endpoint, merge the log driver's secret options into
+// a copy of the task's options and put it in the task cgroup.
 func TestCreateOptionsEveryOption(t *testing.T) {
 	cfg := Config{StopTimeout: 30 * time.Second,
 		TaskEndpoint: TaskEndpointConfig{URL: "http://169.254.170.2", Credentials: true}}
@@ -56,16 +59,16 @@ func TestCreateOptionsEveryOption(t *testing.T) {
 	}
 	tk := &task.Task{Arn: "arn:aws:ecs:r:1:task/c/t1", Family: "fam", Revision: 3, NetworkMode: task.NetworkBridge,
 		PidMode: "task", IpcMode: "task", CredentialsID: "cid", Containers: []*task.Container{pause, app, web}}
-	in := createInputs{
-		FileEnv:      []string{"A=file", "F=file", "B=file"},
-		SecretEnv:    []string{"B=secret", "S=secret"},
-		LogOptions:   map[string]string{"secret-opt": "s3cr3t"},
-		HostPorts:    map[int]int{1: 41000},
-		CgroupParent: "/ecs/t1",
-	}
+	cfg.Secrets = &fakeSecrets{values: map[string]ContainerSecrets{"web": {
+		FileEnv:    []string{"A=file", "F=file", "B=file"},
+		SecretEnv:  []string{"B=secret", "S=secret"},
+		LogOptions: map[string]string{"secret-opt": "s3cr3t"},
+	}}}
+	cfg.TaskCgroups = &fakeCgroups{everyTask: true}
 
-	o, err := createOptions(tk, web, "prod", "pauseid", cfg, in)
+	o, err := createOptions(tk, web, "prod", "pauseid", cfg, createInputs{HostPorts: map[int]int{1: 41000}})
 	require.NoError(t, err)
+	beforeCreate(t, cfg, tk, web, &o)
 	conf, host := o.Config, o.HostConfig
 
 	assert.Equal(t, []string{"A=def", "F=file", "B=secret", "C=def", "S=secret",
@@ -328,4 +331,15 @@ func TestHostPortPicker(t *testing.T) {
 			}
 		}
 	})
+}
+
+// beforeCreate runs the CreateHooks of an engine with cfg on c's options, in their order, as the
+// task's worker does.
+func beforeCreate(t *testing.T, cfg Config, tk *task.Task, c *task.Container, opts *docker.CreateContainerOptions) {
+	t.Helper()
+	e := &Engine{cfg: cfg, log: logger.Nop()}
+	w := &worker{e: e, arn: tk.Arn, t: tk, log: logger.Nop()}
+	for _, h := range hooksFor(e.builtinFeatures(), tk).create {
+		require.NoError(t, h.BeforeCreate(context.Background(), &Run{w}, c, opts))
+	}
 }
