@@ -31,6 +31,7 @@ import (
 	"debug/buildinfo"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -506,7 +507,7 @@ func (c *Client) Leftovers(ctx context.Context, known func(taskID string) bool) 
 		}
 	}
 	var removed []string
-	for _, id := range sortedKeys(byTask) {
+	for _, id := range slices.Sorted(maps.Keys(byTask)) {
 		if err := c.delAll(ctx, id, byTask[id]); err != nil {
 			errs = append(errs, err)
 			continue
@@ -721,13 +722,4 @@ func resultMAC(r *current.Result) string {
 		}
 	}
 	return ""
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
