@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -414,12 +415,12 @@ func TestWatcherOneTaskPerFileName(t *testing.T) {
 	}
 	w.Scan(context.Background())
 	require.Len(t, r.calls, len(names))
-	arns := map[string]bool{}
+	var arns set.Set[string]
 	for _, c := range r.calls {
 		assert.Regexp(t, `/static-a-b-[0-9a-f]{8}-[0-9a-f]{12}$`, c.arn)
-		arns[c.arn] = true
+		arns.Add(c.arn)
 	}
-	assert.Len(t, arns, len(names), "names that sanitize alike still get their own task: %v", arns)
+	assert.Len(t, set.Sorted(arns), len(names), "names that sanitize alike still get their own task")
 
 	require.NoError(t, os.Remove(filepath.Join(dir, "a b.json")))
 	w.Scan(context.Background())
