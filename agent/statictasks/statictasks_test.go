@@ -132,6 +132,7 @@ func TestWatcherRestartsATaskThatStoppedByItself(t *testing.T) {
 	w.Scan(context.Background())
 	require.Len(t, r.calls, 1)
 	first := r.calls[0].arn
+	assert.Equal(t, time.Unix(1000, 0), r.tasks[first].CreatedAt, "created at the watcher's clock")
 
 	w.Scan(context.Background())
 	assert.Len(t, r.calls, 1, "a running task is left alone")
@@ -149,6 +150,7 @@ func TestWatcherRestartsATaskThatStoppedByItself(t *testing.T) {
 		require.Len(t, r.calls, calls+1, "restart %d happens after %s", i+1, delay)
 		assert.Equal(t, "add", r.calls[calls].op)
 		assert.Equal(t, fmt.Sprintf("%s-r%d", first, i+1), r.calls[calls].arn)
+		assert.Equal(t, clock.Now(), r.tasks[r.calls[calls].arn].CreatedAt)
 	}
 }
 
