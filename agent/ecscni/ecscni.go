@@ -107,7 +107,10 @@ type PluginError struct {
 	Err    error
 }
 
+// Error names the plugin and the cause.
 func (e *PluginError) Error() string { return fmt.Sprintf("CNI plugin %s: %v", e.Plugin, e.Err) }
+
+// Unwrap returns the cause.
 func (e *PluginError) Unwrap() error { return e.Err }
 
 // Config configures a Client. Zero TaskBridge, TaskBridgeSubnet and LocalBridge take the defaults.
