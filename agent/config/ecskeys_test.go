@@ -7,30 +7,32 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // TestECSKeysAreReadOrUnsupported holds ecsKeys to keys.go: every ECS key is either read by Berth or
 // listed as unsupported with a reason, never both, and listed once.
 func TestECSKeysAreReadOrUnsupported(t *testing.T) {
-	read := map[string]bool{}
+	var read set.Set[string]
 	for _, k := range keyTable() {
-		read[k.name] = true
+		read.Add(k.name)
 	}
-	seen := map[string]bool{}
+	var seen set.Set[string]
 	for _, k := range ecsKeys() {
-		assert.False(t, seen[k.name], "%s is listed twice in ecsKeys", k.name)
-		seen[k.name] = true
+		assert.False(t, seen.Has(k.name), "%s is listed twice in ecsKeys", k.name)
+		seen.Add(k.name)
 		if k.unsupported == "" {
-			assert.True(t, read[k.name], "%s is listed as read but keys.go has no entry for it", k.name)
+			assert.True(t, read.Has(k.name), "%s is listed as read but keys.go has no entry for it", k.name)
 		} else {
-			assert.False(t, read[k.name], "%s is read by keys.go and also listed as unsupported", k.name)
+			assert.False(t, read.Has(k.name), "%s is read by keys.go and also listed as unsupported", k.name)
 			assert.NotContains(t, k.unsupported, "\n", "%s: the reason is one line", k.name)
 		}
 	}
 	// Every ECS key Berth reads is in the list (Berth extensions and JSON-only keys are not ECS_* env keys).
 	for _, k := range keyTable() {
 		if !k.berth && k.only != fromJSON {
-			assert.True(t, seen[k.name], "keys.go reads ECS key %s that ecsKeys does not list", k.name)
+			assert.True(t, seen.Has(k.name), "keys.go reads ECS key %s that ecsKeys does not list", k.name)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // envMarker is a secret value for the env file fuzzer. It holds a double quote and a space, which no
@@ -90,7 +92,7 @@ func FuzzParseEnvFile(f *testing.F) {
 }
 
 // authKeys are the JSON file's names for ECS_ENGINE_AUTH_DATA.
-var authKeys = map[string]bool{"EngineAuthData": true, "ECS_ENGINE_AUTH_DATA": true}
+var authKeys = set.Of("EngineAuthData", "ECS_ENGINE_AUTH_DATA")
 
 // secretOutsideAuthData reports whether the (valid) JSON object data holds the secret anywhere but in
 // the value of an auth data key: as a key, or in another key's value, escaped or not. Such a file may
@@ -113,7 +115,7 @@ func secretOutsideAuthData(data []byte) bool {
 		if strings.Contains(k, secret) {
 			return true
 		}
-		if !authKeys[k] && holdsSecret(raw) {
+		if !authKeys.Has(k) && holdsSecret(raw) {
 			return true
 		}
 	}

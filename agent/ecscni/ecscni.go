@@ -31,6 +31,7 @@ import (
 	"debug/buildinfo"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -106,7 +107,10 @@ type PluginError struct {
 	Err    error
 }
 
+// Error names the plugin and the cause.
 func (e *PluginError) Error() string { return fmt.Sprintf("CNI plugin %s: %v", e.Plugin, e.Err) }
+
+// Unwrap returns the cause.
 func (e *PluginError) Unwrap() error { return e.Err }
 
 // Config configures a Client. Zero TaskBridge, TaskBridgeSubnet and LocalBridge take the defaults.
@@ -506,7 +510,7 @@ func (c *Client) Leftovers(ctx context.Context, known func(taskID string) bool) 
 		}
 	}
 	var removed []string
-	for _, id := range sortedKeys(byTask) {
+	for _, id := range slices.Sorted(maps.Keys(byTask)) {
 		if err := c.delAll(ctx, id, byTask[id]); err != nil {
 			errs = append(errs, err)
 			continue
@@ -721,13 +725,4 @@ func resultMAC(r *current.Result) string {
 		}
 	}
 	return ""
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

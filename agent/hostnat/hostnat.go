@@ -33,10 +33,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os/exec"
 	"regexp"
 	"slices"
-	"sort"
 	"sync"
 
 	goiptables "github.com/coreos/go-iptables/iptables"
@@ -404,7 +404,7 @@ func (t *txn) prune(bridges []string, hostNetwork bool) error {
 	if err != nil {
 		return err
 	}
-	for _, b := range sortedKeys(stale) {
+	for _, b := range slices.Sorted(maps.Keys(stale)) {
 		if slices.Contains(bridges, b) {
 			continue
 		}
@@ -416,7 +416,7 @@ func (t *txn) prune(bridges []string, hostNetwork bool) error {
 	if err != nil {
 		return err
 	}
-	for _, b := range sortedKeys(guarded) {
+	for _, b := range slices.Sorted(maps.Keys(guarded)) {
 		if slices.Contains(bridges, b) {
 			continue
 		}
@@ -492,15 +492,6 @@ func listedBridges(ipt iptables, table, chain string) (map[string]bool, error) {
 	return out, nil
 }
 
-func sortedKeys(m map[string]bool) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // deleteAll deletes every copy of r; none is no error.
 func deleteAll(ipt iptables, r rule) error {
 	for {
@@ -537,7 +528,7 @@ func (h *host) remove(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, b := range sortedKeys(recorded) {
+	for _, b := range slices.Sorted(maps.Keys(recorded)) {
 		if err := t.dropBridge(b, recorded[b]); err != nil {
 			return err
 		}

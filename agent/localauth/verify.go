@@ -19,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/jonboulle/clockwork"
+
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // Service is the signing name of the ECS API and of ACS.
@@ -60,7 +62,7 @@ func invalidSignature(format string, args ...any) *Error {
 // Verifier checks that a request is meant for this host's control plane and signed with its keys.
 type Verifier struct {
 	keys  Keys
-	hosts map[string]bool // Host header names allowed besides loopback ones, lower case
+	hosts set.Set[string] // Host header names allowed besides loopback ones, lower case
 	clock clockwork.Clock
 }
 
@@ -71,9 +73,9 @@ func NewVerifier(keys Keys, allowedHosts []string, clock clockwork.Clock) *Verif
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	hosts := make(map[string]bool, len(allowedHosts))
+	var hosts set.Set[string]
 	for _, h := range allowedHosts {
-		hosts[strings.ToLower(strings.Trim(h, "[]"))] = true
+		hosts.Add(strings.ToLower(strings.Trim(h, "[]")))
 	}
 	return &Verifier{keys: keys, hosts: hosts, clock: clock}
 }
@@ -86,7 +88,7 @@ func (v *Verifier) CheckHost(host string) *Error {
 		name = h
 	}
 	name = strings.ToLower(strings.Trim(name, "[]"))
-	if IsLoopback(name) || v.hosts[name] {
+	if IsLoopback(name) || v.hosts.Has(name) {
 		return nil
 	}
 	return &Error{Status: http.StatusForbidden, Type: "AccessDeniedException",

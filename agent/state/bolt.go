@@ -8,7 +8,7 @@
 // Every value is JSON except the schema version. Keys are UTF-8 strings.
 //
 //	meta                      bucket
-//	  schema_version          decimal string, e.g. "1"
+//	  schema_version          decimal string, e.g. "2"
 //	  registration            JSON of Registration (absent until the agent has registered)
 //	  acs_seq_num             decimal string: the seqNum of the last ACS payload handled (absent: 0)
 //	tasks                     bucket
@@ -24,7 +24,8 @@
 // A file without a schema version (new, or written before versions existed) is version 0. Opening a
 // file of version N < SchemaVersion runs upgrades[N], upgrades[N+1], … in one transaction and then
 // writes SchemaVersion; opening a file newer than SchemaVersion fails and leaves it untouched. To
-// change the schema: bump SchemaVersion, append one step to upgrades, and update this comment.
+// change the schema: bump SchemaVersion, append one step to upgrades, add a golden file of the new
+// version (see TestGolden), and update this comment.
 //
 // Writes are group-committed: a write that arrives while another transaction is being committed
 // waits for it and then shares one transaction (and one fsync) with every other write that waited,

@@ -96,6 +96,7 @@ type RecordError struct {
 	Err    error
 }
 
+// Error names the bucket and key and the kind of decoding error, never the record's contents.
 func (e *RecordError) Error() string {
 	return fmt.Sprintf("bad %s record %q: %s", e.Bucket, e.Key, describeDecodeError(e.Err))
 }
@@ -125,6 +126,7 @@ func describeDecodeError(err error) string {
 // errKeyMismatch is wrapped by the RecordError of a record whose key is not its ARN or ref.
 var errKeyMismatch = errors.New("key does not match")
 
+// Unwrap returns the decoding error.
 func (e *RecordError) Unwrap() error { return e.Err }
 
 // Bucket names, shared by the bbolt schema and the in-memory store's error reports.

@@ -60,7 +60,7 @@ type Config struct {
 	Cluster  string
 	Region   string          // ARN region; "local" when empty
 	Interval time.Duration   // how often the directory is scanned (default 2 s)
-	Clock    clockwork.Clock // scans and restart back-off; nil is the wall clock
+	Clock    clockwork.Clock // scans, restart back-off and tasks' CreatedAt; nil is the wall clock
 	// DisablePrivileged makes a file with a privileged container invalid (ECS_DISABLE_PRIVILEGED).
 	DisablePrivileged bool
 }
@@ -340,7 +340,7 @@ func (w *Watcher) apply(ctx context.Context, name string) {
 		arn = fmt.Sprintf("%s-r%d", base, n)
 	}
 	t := def.NewTask(arn)
-	t.CreatedAt = time.Now()
+	t.CreatedAt = w.cfg.Clock.Now()
 	t.Static = true
 	if t.Revision == 0 {
 		t.Revision = 1 // a file is its family's one and only revision

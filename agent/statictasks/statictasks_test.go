@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -131,6 +132,7 @@ func TestWatcherRestartsATaskThatStoppedByItself(t *testing.T) {
 	w.Scan(context.Background())
 	require.Len(t, r.calls, 1)
 	first := r.calls[0].arn
+	assert.Equal(t, time.Unix(1000, 0), r.tasks[first].CreatedAt, "created at the watcher's clock")
 
 	w.Scan(context.Background())
 	assert.Len(t, r.calls, 1, "a running task is left alone")
@@ -148,6 +150,7 @@ func TestWatcherRestartsATaskThatStoppedByItself(t *testing.T) {
 		require.Len(t, r.calls, calls+1, "restart %d happens after %s", i+1, delay)
 		assert.Equal(t, "add", r.calls[calls].op)
 		assert.Equal(t, fmt.Sprintf("%s-r%d", first, i+1), r.calls[calls].arn)
+		assert.Equal(t, clock.Now(), r.tasks[r.calls[calls].arn].CreatedAt)
 	}
 }
 
@@ -414,12 +417,12 @@ func TestWatcherOneTaskPerFileName(t *testing.T) {
 	}
 	w.Scan(context.Background())
 	require.Len(t, r.calls, len(names))
-	arns := map[string]bool{}
+	var arns set.Set[string]
 	for _, c := range r.calls {
 		assert.Regexp(t, `/static-a-b-[0-9a-f]{8}-[0-9a-f]{12}$`, c.arn)
-		arns[c.arn] = true
+		arns.Add(c.arn)
 	}
-	assert.Len(t, arns, len(names), "names that sanitize alike still get their own task: %v", arns)
+	assert.Len(t, set.Sorted(arns), len(names), "names that sanitize alike still get their own task")
 
 	require.NoError(t, os.Remove(filepath.Join(dir, "a b.json")))
 	w.Scan(context.Background())

@@ -3,6 +3,7 @@ package taskdef
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -88,7 +89,7 @@ func (d *decoder) decode(path string, v any, rv reflect.Value) {
 			return
 		}
 		m := reflect.MakeMapWithSize(rv.Type(), len(obj))
-		for _, k := range sortedKeys(obj) {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			e := reflect.New(rv.Type().Elem()).Elem()
 			d.decode(fmt.Sprintf("%s[%q]", path, k), obj[k], e)
 			m.SetMapIndex(reflect.ValueOf(k).Convert(rv.Type().Key()), e)
@@ -123,7 +124,7 @@ func (d *decoder) decodeStruct(path string, obj map[string]any, rv reflect.Value
 			d.decode(join(path, name), v, rv.Field(i))
 		}
 	}
-	for _, k := range sortedKeys(obj) {
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		if !known.Has(k) {
 			d.other(join(path, k), k, obj[k], folded)
 		}
@@ -218,13 +219,4 @@ func join(path, name string) string {
 		return name
 	}
 	return path + "." + name
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -3,6 +3,8 @@ package taskdef
 import (
 	"errors"
 	"testing"
+
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // FuzzParse checks that Parse never panics, that every error it returns is a *FieldError matching
@@ -41,12 +43,12 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		tk := d.NewTask("arn")
-		names := make(map[string]bool, len(tk.Containers))
+		var names set.Set[string]
 		for _, c := range tk.Containers {
-			if names[c.Name] {
+			if names.Has(c.Name) {
 				t.Fatalf("duplicate container name %q", c.Name)
 			}
-			names[c.Name] = true
+			names.Add(c.Name)
 		}
 		for _, c := range tk.Containers {
 			for _, dep := range c.DependsOn {
