@@ -23,8 +23,8 @@ import (
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
-	"github.com/berth-agent/berth/agent/tcs"
 	"github.com/berth-agent/berth/agent/tcs/tcstest"
+	"github.com/berth-agent/berth/agent/tcswire"
 )
 
 // fakeControl is the ECS API as the control plane calls it.
@@ -343,11 +343,11 @@ func TestDrainInstanceWaitsForTheRegistration(t *testing.T) {
 // fakeTelemetry publishes one task's memory.
 type fakeTelemetry struct{}
 
-func (fakeTelemetry) Metrics(time.Time) []tcs.TaskMetric {
-	return []tcs.TaskMetric{{TaskArn: "arn:task", ContainerMetrics: []tcs.ContainerMetric{{ContainerName: "web", MemoryStatsSet: tcs.FloatStats(20)}}}}
+func (fakeTelemetry) Metrics(time.Time) []tcswire.TaskMetric {
+	return []tcswire.TaskMetric{{TaskArn: "arn:task", ContainerMetrics: []tcswire.ContainerMetric{{ContainerName: "web", MemoryStatsSet: tcswire.FloatStats(20)}}}}
 }
 
-func (fakeTelemetry) Health(time.Time) []tcs.TaskHealth { return nil }
+func (fakeTelemetry) Health(time.Time) []tcswire.TaskHealth { return nil }
 
 // TestConnectRunsTCS: once registered, the control plane publishes to the discovered telemetry
 // endpoint, signed with its credentials, beside ACS; metrics stay out when disabled.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/berth-agent/berth/agent/acs"
 	"github.com/berth-agent/berth/agent/handlers"
-	"github.com/berth-agent/berth/agent/tcs"
 	"github.com/berth-agent/berth/agent/tcs/tcstest"
+	"github.com/berth-agent/berth/agent/tcswire"
 )
 
 // telemetryStandIn answers DiscoverPollEndpoint with ACS on itself and TCS at telemetry, and passes
@@ -69,7 +69,7 @@ func TestIntegrationTCSPublishesTaskMetrics(t *testing.T) {
 		})
 	}()
 
-	var metric tcs.ContainerMetric
+	var metric tcswire.ContainerMetric
 	deadline := time.Now().Add(60 * time.Second)
 	for metric.MemoryStatsSet == nil {
 		require.True(t, time.Now().Before(deadline), "no metrics for the task within 60 s; batches: %+v", telemetrySrv.MetricsBatches())
@@ -96,8 +96,8 @@ func TestIntegrationTCSPublishesTaskMetrics(t *testing.T) {
 	statuses := telemetrySrv.InstanceStatuses()
 	require.NotEmpty(t, statuses)
 	if last := statuses[len(statuses)-1].Statuses; assert.Len(t, last, 1) {
-		assert.Equal(t, tcs.InstanceStatusTypeRuntime, last[0].Type)
-		assert.Equal(t, tcs.InstanceStatusOK, last[0].Status, "the Docker Engine answers")
+		assert.Equal(t, tcswire.InstanceStatusTypeRuntime, last[0].Type)
+		assert.Equal(t, tcswire.InstanceStatusOK, last[0].Status, "the Docker Engine answers")
 	}
 
 	// Local display: the same container's figures on /v1/tasks and /metrics.
