@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
@@ -96,8 +97,8 @@ func (e *fakeEngine) AddTask(_ context.Context, t *task.Task) error {
 	return nil
 }
 
-func creds(id string, exp time.Time) *acs.IAMRoleCredentials {
-	return &acs.IAMRoleCredentials{CredentialsID: id, AccessKeyID: "AKID", SecretAccessKey: "secret", SessionToken: "tok",
+func creds(id string, exp time.Time) *acswire.IAMRoleCredentials {
+	return &acswire.IAMRoleCredentials{CredentialsID: id, AccessKeyID: "AKID", SecretAccessKey: "secret", SessionToken: "tok",
 		Expiration: exp.UTC().Format(time.RFC3339)}
 }
 
@@ -120,10 +121,10 @@ func TestHandlePayload(t *testing.T) {
 	assert.Equal(t, int64(9), cp.SeqNum())
 	got, ok := cp.Credentials().Get("c-task")
 	require.True(t, ok)
-	assert.Equal(t, acs.RoleTypeTaskApplication, got.RoleType)
+	assert.Equal(t, acswire.RoleTypeTaskApplication, got.RoleType)
 	got, ok = cp.Credentials().Get("c-exec")
 	require.True(t, ok)
-	assert.Equal(t, acs.RoleTypeTaskExecution, got.RoleType)
+	assert.Equal(t, acswire.RoleTypeTaskExecution, got.RoleType)
 
 	records, err := store.SentRecords(ctx)
 	require.NoError(t, err)
@@ -183,11 +184,11 @@ func TestRejectedReportDeliveredAfterRestart(t *testing.T) {
 func TestCredentialsStore(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	s := NewCredentialsStore(clock)
-	require.NoError(t, s.Put("arn:t1", acs.RoleTypeTaskApplication, *creds("a1", clock.Now().Add(time.Hour))))
-	require.NoError(t, s.Put("arn:t1", acs.RoleTypeTaskExecution, *creds("e1", clock.Now().Add(2*time.Hour))))
-	require.NoError(t, s.Put("arn:t2", acs.RoleTypeTaskApplication, *creds("b1", clock.Now().Add(time.Hour))))
+	require.NoError(t, s.Put("arn:t1", acswire.RoleTypeTaskApplication, *creds("a1", clock.Now().Add(time.Hour))))
+	require.NoError(t, s.Put("arn:t1", acswire.RoleTypeTaskExecution, *creds("e1", clock.Now().Add(2*time.Hour))))
+	require.NoError(t, s.Put("arn:t2", acswire.RoleTypeTaskApplication, *creds("b1", clock.Now().Add(time.Hour))))
 
-	require.NoError(t, s.Put("arn:t1", acs.RoleTypeTaskApplication, *creds("a2", clock.Now().Add(3*time.Hour))))
+	require.NoError(t, s.Put("arn:t1", acswire.RoleTypeTaskApplication, *creds("a2", clock.Now().Add(3*time.Hour))))
 	_, ok := s.Get("a1")
 	assert.False(t, ok, "a refresh replaces the task's earlier set of the same role")
 	_, ok = s.Get("a2")
@@ -217,10 +218,10 @@ func TestCredentialsStore(t *testing.T) {
 	_, err = s.ExecutionRoleCredentials(context.Background(), "e1")
 	assert.ErrorIs(t, err, ErrNoCredentials, "gone with the task")
 
-	err = s.Put("arn:t3", acs.RoleTypeTaskApplication, acs.IAMRoleCredentials{CredentialsID: "x", SecretAccessKey: "hush", Expiration: "tomorrow"})
+	err = s.Put("arn:t3", acswire.RoleTypeTaskApplication, acswire.IAMRoleCredentials{CredentialsID: "x", SecretAccessKey: "hush", Expiration: "tomorrow"})
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hush", "errors never carry a secret")
-	assert.Error(t, s.Put("arn:t3", acs.RoleTypeTaskApplication, acs.IAMRoleCredentials{}), "no ID")
+	assert.Error(t, s.Put("arn:t3", acswire.RoleTypeTaskApplication, acswire.IAMRoleCredentials{}), "no ID")
 	assert.Zero(t, s.Len())
 }
 
@@ -314,13 +315,13 @@ func TestTaskManifest(t *testing.T) {
 		{Arn: "arn:stopped", DesiredStatus: task.TaskStopped, KnownStatus: task.TaskStopped},
 	}}
 	cp := New(Config{Clock: clockwork.NewFakeClock()}, &fakeControl{fakeECS: newFakeECS()}, eng, state.NewMemory(), logger.Nop())
-	candidates, err := cp.HandleTaskManifest(ctx, []acs.TaskIdentifier{
+	candidates, err := cp.HandleTaskManifest(ctx, []acswire.TaskIdentifier{
 		{TaskArn: "arn:listed", DesiredStatus: "RUNNING"}, {TaskArn: "arn:listed-stopped", DesiredStatus: "STOPPED"},
 		{TaskArn: "arn:not-here", DesiredStatus: "RUNNING"}})
 	require.NoError(t, err)
-	assert.Equal(t, []acs.TaskIdentifier{{TaskArn: "arn:unlisted", DesiredStatus: "STOPPED"}, {TaskArn: "arn:listed-stopped", DesiredStatus: "STOPPED"}}, candidates)
+	assert.Equal(t, []acswire.TaskIdentifier{{TaskArn: "arn:unlisted", DesiredStatus: "STOPPED"}, {TaskArn: "arn:listed-stopped", DesiredStatus: "STOPPED"}}, candidates)
 
-	require.NoError(t, cp.HandleStopVerification(ctx, []acs.TaskIdentifier{{TaskArn: "arn:unlisted"}, {TaskArn: "arn:static"}, {TaskArn: "arn:unknown"}}))
+	require.NoError(t, cp.HandleStopVerification(ctx, []acswire.TaskIdentifier{{TaskArn: "arn:unlisted"}, {TaskArn: "arn:static"}, {TaskArn: "arn:unknown"}}))
 	assert.Equal(t, map[string]string{"arn:unlisted": ReasonNotInManifest}, eng.stopped)
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
@@ -25,11 +26,11 @@ func TestPayloadRoundTrip(t *testing.T) {
 
 			sent, err := acsTaskOf(rec, task.TaskRunning)
 			require.NoError(t, err)
-			wire, err := acs.Encode(&acs.PayloadMessage{MessageID: "m", SeqNum: 1, Tasks: []*acs.Task{sent}})
+			wire, err := acswire.Encode(&acswire.PayloadMessage{MessageID: "m", SeqNum: 1, Tasks: []*acswire.Task{sent}})
 			require.NoError(t, err)
-			m, err := acs.Decode(wire)
+			m, err := acswire.Decode(wire)
 			require.NoError(t, err)
-			got, ok := m.(*acs.PayloadMessage)
+			got, ok := m.(*acswire.PayloadMessage)
 			require.True(t, ok, "want a PayloadMessage, got %T", m)
 			require.Len(t, got.Tasks, 1)
 			back, err := acs.Definition(got.Tasks[0])
@@ -63,9 +64,9 @@ func TestPayloadExecutionRolePulls(t *testing.T) {
 	sent, err := acsTaskOf(&taskRecord{Arn: "arn:aws:ecs:local:000000000000:task/default/0456", Revision: 1, Definition: canon}, task.TaskRunning)
 	require.NoError(t, err)
 	require.NotNil(t, sent.ExecutionRoleCredentials)
-	assert.Equal(t, acs.IAMRoleCredentials{RoleArn: role}, *sent.ExecutionRoleCredentials)
+	assert.Equal(t, acswire.IAMRoleCredentials{RoleArn: role}, *sent.ExecutionRoleCredentials)
 	for _, c := range sent.Containers {
-		assert.Equal(t, &acs.RegistryAuthentication{Type: "ecr", ECRAuthData: &acs.ECRAuthData{UseExecutionRole: true}}, c.RegistryAuthentication, c.Name)
+		assert.Equal(t, &acswire.RegistryAuthentication{Type: "ecr", ECRAuthData: &acswire.ECRAuthData{UseExecutionRole: true}}, c.RegistryAuthentication, c.Name)
 	}
 	accepted, err := acs.TranslateTask(sent)
 	require.NoError(t, err)

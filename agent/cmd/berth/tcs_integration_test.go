@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/tcs/tcstest"
 	"github.com/berth-agent/berth/agent/tcswire"
@@ -42,23 +42,23 @@ func TestIntegrationTCSPublishesTaskMetrics(t *testing.T) {
 	bin := buildBerth(t)
 	telemetrySrv := tcstest.NewServer(t)
 	cp := standInECS(t, "us-east-1")
-	standIn := &scriptedACS{cp: cp.Handler(), out: make(chan acs.Message, 8)}
+	standIn := &scriptedACS{cp: cp.Handler(), out: make(chan acswire.Message, 8)}
 	t.Cleanup(func() { close(standIn.out) })
 	addr := serveLoopback(t, telemetryStandIn{next: standIn, telemetry: telemetrySrv.URL})
 
 	env := newRecoveryEnv(t, bin)
 	arn := "arn:aws:ecs:us-east-1:000000000000:task/tcs/" + randomHex(t, 16)
-	allocTask := func(desired string) *acs.Task {
-		return &acs.Task{Arn: arn, Family: "tcs-alloc", Version: "1", DesiredStatus: desired, NetworkMode: "bridge",
-			Containers: []*acs.Container{{Name: "app", Image: testappImage, Memory: 64, Command: []string{"alloc", "-mib", "20"},
+	allocTask := func(desired string) *acswire.Task {
+		return &acswire.Task{Arn: arn, Family: "tcs-alloc", Version: "1", DesiredStatus: desired, NetworkMode: "bridge",
+			Containers: []*acswire.Container{{Name: "app", Image: testappImage, Memory: 64, Command: []string{"alloc", "-mib", "20"},
 				Essential: new(true), StopTimeout: 2}}}
 	}
-	standIn.out <- &acs.PayloadMessage{MessageID: "tcs-1", SeqNum: 1, Tasks: []*acs.Task{allocTask("RUNNING")}}
+	standIn.out <- &acswire.PayloadMessage{MessageID: "tcs-1", SeqNum: 1, Tasks: []*acswire.Task{allocTask("RUNNING")}}
 	agent := env.start(ecsModeEnv(addr)...)
 	defer agent.stop()
 	agent.waitTasks(2*time.Minute, "the ACS task runs", familySettled("tcs-alloc"))
 	defer func() {
-		standIn.out <- &acs.PayloadMessage{MessageID: "tcs-2", SeqNum: 2, Tasks: []*acs.Task{allocTask("STOPPED")}}
+		standIn.out <- &acswire.PayloadMessage{MessageID: "tcs-2", SeqNum: 2, Tasks: []*acswire.Task{allocTask("STOPPED")}}
 		agent.waitTasks(time.Minute, "the task stops", func(ts []handlers.TaskResponse) bool {
 			for _, tr := range ts {
 				if tr.Arn == arn {
