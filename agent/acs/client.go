@@ -31,6 +31,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/berth-agent/berth/agent/acstranslate"
 	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/errdefs"
@@ -69,8 +70,8 @@ type Handler interface {
 type Payload struct {
 	MessageID string
 	SeqNum    int64
-	Tasks     []Accepted
-	Rejected  []Rejected
+	Tasks     []acstranslate.Accepted
+	Rejected  []acstranslate.Rejected
 }
 
 // Credentials are the credentials of a task role from an IAMRoleCredentialsMessage.
@@ -485,7 +486,7 @@ func (s *session) handle(ctx context.Context, m acswire.Message) error {
 			log.Debug("ACS sent a payload again; acknowledging it without handling it twice", "message_id", m.MessageID)
 			return s.ackPayload(m)
 		}
-		accepted, rejected := TranslatePayload(m)
+		accepted, rejected := acstranslate.TranslatePayload(m)
 		p := Payload{MessageID: m.MessageID, SeqNum: m.SeqNum, Tasks: accepted, Rejected: rejected}
 		if err := h.HandlePayload(ctx, p); err != nil {
 			if ctx.Err() == nil {

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acstranslate"
 	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
@@ -329,7 +330,7 @@ func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
 	}
 	// Tasks are accepted concurrently so that their saves share transactions; deliveries of one ARN
 	// keep their order.
-	byArn := map[string][]acs.Accepted{}
+	byArn := map[string][]acstranslate.Accepted{}
 	var order []string
 	for _, a := range p.Tasks {
 		if _, ok := byArn[a.Task.Arn]; !ok {
@@ -378,7 +379,7 @@ func refusePrivileged(p acs.Payload) acs.Payload {
 	accepted := p.Tasks[:0:0]
 	for _, a := range p.Tasks {
 		if err := a.Task.RefusePrivileged(); err != nil {
-			p.Rejected = append(p.Rejected, acs.Rejected{Arn: a.Task.Arn, Err: err})
+			p.Rejected = append(p.Rejected, acstranslate.Rejected{Arn: a.Task.Arn, Err: err})
 			continue
 		}
 		accepted = append(accepted, a)
@@ -391,7 +392,7 @@ func refusePrivileged(p acs.Payload) acs.Payload {
 const acceptConcurrency = 64
 
 // accept hands one task of a payload to the engine, with its credentials stored first.
-func (c *ControlPlane) accept(ctx context.Context, a acs.Accepted) error {
+func (c *ControlPlane) accept(ctx context.Context, a acstranslate.Accepted) error {
 	t := a.Task
 	if rc := a.RoleCredentials; rc != nil {
 		t.RoleArn, t.CredentialsID = cmp.Or(rc.RoleArn, t.RoleArn), rc.CredentialsID

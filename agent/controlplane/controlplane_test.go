@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acstranslate"
 	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/ecsclient"
@@ -110,8 +111,8 @@ func TestHandlePayload(t *testing.T) {
 	cp := New(Config{Clock: clock}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
 	good := &task.Task{Arn: "arn:good", DesiredStatus: task.TaskRunning}
 	err := cp.HandlePayload(ctx, acs.Payload{MessageID: "m1", SeqNum: 9,
-		Tasks:    []acs.Accepted{{Task: good, RoleCredentials: creds("c-task", clock.Now().Add(time.Hour)), ExecutionRoleCredentials: creds("c-exec", clock.Now().Add(time.Hour))}},
-		Rejected: []acs.Rejected{{Arn: "arn:bad", Err: errors.New("containers[0].image: required")}, {Err: errors.New("null task")}}})
+		Tasks:    []acstranslate.Accepted{{Task: good, RoleCredentials: creds("c-task", clock.Now().Add(time.Hour)), ExecutionRoleCredentials: creds("c-exec", clock.Now().Add(time.Hour))}},
+		Rejected: []acstranslate.Rejected{{Arn: "arn:bad", Err: errors.New("containers[0].image: required")}, {Err: errors.New("null task")}}})
 	require.NoError(t, err)
 
 	assert.Len(t, eng.added, 1)
@@ -135,7 +136,7 @@ func TestHandlePayload(t *testing.T) {
 	assert.Equal(t, task.TaskStopped, records[0].Report.KnownStatus)
 
 	eng.refuse = "arn:refused"
-	err = cp.HandlePayload(ctx, acs.Payload{SeqNum: 10, Tasks: []acs.Accepted{{Task: &task.Task{Arn: "arn:refused"}}}})
+	err = cp.HandlePayload(ctx, acs.Payload{SeqNum: 10, Tasks: []acstranslate.Accepted{{Task: &task.Task{Arn: "arn:refused"}}}})
 	require.ErrorContains(t, err, "accept task arn:refused: disk full")
 	seq, err = store.SeqNum(ctx)
 	require.NoError(t, err)
@@ -153,7 +154,7 @@ func TestRejectedReportDeliveredAfterRestart(t *testing.T) {
 	dying, err := state.OpenBolt(path, time.Second)
 	require.NoError(t, err)
 	first := New(Config{}, &fakeControl{fakeECS: f}, &fakeEngine{}, dying, logger.Nop())
-	require.NoError(t, first.HandlePayload(ctx, acs.Payload{SeqNum: 1, Rejected: []acs.Rejected{{Arn: "arn:bad", Err: errors.New("bad")}}}))
+	require.NoError(t, first.HandlePayload(ctx, acs.Payload{SeqNum: 1, Rejected: []acstranslate.Rejected{{Arn: "arn:bad", Err: errors.New("bad")}}}))
 	require.NoError(t, dying.Close()) // the process dies: its reporter never ran, nothing else is written
 
 	f.setDown(false)
@@ -246,7 +247,7 @@ func TestThousandTasksLeaveNothingBehind(t *testing.T) {
 		arn := fmt.Sprintf("arn:aws:ecs:us-west-2:123456789012:task/c/%04d", i)
 		tk := newTask(arn)
 		tk.ENI = &task.ENI{AttachmentArn: "arn:att/" + arn, MAC: "0a:00:00:00:00:01"}
-		require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: int64(i), Tasks: []acs.Accepted{{Task: tk,
+		require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: int64(i), Tasks: []acstranslate.Accepted{{Task: tk,
 			RoleCredentials: creds("cred-"+arn, clock.Now().Add(time.Hour))}}}))
 		run := running(tk)
 		run.AWSVPC = &task.AWSVPC{}
@@ -285,7 +286,7 @@ func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
 	cp := New(Config{DisablePrivileged: true}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
 	priv := &task.Task{Arn: "arn:priv", Containers: []*task.Container{{Name: "root", Privileged: true}}}
 	plain := &task.Task{Arn: "arn:plain", Containers: []*task.Container{{Name: "app"}}}
-	require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: 1, Tasks: []acs.Accepted{{Task: priv}, {Task: plain}}}))
+	require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: 1, Tasks: []acstranslate.Accepted{{Task: priv}, {Task: plain}}}))
 	require.Len(t, eng.added, 1)
 	assert.Equal(t, "arn:plain", eng.added[0].Arn)
 	records, err := store.SentRecords(ctx)

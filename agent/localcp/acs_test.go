@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acstranslate"
 	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/task"
@@ -141,7 +141,7 @@ func TestACS(t *testing.T) {
 	assert.Equal(t, map[string]string{"TESTAPP_NAME": "berth-example"}, c0.Environment)
 	assert.Equal(t, []acswire.PortMapping{{ContainerPort: 8080, HostPort: 8080, Protocol: "tcp"}}, c0.PortMappings)
 	assert.Equal(t, "docker", c0.HealthCheckType)
-	var cfg acs.DockerContainerConfig
+	var cfg acstranslate.DockerContainerConfig
 	require.NoError(t, json.Unmarshal([]byte(c0.DockerConfig.Config), &cfg))
 	require.NotNil(t, cfg.Healthcheck)
 	assert.Equal(t, []string{"CMD", "/testapp", "health", "-url", "http://127.0.0.1:8080/health"}, cfg.Healthcheck.Test)

@@ -6,14 +6,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acstranslate"
 	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
 
-// TestPayloadRoundTrip is the contract between this package and agent/acs: a task definition sent in
-// a PayloadMessage and decoded by the agent's ACS client gives the same task as the definition itself.
+// TestPayloadRoundTrip is the contract between this package and agent/acstranslate: a task definition
+// sent in a PayloadMessage and decoded as the agent's ACS client does gives the same task as the
+// definition itself.
 func TestPayloadRoundTrip(t *testing.T) {
 	for name, body := range map[string]string{"web": webRequest(t), "full": goldenFullDef, "sleep": sleepDef} {
 		t.Run(name, func(t *testing.T) {
@@ -33,7 +34,7 @@ func TestPayloadRoundTrip(t *testing.T) {
 			got, ok := m.(*acswire.PayloadMessage)
 			require.True(t, ok, "want a PayloadMessage, got %T", m)
 			require.Len(t, got.Tasks, 1)
-			back, err := acs.Definition(got.Tasks[0])
+			back, err := acstranslate.Definition(got.Tasks[0])
 			require.NoError(t, err)
 			require.NoError(t, back.Validate())
 
@@ -42,7 +43,7 @@ func TestPayloadRoundTrip(t *testing.T) {
 			for _, desired := range []task.TaskStatus{task.TaskRunning, task.TaskStopped} {
 				sent, err := acsTaskOf(rec, desired)
 				require.NoError(t, err)
-				accepted, err := acs.TranslateTask(sent)
+				accepted, err := acstranslate.TranslateTask(sent)
 				require.NoError(t, err)
 				assert.Equal(t, desired, accepted.Task.DesiredStatus)
 			}
@@ -68,7 +69,7 @@ func TestPayloadExecutionRolePulls(t *testing.T) {
 	for _, c := range sent.Containers {
 		assert.Equal(t, &acswire.RegistryAuthentication{Type: "ecr", ECRAuthData: &acswire.ECRAuthData{UseExecutionRole: true}}, c.RegistryAuthentication, c.Name)
 	}
-	accepted, err := acs.TranslateTask(sent)
+	accepted, err := acstranslate.TranslateTask(sent)
 	require.NoError(t, err)
 	want := def.NewTask(sent.Arn)
 	for i, c := range accepted.Task.Containers {

@@ -18,7 +18,7 @@ import (
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/*.golden from the current code")
 
 // goldenFullDef sets every field of a task definition that reaches the ACS payload; the golden frames
-// and the payload round trip with agent/acs both use it.
+// and the payload round trip with agent/acstranslate both use it.
 const goldenFullDef = `{"family":"full","networkMode":"bridge","cpu":"512","memory":"1 GB","pidMode":"task","ipcMode":"host",
 	"executionRoleArn":"arn:aws:iam::012345678901:role/exec",
 	"volumes":[{"name":"scratch"},{"name":"data","host":{"sourcePath":"/srv/data"}},

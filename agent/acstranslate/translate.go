@@ -1,4 +1,8 @@
-package acs
+// Package acstranslate translates between the tasks of ACS payloads (agent/acswire) and the task
+// model, both ways and beside their round-trip test: TranslateTask (through a validated taskdef
+// Definition) for the agent's ACS client, WireTask for the embedded control plane. Every field ACS
+// sends is either translated or refused by name, never dropped.
+package acstranslate
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package acs
+package acstranslate
 
 import (
 	"encoding/json"
