@@ -2,6 +2,10 @@
 // client (agent/acs) and a control plane (agent/localcp) exchange. The envelope is agent/wire's;
 // CloseMessage, ServerException and BadRequestException are wire's too. Translation to and from the
 // task model is agent/acstranslate's.
+//
+// Some types (MountPoint, VolumeFrom, EnvironmentFile, Device, …) have the JSON shape of taskdef's
+// namesakes. They are declared here all the same: the wire then depends on nothing but agent/wire, and
+// a change to the task-definition JSON cannot change what goes over ACS.
 package acswire
 
 import (
