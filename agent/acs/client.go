@@ -1,7 +1,7 @@
 // Package acs is the agent's client of the ECS Agent Communication Service: a SigV4-signed websocket
 // over which the control plane sends tasks (PayloadMessage), task role credentials and ENI
-// attachments, and the agent acknowledges them. It also defines the frames themselves, so the embedded
-// control plane can send exactly what the client reads.
+// attachments, and the agent acknowledges them. The frames are agent/acswire's, which the embedded
+// control plane speaks too, so it sends exactly what the client reads.
 //
 // A session, from connect to disconnect:
 //
@@ -31,11 +31,14 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/berth-agent/berth/agent/acstranslate"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
 	"github.com/berth-agent/berth/agent/set"
+	"github.com/berth-agent/berth/agent/wire"
 	"github.com/berth-agent/berth/agent/wsclient"
 )
 
@@ -58,17 +61,17 @@ type Handler interface {
 	// HandleTaskManifest compares ACS's list of the instance's tasks with the agent's and returns
 	// the candidates to stop: tasks the agent runs that the manifest does not list, or lists as
 	// STOPPED. The client acknowledges the manifest and asks ACS to confirm the candidates.
-	HandleTaskManifest(ctx context.Context, tasks []TaskIdentifier) ([]TaskIdentifier, error)
+	HandleTaskManifest(ctx context.Context, tasks []acswire.TaskIdentifier) ([]acswire.TaskIdentifier, error)
 	// HandleStopVerification stops the tasks ACS confirmed may be stopped.
-	HandleStopVerification(ctx context.Context, tasks []TaskIdentifier) error
+	HandleStopVerification(ctx context.Context, tasks []acswire.TaskIdentifier) error
 }
 
 // Payload is a PayloadMessage translated into the task model.
 type Payload struct {
 	MessageID string
 	SeqNum    int64
-	Tasks     []Accepted
-	Rejected  []Rejected
+	Tasks     []acstranslate.Accepted
+	Rejected  []acstranslate.Rejected
 }
 
 // Credentials are the credentials of a task role from an IAMRoleCredentialsMessage.
@@ -76,14 +79,14 @@ type Credentials struct {
 	MessageID   string
 	TaskArn     string
 	RoleType    string // RoleTypeTaskApplication or RoleTypeTaskExecution
-	Credentials IAMRoleCredentials
+	Credentials acswire.IAMRoleCredentials
 }
 
 // ENIAttachment is an AttachTaskNetworkInterfacesMessage.
 type ENIAttachment struct {
 	MessageID   string
 	TaskArn     string
-	ENIs        []*ElasticNetworkInterface
+	ENIs        []*acswire.ElasticNetworkInterface
 	WaitTimeout time.Duration // how long ACS waits for the attachment; 0 when not given
 }
 
@@ -241,13 +244,13 @@ func (e *ExceptionError) Error() string {
 // Unwrap returns the class of the exception, or nil for one of no known class.
 func (e *ExceptionError) Unwrap() error {
 	switch e.Type {
-	case TypeInactiveInstanceException:
+	case acswire.TypeInactiveInstanceException:
 		return ecsclient.ErrInactiveInstance
-	case TypeAccessDeniedException:
+	case acswire.TypeAccessDeniedException:
 		return errdefs.ErrUnauthorized
-	case TypeBadRequestException:
+	case wire.TypeBadRequestException:
 		return errdefs.ErrInvalidArgument
-	case TypeServerException:
+	case wire.TypeServerException:
 		return errdefs.ErrUnavailable
 	}
 	return nil
@@ -318,7 +321,7 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 	s := &session{c: c, conn: conn}
 	frames := make(chan []byte)
 	readErr := make(chan error, 1)
-	work := make(chan Message, queueSize)
+	work := make(chan acswire.Message, queueSize)
 	workErr := make(chan error, 1)
 	var wg sync.WaitGroup
 	defer func() {
@@ -374,8 +377,8 @@ type session struct {
 }
 
 // write sends one message as a text frame.
-func (s *session) write(m Message) error {
-	data, err := Encode(m)
+func (s *session) write(m acswire.Message) error {
+	data, err := acswire.Encode(m)
 	if err != nil {
 		return err
 	}
@@ -392,10 +395,10 @@ func (s *session) write(m Message) error {
 
 // dispatch handles one frame: heartbeats at once, messages for the Handler through the work queue.
 // It returns an error to end the session.
-func (s *session) dispatch(data []byte, work chan<- Message) error {
+func (s *session) dispatch(data []byte, work chan<- acswire.Message) error {
 	log := s.c.log
-	m, err := Decode(data)
-	var unknown *UnknownTypeError
+	m, err := acswire.Decode(data)
+	var unknown *wire.UnknownTypeError
 	switch {
 	case errors.As(err, &unknown):
 		log.Warn("skipping ACS frame of unknown type", "type", unknown.Type, "bytes", len(data))
@@ -406,28 +409,28 @@ func (s *session) dispatch(data []byte, work chan<- Message) error {
 	}
 	log.Debug("ACS frame", "type", m.MessageType(), "bytes", len(data))
 	switch m := m.(type) {
-	case *HeartbeatMessage:
-		return s.write(&HeartbeatAckRequest{MessageID: m.MessageID})
-	case *StageUpdateMessage:
+	case *acswire.HeartbeatMessage:
+		return s.write(&acswire.HeartbeatAckRequest{MessageID: m.MessageID})
+	case *acswire.StageUpdateMessage:
 		s.c.logUnsupported(m.MessageType(), "Berth is updated by its package, not by ACS; refused")
 		return s.write(s.nack(m.MessageID, m.ClusterArn, m.ContainerInstanceArn))
-	case *PerformUpdateMessage:
+	case *acswire.PerformUpdateMessage:
 		s.c.logUnsupported(m.MessageType(), "Berth is updated by its package, not by ACS; refused")
 		return s.write(s.nack(m.MessageID, m.ClusterArn, m.ContainerInstanceArn))
-	case *AttachInstanceNetworkInterfacesMessage:
+	case *acswire.AttachInstanceNetworkInterfacesMessage:
 		s.c.logUnsupported(m.MessageType(), "instance ENIs (trunking) are not supported by Berth; ignored")
 		return nil
-	case *ConfirmAttachmentMessage:
+	case *acswire.ConfirmAttachmentMessage:
 		s.c.logUnsupported(m.MessageType(), "resource attachments (EBS volumes) are not supported by Berth; ignored")
 		return nil
-	case *PayloadMessage, *IAMRoleCredentialsMessage, *AttachTaskNetworkInterfacesMessage, *TaskManifestMessage, *TaskStopVerificationAck:
+	case *acswire.PayloadMessage, *acswire.IAMRoleCredentialsMessage, *acswire.AttachTaskNetworkInterfacesMessage, *acswire.TaskManifestMessage, *acswire.TaskStopVerificationAck:
 		select {
 		case work <- m:
 		default:
 			log.Warn("too many ACS messages waiting; dropping one unacknowledged for ACS to resend", "type", m.MessageType())
 		}
 		return nil
-	case *CloseMessage:
+	case *wire.CloseMessage:
 		return fmt.Errorf("ACS closed the session: %s", m.Message)
 	}
 	if msg, ok := exceptionMessage(m); ok {
@@ -438,28 +441,28 @@ func (s *session) dispatch(data []byte, work chan<- Message) error {
 }
 
 // exceptionMessage returns the text of an ErrorMessage or exception.
-func exceptionMessage(m Message) (string, bool) {
+func exceptionMessage(m acswire.Message) (string, bool) {
 	switch m := m.(type) {
-	case *ErrorMessage:
+	case *acswire.ErrorMessage:
 		return m.Message, true
-	case *ServerException:
+	case *wire.ServerException:
 		return m.Message, true
-	case *BadRequestException:
+	case *wire.BadRequestException:
 		return m.Message, true
-	case *InvalidClusterException:
+	case *acswire.InvalidClusterException:
 		return m.Message, true
-	case *InvalidInstanceException:
+	case *acswire.InvalidInstanceException:
 		return m.Message, true
-	case *AccessDeniedException:
+	case *acswire.AccessDeniedException:
 		return m.Message, true
-	case *InactiveInstanceException:
+	case *acswire.InactiveInstanceException:
 		return m.Message, true
 	}
 	return "", false
 }
 
 // work hands queued messages to the Handler in order; a failed write ends it and the session.
-func (s *session) work(ctx context.Context, work <-chan Message, errc chan<- error) {
+func (s *session) work(ctx context.Context, work <-chan acswire.Message, errc chan<- error) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -475,15 +478,15 @@ func (s *session) work(ctx context.Context, work <-chan Message, errc chan<- err
 
 // handle calls the Handler for m and acknowledges it when the Handler succeeded. Only a failed
 // write is returned; a Handler error is logged and leaves m unacknowledged.
-func (s *session) handle(ctx context.Context, m Message) error {
+func (s *session) handle(ctx context.Context, m acswire.Message) error {
 	h, log := s.c.h, s.c.log
 	switch m := m.(type) {
-	case *PayloadMessage:
+	case *acswire.PayloadMessage:
 		if m.MessageID != "" && s.c.seen.has(m.MessageID) {
 			log.Debug("ACS sent a payload again; acknowledging it without handling it twice", "message_id", m.MessageID)
 			return s.ackPayload(m)
 		}
-		accepted, rejected := TranslatePayload(m)
+		accepted, rejected := acstranslate.TranslatePayload(m)
 		p := Payload{MessageID: m.MessageID, SeqNum: m.SeqNum, Tasks: accepted, Rejected: rejected}
 		if err := h.HandlePayload(ctx, p); err != nil {
 			if ctx.Err() == nil {
@@ -495,7 +498,7 @@ func (s *session) handle(ctx context.Context, m Message) error {
 			s.c.seen.add(m.MessageID)
 		}
 		return s.ackPayload(m)
-	case *IAMRoleCredentialsMessage:
+	case *acswire.IAMRoleCredentialsMessage:
 		cr := Credentials{MessageID: m.MessageID, TaskArn: m.TaskArn, RoleType: m.RoleType, Credentials: m.RoleCredentials}
 		if err := h.HandleCredentials(ctx, cr); err != nil {
 			if ctx.Err() == nil {
@@ -503,12 +506,12 @@ func (s *session) handle(ctx context.Context, m Message) error {
 			}
 			return nil
 		}
-		return s.write(&IAMRoleCredentialsAckRequest{
+		return s.write(&acswire.IAMRoleCredentialsAckRequest{
 			MessageID:     m.MessageID,
 			CredentialsID: m.RoleCredentials.CredentialsID,
 			Expiration:    m.RoleCredentials.Expiration,
 		})
-	case *TaskManifestMessage:
+	case *acswire.TaskManifestMessage:
 		candidates, err := h.HandleTaskManifest(ctx, m.Tasks)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -523,13 +526,13 @@ func (s *session) handle(ctx context.Context, m Message) error {
 			return nil
 		}
 		log.Info("tasks missing from ACS's task manifest; asking ACS whether to stop them", "tasks", len(candidates))
-		return s.write(&TaskStopVerificationMessage{MessageID: crand.Text(), StopCandidates: candidates})
-	case *TaskStopVerificationAck:
+		return s.write(&acswire.TaskStopVerificationMessage{MessageID: crand.Text(), StopCandidates: candidates})
+	case *acswire.TaskStopVerificationAck:
 		if err := h.HandleStopVerification(ctx, m.StopTasks); err != nil && ctx.Err() == nil {
 			log.Warn("stopping the tasks ACS confirmed failed", "message_id", m.MessageID, "error", err)
 		}
 		return nil
-	case *AttachTaskNetworkInterfacesMessage:
+	case *acswire.AttachTaskNetworkInterfacesMessage:
 		a := ENIAttachment{
 			MessageID:   m.MessageID,
 			TaskArn:     m.TaskArn,
@@ -548,9 +551,9 @@ func (s *session) handle(ctx context.Context, m Message) error {
 }
 
 // nack refuses an update: Berth does not update itself.
-func (s *session) nack(messageID, cluster, instance string) *NackRequest {
+func (s *session) nack(messageID, cluster, instance string) *acswire.NackRequest {
 	a := s.ack(messageID, cluster, instance)
-	return &NackRequest{Cluster: a.Cluster, ContainerInstance: a.ContainerInstance, MessageID: messageID,
+	return &acswire.NackRequest{Cluster: a.Cluster, ContainerInstance: a.ContainerInstance, MessageID: messageID,
 		Reason: "Berth does not update itself over ACS; update its package"}
 }
 
@@ -566,18 +569,18 @@ func (c *Client) logUnsupported(typ, what string) {
 }
 
 // ack builds an AckRequest naming the cluster and instance as the message did, or as configured.
-func (s *session) ack(messageID, cluster, instance string) *AckRequest {
+func (s *session) ack(messageID, cluster, instance string) *acswire.AckRequest {
 	if cluster == "" {
 		cluster = s.c.cfg.Cluster
 	}
 	if instance == "" {
 		instance = s.c.cfg.ContainerInstanceArn
 	}
-	return &AckRequest{Cluster: cluster, ContainerInstance: instance, MessageID: messageID}
+	return &acswire.AckRequest{Cluster: cluster, ContainerInstance: instance, MessageID: messageID}
 }
 
 // ackPayload acknowledges a payload, then each credentials it carried.
-func (s *session) ackPayload(m *PayloadMessage) error {
+func (s *session) ackPayload(m *acswire.PayloadMessage) error {
 	if err := s.write(s.ack(m.MessageID, m.ClusterArn, m.ContainerInstanceArn)); err != nil {
 		return err
 	}
@@ -585,11 +588,11 @@ func (s *session) ackPayload(m *PayloadMessage) error {
 		if t == nil {
 			continue
 		}
-		for _, cr := range []*IAMRoleCredentials{t.RoleCredentials, t.ExecutionRoleCredentials} {
+		for _, cr := range []*acswire.IAMRoleCredentials{t.RoleCredentials, t.ExecutionRoleCredentials} {
 			if cr == nil {
 				continue
 			}
-			if err := s.write(&IAMRoleCredentialsAckRequest{MessageID: m.MessageID, CredentialsID: cr.CredentialsID, Expiration: cr.Expiration}); err != nil {
+			if err := s.write(&acswire.IAMRoleCredentialsAckRequest{MessageID: m.MessageID, CredentialsID: cr.CredentialsID, Expiration: cr.Expiration}); err != nil {
 				return err
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,10 +23,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/wire"
 	"github.com/berth-agent/berth/agent/wsclient"
 )
 
@@ -145,9 +146,9 @@ func (f *fakeACS) next(t *testing.T) *serverConn {
 	}
 }
 
-func (c *serverConn) send(t *testing.T, m Message) {
+func (c *serverConn) send(t *testing.T, m acswire.Message) {
 	t.Helper()
-	data, err := Encode(m)
+	data, err := acswire.Encode(m)
 	require.NoError(t, err)
 	c.sendRaw(t, data)
 }
@@ -158,12 +159,12 @@ func (c *serverConn) sendRaw(t *testing.T, data []byte) {
 }
 
 // recv returns the next message the client sent.
-func (c *serverConn) recv(t *testing.T) Message {
+func (c *serverConn) recv(t *testing.T) acswire.Message {
 	t.Helper()
 	select {
 	case data, ok := <-c.in:
 		require.True(t, ok, "the connection closed")
-		m, err := Decode(data)
+		m, err := acswire.Decode(data)
 		require.NoError(t, err)
 		return m
 	case <-time.After(waitFor):
@@ -191,9 +192,9 @@ type fakeHandler struct {
 	tasks    map[string]int // task ARN → times seen
 	seq      atomic.Int64
 
-	manifests  [][]TaskIdentifier // the task lists of the manifests handled
-	candidates []TaskIdentifier   // what HandleTaskManifest answers
-	stopped    []TaskIdentifier   // the tasks HandleStopVerification was asked to stop
+	manifests  [][]acswire.TaskIdentifier // the task lists of the manifests handled
+	candidates []acswire.TaskIdentifier   // what HandleTaskManifest answers
+	stopped    []acswire.TaskIdentifier   // the tasks HandleStopVerification was asked to stop
 
 	block   chan struct{} // when set, HandlePayload waits for it
 	entered chan string   // when set, receives each payload's message ID on entry
@@ -242,14 +243,14 @@ func (h *fakeHandler) HandleENIAttachment(_ context.Context, a ENIAttachment) er
 
 func (h *fakeHandler) SeqNum() int64 { return h.seq.Load() }
 
-func (h *fakeHandler) HandleTaskManifest(_ context.Context, tasks []TaskIdentifier) ([]TaskIdentifier, error) {
+func (h *fakeHandler) HandleTaskManifest(_ context.Context, tasks []acswire.TaskIdentifier) ([]acswire.TaskIdentifier, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.manifests = append(h.manifests, tasks)
 	return h.candidates, nil
 }
 
-func (h *fakeHandler) HandleStopVerification(_ context.Context, tasks []TaskIdentifier) error {
+func (h *fakeHandler) HandleStopVerification(_ context.Context, tasks []acswire.TaskIdentifier) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.stopped = append(h.stopped, tasks...)
@@ -334,11 +335,11 @@ func start(t *testing.T, cfg Config, h Handler) {
 	})
 }
 
-func payload(id string, seq int64, arns ...string) *PayloadMessage {
-	p := &PayloadMessage{MessageID: id, ClusterArn: testCluster, ContainerInstanceArn: testInstance, SeqNum: seq}
+func payload(id string, seq int64, arns ...string) *acswire.PayloadMessage {
+	p := &acswire.PayloadMessage{MessageID: id, ClusterArn: testCluster, ContainerInstanceArn: testInstance, SeqNum: seq}
 	for _, arn := range arns {
-		p.Tasks = append(p.Tasks, &Task{Arn: arn, Family: "f", Version: "1", DesiredStatus: "RUNNING",
-			Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}}})
+		p.Tasks = append(p.Tasks, &acswire.Task{Arn: arn, Family: "f", Version: "1", DesiredStatus: "RUNNING",
+			Containers: []*acswire.Container{{Name: "c", Image: "busybox", Memory: 64}}})
 	}
 	return p
 }
@@ -346,9 +347,9 @@ func payload(id string, seq int64, arns ...string) *PayloadMessage {
 func requireAck(t *testing.T, c *serverConn, id string) {
 	t.Helper()
 	m := c.recv(t)
-	ack, ok := m.(*AckRequest)
+	ack, ok := m.(*acswire.AckRequest)
 	require.True(t, ok, "want AckRequest, got %T", m)
-	assert.Equal(t, &AckRequest{Cluster: testCluster, ContainerInstance: testInstance, MessageID: id}, ack)
+	assert.Equal(t, &acswire.AckRequest{Cluster: testCluster, ContainerInstance: testInstance, MessageID: id}, ack)
 }
 
 func TestConnectQueryAndSignature(t *testing.T) {
@@ -377,10 +378,10 @@ func TestHeartbeatAcked(t *testing.T) {
 	f := newFakeACS(t)
 	start(t, testConfig(f), newFakeHandler())
 	c := f.next(t)
-	c.send(t, &HeartbeatMessage{MessageID: "hb-1", Healthy: true})
-	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb-1"}, c.recv(t))
-	c.send(t, &HeartbeatMessage{MessageID: "hb-2", Healthy: true})
-	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb-2"}, c.recv(t))
+	c.send(t, &acswire.HeartbeatMessage{MessageID: "hb-1", Healthy: true})
+	assert.Equal(t, &acswire.HeartbeatAckRequest{MessageID: "hb-1"}, c.recv(t))
+	c.send(t, &acswire.HeartbeatMessage{MessageID: "hb-2", Healthy: true})
+	assert.Equal(t, &acswire.HeartbeatAckRequest{MessageID: "hb-2"}, c.recv(t))
 }
 
 func TestPayloadAckedAfterHandlerReturns(t *testing.T) {
@@ -392,7 +393,7 @@ func TestPayloadAckedAfterHandlerReturns(t *testing.T) {
 	c := f.next(t)
 
 	p := payload("p-1", 1, "arn:task/1")
-	p.Tasks[0].RoleCredentials = &IAMRoleCredentials{CredentialsID: "cred-1", AccessKeyID: "A", SecretAccessKey: "S", Expiration: "2030-01-01T00:00:00Z"}
+	p.Tasks[0].RoleCredentials = &acswire.IAMRoleCredentials{CredentialsID: "cred-1", AccessKeyID: "A", SecretAccessKey: "S", Expiration: "2030-01-01T00:00:00Z"}
 	c.send(t, p)
 	select {
 	case id := <-h.entered:
@@ -401,13 +402,13 @@ func TestPayloadAckedAfterHandlerReturns(t *testing.T) {
 		t.Fatal("the handler was not called")
 	}
 	// Heartbeats are still answered while the handler works; the payload is not acked.
-	c.send(t, &HeartbeatMessage{MessageID: "hb"})
-	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
+	c.send(t, &acswire.HeartbeatMessage{MessageID: "hb"})
+	assert.Equal(t, &acswire.HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
 	c.expectNothing(t, 50*time.Millisecond)
 
 	close(h.block)
 	requireAck(t, c, "p-1")
-	assert.Equal(t, &IAMRoleCredentialsAckRequest{MessageID: "p-1", CredentialsID: "cred-1", Expiration: "2030-01-01T00:00:00Z"}, c.recv(t))
+	assert.Equal(t, &acswire.IAMRoleCredentialsAckRequest{MessageID: "p-1", CredentialsID: "cred-1", Expiration: "2030-01-01T00:00:00Z"}, c.recv(t))
 	require.Equal(t, 1, h.payloadCount())
 	assert.Equal(t, "arn:task/1", h.payloads[0].Tasks[0].Task.Arn)
 }
@@ -420,8 +421,8 @@ func TestPayloadNotAckedWhenHandlerFails(t *testing.T) {
 	c := f.next(t)
 
 	c.send(t, payload("p-1", 1, "arn:task/1"))
-	c.send(t, &HeartbeatMessage{MessageID: "hb"})
-	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
+	c.send(t, &acswire.HeartbeatMessage{MessageID: "hb"})
+	assert.Equal(t, &acswire.HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
 	c.expectNothing(t, 50*time.Millisecond)
 
 	// ACS resends; this time the handler succeeds.
@@ -488,7 +489,7 @@ func TestGarbageAndUnknownFramesSkipped(t *testing.T) {
 	c.sendRaw(t, []byte(`{"type":"PayloadMessage","message":{"messageId":"p-0","tasks":"oops"}}`))
 	c.sendRaw(t, []byte(`[]`))
 	p := payload("p-1", 1, "arn:task/1")
-	p.Tasks[0].RoleCredentials = &IAMRoleCredentials{CredentialsID: "c", AccessKeyID: "SECRETVALUE", SecretAccessKey: "SECRETVALUE"}
+	p.Tasks[0].RoleCredentials = &acswire.IAMRoleCredentials{CredentialsID: "c", AccessKeyID: "SECRETVALUE", SecretAccessKey: "SECRETVALUE"}
 	p.Tasks[0].Containers[0].Environment = map[string]string{"PASSWORD": "SECRETVALUE"}
 	c.send(t, p)
 	requireAck(t, c, "p-1")
@@ -507,7 +508,7 @@ func TestDropMidPayloadReconnects(t *testing.T) {
 	c := f.next(t)
 
 	// Half of a text frame, then the connection drops.
-	data, err := Encode(payload("p-1", 1, "arn:task/1"))
+	data, err := acswire.Encode(payload("p-1", 1, "arn:task/1"))
 	require.NoError(t, err)
 	require.Greater(t, len(data), 125)
 	require.Less(t, len(data), 1<<16)
@@ -539,8 +540,8 @@ func TestHeartbeatTimeoutReconnects(t *testing.T) {
 	clock.asked(t, timeout, 1)
 	for range 6 {
 		clock.Advance(40 * time.Second)
-		c.send(t, &HeartbeatMessage{MessageID: "hb"})
-		assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
+		c.send(t, &acswire.HeartbeatMessage{MessageID: "hb"})
+		assert.Equal(t, &acswire.HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
 	}
 	select {
 	case <-f.conns:
@@ -566,7 +567,7 @@ func TestSeqNumInReconnectQuery(t *testing.T) {
 
 	c.send(t, payload("p-9", 9, "arn:task/9"))
 	requireAck(t, c, "p-9")
-	c.send(t, &CloseMessage{Message: "bye"})
+	c.send(t, &wire.CloseMessage{Message: "bye"})
 
 	c2 := f.next(t)
 	assert.Equal(t, "9", c2.query.Get("seqNum"))
@@ -586,8 +587,8 @@ func TestUpgradeForbiddenBacksOffAndRetries(t *testing.T) {
 
 	f.status.Store(0)
 	c := f.next(t)
-	c.send(t, &HeartbeatMessage{MessageID: "hb"})
-	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
+	c.send(t, &acswire.HeartbeatMessage{MessageID: "hb"})
+	assert.Equal(t, &acswire.HeartbeatAckRequest{MessageID: "hb"}, c.recv(t))
 }
 
 func TestHandshakeErrorCarriesStatus(t *testing.T) {
@@ -623,7 +624,7 @@ func TestInactiveInstanceBacksOffLong(t *testing.T) {
 	start(t, cfg, newFakeHandler())
 
 	c := f.next(t)
-	c.send(t, &InactiveInstanceException{Message: "instance deregistered"})
+	c.send(t, &acswire.InactiveInstanceException{Message: "instance deregistered"})
 	clock.asked(t, 7*time.Hour, 1)
 	clock.Advance(7*time.Hour - time.Second)
 	select {
@@ -643,11 +644,11 @@ func TestExceptionErrorClasses(t *testing.T) {
 		class     error // nil: none
 		retriable bool
 	}{
-		{TypeInactiveInstanceException, ecsclient.ErrInactiveInstance, false},
-		{TypeAccessDeniedException, errdefs.ErrUnauthorized, false},
-		{TypeBadRequestException, errdefs.ErrInvalidArgument, false},
-		{TypeServerException, errdefs.ErrUnavailable, true},
-		{TypeErrorMessage, nil, true},
+		{acswire.TypeInactiveInstanceException, ecsclient.ErrInactiveInstance, false},
+		{acswire.TypeAccessDeniedException, errdefs.ErrUnauthorized, false},
+		{wire.TypeBadRequestException, errdefs.ErrInvalidArgument, false},
+		{wire.TypeServerException, errdefs.ErrUnavailable, true},
+		{acswire.TypeErrorMessage, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.typ, func(t *testing.T) {
@@ -655,9 +656,9 @@ func TestExceptionErrorClasses(t *testing.T) {
 			if tt.class != nil {
 				assert.ErrorIs(t, err, tt.class)
 			}
-			assert.Equal(t, tt.typ == TypeInactiveInstanceException, errors.Is(err, ecsclient.ErrInactiveInstance),
+			assert.Equal(t, tt.typ == acswire.TypeInactiveInstanceException, errors.Is(err, ecsclient.ErrInactiveInstance),
 				"one notion of an inactive instance, shared with the ECS API client")
-			assert.Equal(t, tt.typ == TypeInactiveInstanceException, errdefs.IsFailedPrecondition(err))
+			assert.Equal(t, tt.typ == acswire.TypeInactiveInstanceException, errdefs.IsFailedPrecondition(err))
 			assert.Equal(t, tt.retriable, errdefs.IsRetriable(err))
 		})
 	}
@@ -669,14 +670,14 @@ func TestCredentialsStoredThenAcked(t *testing.T) {
 	start(t, testConfig(f), h)
 	c := f.next(t)
 
-	c.send(t, &IAMRoleCredentialsMessage{MessageID: "cm-1", TaskArn: "arn:task/1", RoleType: RoleTypeTaskExecution,
-		RoleCredentials: IAMRoleCredentials{CredentialsID: "cred-9", AccessKeyID: "A", SecretAccessKey: "S", SessionToken: "T", Expiration: "2030-01-01T00:00:00Z"}})
-	assert.Equal(t, &IAMRoleCredentialsAckRequest{MessageID: "cm-1", CredentialsID: "cred-9", Expiration: "2030-01-01T00:00:00Z"}, c.recv(t))
+	c.send(t, &acswire.IAMRoleCredentialsMessage{MessageID: "cm-1", TaskArn: "arn:task/1", RoleType: acswire.RoleTypeTaskExecution,
+		RoleCredentials: acswire.IAMRoleCredentials{CredentialsID: "cred-9", AccessKeyID: "A", SecretAccessKey: "S", SessionToken: "T", Expiration: "2030-01-01T00:00:00Z"}})
+	assert.Equal(t, &acswire.IAMRoleCredentialsAckRequest{MessageID: "cm-1", CredentialsID: "cred-9", Expiration: "2030-01-01T00:00:00Z"}, c.recv(t))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	require.Len(t, h.creds, 1, "stored before the ack was sent")
 	assert.Equal(t, "arn:task/1", h.creds[0].TaskArn)
-	assert.Equal(t, RoleTypeTaskExecution, h.creds[0].RoleType)
+	assert.Equal(t, acswire.RoleTypeTaskExecution, h.creds[0].RoleType)
 	assert.Equal(t, "S", h.creds[0].Credentials.SecretAccessKey)
 }
 
@@ -686,9 +687,9 @@ func TestENIAttachmentAcked(t *testing.T) {
 	start(t, testConfig(f), h)
 	c := f.next(t)
 
-	c.send(t, &AttachTaskNetworkInterfacesMessage{MessageID: "eni-msg", ClusterArn: testCluster, ContainerInstanceArn: testInstance,
+	c.send(t, &acswire.AttachTaskNetworkInterfacesMessage{MessageID: "eni-msg", ClusterArn: testCluster, ContainerInstanceArn: testInstance,
 		TaskArn: "arn:task/1", WaitTimeoutMs: 5000,
-		ElasticNetworkInterfaces: []*ElasticNetworkInterface{{Ec2ID: "eni-1", MacAddress: "0a:00:00:00:00:01"}}})
+		ElasticNetworkInterfaces: []*acswire.ElasticNetworkInterface{{Ec2ID: "eni-1", MacAddress: "0a:00:00:00:00:01"}}})
 	requireAck(t, c, "eni-msg")
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -746,15 +747,6 @@ func TestRecentIDsForgetsOldest(t *testing.T) {
 	assert.True(t, r.has("c"))
 }
 
-// The client must never put frame contents in its logs; check that Decode errors, which it logs,
-// do not quote them.
-func TestMalformedFrameErrorHasNoContents(t *testing.T) {
-	frame, _ := json.Marshal(map[string]any{"type": "IAMRoleCredentialsMessage", "message": map[string]any{"roleCredentials": "AKIDSECRET"}})
-	_, err := Decode(frame)
-	require.Error(t, err)
-	assert.NotContains(t, err.Error(), "AKIDSECRET")
-}
-
 // After a connection attempt fails, the client asks Rediscover for the endpoint and connects there:
 // ACS may have moved the instance.
 func TestFailedConnectionRediscoversTheEndpoint(t *testing.T) {
@@ -774,37 +766,30 @@ func TestFailedConnectionRediscoversTheEndpoint(t *testing.T) {
 	assert.GreaterOrEqual(t, asked.Load(), int32(1))
 }
 
-func TestMalformedFrameIsInvalidArgument(t *testing.T) {
-	_, err := Decode([]byte(`{"type": "HeartbeatMessage", "message": [1]}`))
-	require.ErrorIs(t, err, ErrMalformedFrame)
-	assert.True(t, errdefs.IsInvalidArgument(err))
-	assert.False(t, errdefs.IsRetriable(err))
-}
-
 // TestTaskManifestAskedThenStopped: a manifest is acknowledged and the handler's candidates are sent
 // back for verification; the tasks ACS then confirms reach the handler to be stopped.
 func TestTaskManifestAskedThenStopped(t *testing.T) {
 	f := newFakeACS(t)
 	h := newFakeHandler()
-	h.candidates = []TaskIdentifier{{TaskArn: "arn:task/gone", DesiredStatus: "STOPPED"}}
+	h.candidates = []acswire.TaskIdentifier{{TaskArn: "arn:task/gone", DesiredStatus: "STOPPED"}}
 	start(t, testConfig(f), h)
 	c := f.next(t)
 
-	c.send(t, &TaskManifestMessage{MessageID: "m-1", Tasks: []TaskIdentifier{{TaskArn: "arn:task/kept", DesiredStatus: "RUNNING"}}})
+	c.send(t, &acswire.TaskManifestMessage{MessageID: "m-1", Tasks: []acswire.TaskIdentifier{{TaskArn: "arn:task/kept", DesiredStatus: "RUNNING"}}})
 	requireAck(t, c, "m-1")
-	verify, ok := c.recv(t).(*TaskStopVerificationMessage)
+	verify, ok := c.recv(t).(*acswire.TaskStopVerificationMessage)
 	require.True(t, ok, "the agent asks ACS to confirm the candidates")
 	assert.NotEmpty(t, verify.MessageID)
 	assert.Equal(t, h.candidates, verify.StopCandidates)
 
-	c.send(t, &TaskStopVerificationAck{MessageID: verify.MessageID, StopTasks: h.candidates})
+	c.send(t, &acswire.TaskStopVerificationAck{MessageID: verify.MessageID, StopTasks: h.candidates})
 	require.Eventually(t, func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return len(h.stopped) == 1
 	}, waitFor, tick)
 	h.mu.Lock()
-	assert.Equal(t, []TaskIdentifier{{TaskArn: "arn:task/kept", DesiredStatus: "RUNNING"}}, h.manifests[0])
+	assert.Equal(t, []acswire.TaskIdentifier{{TaskArn: "arn:task/kept", DesiredStatus: "RUNNING"}}, h.manifests[0])
 	assert.Equal(t, "arn:task/gone", h.stopped[0].TaskArn)
 	h.mu.Unlock()
 
@@ -812,10 +797,10 @@ func TestTaskManifestAskedThenStopped(t *testing.T) {
 	h.mu.Lock()
 	h.candidates = nil
 	h.mu.Unlock()
-	c.send(t, &TaskManifestMessage{MessageID: "m-2"})
+	c.send(t, &acswire.TaskManifestMessage{MessageID: "m-2"})
 	requireAck(t, c, "m-2")
-	c.send(t, &HeartbeatMessage{MessageID: "hb"})
-	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t), "nothing was sent between the ack and the heartbeat's")
+	c.send(t, &acswire.HeartbeatMessage{MessageID: "hb"})
+	assert.Equal(t, &acswire.HeartbeatAckRequest{MessageID: "hb"}, c.recv(t), "nothing was sent between the ack and the heartbeat's")
 }
 
 // TestUpdatesRefusedAndOtherMessagesLoggedOnce: ACS's self-update messages get a NackRequest; the
@@ -831,23 +816,23 @@ func TestUpdatesRefusedAndOtherMessagesLoggedOnce(t *testing.T) {
 	start(t, cfg, newFakeHandler())
 	c := f.next(t)
 
-	c.send(t, &StageUpdateMessage{MessageID: "u-1"})
-	nack, ok := c.recv(t).(*NackRequest)
+	c.send(t, &acswire.StageUpdateMessage{MessageID: "u-1"})
+	nack, ok := c.recv(t).(*acswire.NackRequest)
 	require.True(t, ok)
 	assert.Equal(t, "u-1", nack.MessageID)
 	assert.Equal(t, testCluster, nack.Cluster)
 	assert.Contains(t, nack.Reason, "does not update itself")
-	c.send(t, &PerformUpdateMessage{MessageID: "u-2"})
-	nack, ok = c.recv(t).(*NackRequest)
+	c.send(t, &acswire.PerformUpdateMessage{MessageID: "u-2"})
+	nack, ok = c.recv(t).(*acswire.NackRequest)
 	require.True(t, ok)
 	assert.Equal(t, "u-2", nack.MessageID)
 
 	for i := range 3 {
-		c.send(t, &AttachInstanceNetworkInterfacesMessage{MessageID: fmt.Sprintf("a-%d", i)})
-		c.send(t, &ConfirmAttachmentMessage{MessageID: fmt.Sprintf("c-%d", i)})
+		c.send(t, &acswire.AttachInstanceNetworkInterfacesMessage{MessageID: fmt.Sprintf("a-%d", i)})
+		c.send(t, &acswire.ConfirmAttachmentMessage{MessageID: fmt.Sprintf("c-%d", i)})
 	}
-	c.send(t, &HeartbeatMessage{MessageID: "hb"})
-	assert.Equal(t, &HeartbeatAckRequest{MessageID: "hb"}, c.recv(t), "the unsupported messages got no answer")
-	assert.Equal(t, 1, strings.Count(buf.String(), TypeAttachInstanceNetworkInterfacesMessage), buf.String())
-	assert.Equal(t, 1, strings.Count(buf.String(), TypeConfirmAttachmentMessage), buf.String())
+	c.send(t, &acswire.HeartbeatMessage{MessageID: "hb"})
+	assert.Equal(t, &acswire.HeartbeatAckRequest{MessageID: "hb"}, c.recv(t), "the unsupported messages got no answer")
+	assert.Equal(t, 1, strings.Count(buf.String(), acswire.TypeAttachInstanceNetworkInterfacesMessage), buf.String())
+	assert.Equal(t, 1, strings.Count(buf.String(), acswire.TypeConfirmAttachmentMessage), buf.String())
 }

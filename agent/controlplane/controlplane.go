@@ -27,6 +27,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acstranslate"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/logger"
@@ -328,7 +330,7 @@ func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
 	}
 	// Tasks are accepted concurrently so that their saves share transactions; deliveries of one ARN
 	// keep their order.
-	byArn := map[string][]acs.Accepted{}
+	byArn := map[string][]acstranslate.Accepted{}
 	var order []string
 	for _, a := range p.Tasks {
 		if _, ok := byArn[a.Task.Arn]; !ok {
@@ -377,7 +379,7 @@ func refusePrivileged(p acs.Payload) acs.Payload {
 	accepted := p.Tasks[:0:0]
 	for _, a := range p.Tasks {
 		if err := a.Task.RefusePrivileged(); err != nil {
-			p.Rejected = append(p.Rejected, acs.Rejected{Arn: a.Task.Arn, Err: err})
+			p.Rejected = append(p.Rejected, acstranslate.Rejected{Arn: a.Task.Arn, Err: err})
 			continue
 		}
 		accepted = append(accepted, a)
@@ -390,7 +392,7 @@ func refusePrivileged(p acs.Payload) acs.Payload {
 const acceptConcurrency = 64
 
 // accept hands one task of a payload to the engine, with its credentials stored first.
-func (c *ControlPlane) accept(ctx context.Context, a acs.Accepted) error {
+func (c *ControlPlane) accept(ctx context.Context, a acstranslate.Accepted) error {
 	t := a.Task
 	if rc := a.RoleCredentials; rc != nil {
 		t.RoleArn, t.CredentialsID = cmp.Or(rc.RoleArn, t.RoleArn), rc.CredentialsID
@@ -398,8 +400,8 @@ func (c *ControlPlane) accept(ctx context.Context, a acs.Accepted) error {
 	if rc := a.ExecutionRoleCredentials; rc != nil {
 		t.ExecutionRoleArn, t.ExecutionCredentialsID = cmp.Or(rc.RoleArn, t.ExecutionRoleArn), rc.CredentialsID
 	}
-	c.putCredentials(t.Arn, acs.RoleTypeTaskApplication, a.RoleCredentials)
-	c.putCredentials(t.Arn, acs.RoleTypeTaskExecution, a.ExecutionRoleCredentials)
+	c.putCredentials(t.Arn, acswire.RoleTypeTaskApplication, a.RoleCredentials)
+	c.putCredentials(t.Arn, acswire.RoleTypeTaskExecution, a.ExecutionRoleCredentials)
 	if err := c.eng.AddTask(ctx, t); err != nil {
 		return fmt.Errorf("accept task %s: %w", t.Arn, err)
 	}
@@ -408,7 +410,7 @@ func (c *ControlPlane) accept(ctx context.Context, a acs.Accepted) error {
 
 // putCredentials stores credentials that came with a task, if any. A role without keys (the embedded
 // control plane sends only the role) is left to the engine's role credentials provider.
-func (c *ControlPlane) putCredentials(taskArn, roleType string, creds *acs.IAMRoleCredentials) {
+func (c *ControlPlane) putCredentials(taskArn, roleType string, creds *acswire.IAMRoleCredentials) {
 	if creds == nil || creds.CredentialsID == "" && creds.AccessKeyID == "" {
 		return
 	}
@@ -457,12 +459,12 @@ const ReasonNotInManifest = "Task stopped by Amazon ECS: not in the instance's t
 // HandleTaskManifest returns the tasks the agent runs for the control plane that the manifest does
 // not list, or lists as STOPPED: the candidates to stop, which ACS is asked to confirm. Static tasks
 // are the host's own and never candidates.
-func (c *ControlPlane) HandleTaskManifest(_ context.Context, tasks []acs.TaskIdentifier) ([]acs.TaskIdentifier, error) {
+func (c *ControlPlane) HandleTaskManifest(_ context.Context, tasks []acswire.TaskIdentifier) ([]acswire.TaskIdentifier, error) {
 	listed := make(map[string]string, len(tasks))
 	for _, ti := range tasks {
 		listed[ti.TaskArn] = ti.DesiredStatus
 	}
-	var out []acs.TaskIdentifier
+	var out []acswire.TaskIdentifier
 	for _, t := range c.eng.Tasks() {
 		if t.Static || t.DesiredStatus == task.TaskStopped || t.KnownStatus == task.TaskStopped {
 			continue
@@ -470,14 +472,14 @@ func (c *ControlPlane) HandleTaskManifest(_ context.Context, tasks []acs.TaskIde
 		if desired, ok := listed[t.Arn]; ok && desired != "STOPPED" {
 			continue
 		}
-		out = append(out, acs.TaskIdentifier{TaskArn: t.Arn, DesiredStatus: "STOPPED"})
+		out = append(out, acswire.TaskIdentifier{TaskArn: t.Arn, DesiredStatus: "STOPPED"})
 	}
 	return out, nil
 }
 
 // HandleStopVerification stops the tasks ACS confirmed may be stopped; tasks the agent does not
 // hold (or holds as static tasks) are skipped.
-func (c *ControlPlane) HandleStopVerification(ctx context.Context, tasks []acs.TaskIdentifier) error {
+func (c *ControlPlane) HandleStopVerification(ctx context.Context, tasks []acswire.TaskIdentifier) error {
 	static := map[string]bool{}
 	for _, t := range c.eng.Tasks() {
 		static[t.Arn] = t.Static

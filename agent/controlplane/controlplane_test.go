@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acstranslate"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
@@ -23,8 +25,8 @@ import (
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
-	"github.com/berth-agent/berth/agent/tcs"
 	"github.com/berth-agent/berth/agent/tcs/tcstest"
+	"github.com/berth-agent/berth/agent/tcswire"
 )
 
 // fakeControl is the ECS API as the control plane calls it.
@@ -96,8 +98,8 @@ func (e *fakeEngine) AddTask(_ context.Context, t *task.Task) error {
 	return nil
 }
 
-func creds(id string, exp time.Time) *acs.IAMRoleCredentials {
-	return &acs.IAMRoleCredentials{CredentialsID: id, AccessKeyID: "AKID", SecretAccessKey: "secret", SessionToken: "tok",
+func creds(id string, exp time.Time) *acswire.IAMRoleCredentials {
+	return &acswire.IAMRoleCredentials{CredentialsID: id, AccessKeyID: "AKID", SecretAccessKey: "secret", SessionToken: "tok",
 		Expiration: exp.UTC().Format(time.RFC3339)}
 }
 
@@ -109,8 +111,8 @@ func TestHandlePayload(t *testing.T) {
 	cp := New(Config{Clock: clock}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
 	good := &task.Task{Arn: "arn:good", DesiredStatus: task.TaskRunning}
 	err := cp.HandlePayload(ctx, acs.Payload{MessageID: "m1", SeqNum: 9,
-		Tasks:    []acs.Accepted{{Task: good, RoleCredentials: creds("c-task", clock.Now().Add(time.Hour)), ExecutionRoleCredentials: creds("c-exec", clock.Now().Add(time.Hour))}},
-		Rejected: []acs.Rejected{{Arn: "arn:bad", Err: errors.New("containers[0].image: required")}, {Err: errors.New("null task")}}})
+		Tasks:    []acstranslate.Accepted{{Task: good, RoleCredentials: creds("c-task", clock.Now().Add(time.Hour)), ExecutionRoleCredentials: creds("c-exec", clock.Now().Add(time.Hour))}},
+		Rejected: []acstranslate.Rejected{{Arn: "arn:bad", Err: errors.New("containers[0].image: required")}, {Err: errors.New("null task")}}})
 	require.NoError(t, err)
 
 	assert.Len(t, eng.added, 1)
@@ -120,10 +122,10 @@ func TestHandlePayload(t *testing.T) {
 	assert.Equal(t, int64(9), cp.SeqNum())
 	got, ok := cp.Credentials().Get("c-task")
 	require.True(t, ok)
-	assert.Equal(t, acs.RoleTypeTaskApplication, got.RoleType)
+	assert.Equal(t, acswire.RoleTypeTaskApplication, got.RoleType)
 	got, ok = cp.Credentials().Get("c-exec")
 	require.True(t, ok)
-	assert.Equal(t, acs.RoleTypeTaskExecution, got.RoleType)
+	assert.Equal(t, acswire.RoleTypeTaskExecution, got.RoleType)
 
 	records, err := store.SentRecords(ctx)
 	require.NoError(t, err)
@@ -134,7 +136,7 @@ func TestHandlePayload(t *testing.T) {
 	assert.Equal(t, task.TaskStopped, records[0].Report.KnownStatus)
 
 	eng.refuse = "arn:refused"
-	err = cp.HandlePayload(ctx, acs.Payload{SeqNum: 10, Tasks: []acs.Accepted{{Task: &task.Task{Arn: "arn:refused"}}}})
+	err = cp.HandlePayload(ctx, acs.Payload{SeqNum: 10, Tasks: []acstranslate.Accepted{{Task: &task.Task{Arn: "arn:refused"}}}})
 	require.ErrorContains(t, err, "accept task arn:refused: disk full")
 	seq, err = store.SeqNum(ctx)
 	require.NoError(t, err)
@@ -152,7 +154,7 @@ func TestRejectedReportDeliveredAfterRestart(t *testing.T) {
 	dying, err := state.OpenBolt(path, time.Second)
 	require.NoError(t, err)
 	first := New(Config{}, &fakeControl{fakeECS: f}, &fakeEngine{}, dying, logger.Nop())
-	require.NoError(t, first.HandlePayload(ctx, acs.Payload{SeqNum: 1, Rejected: []acs.Rejected{{Arn: "arn:bad", Err: errors.New("bad")}}}))
+	require.NoError(t, first.HandlePayload(ctx, acs.Payload{SeqNum: 1, Rejected: []acstranslate.Rejected{{Arn: "arn:bad", Err: errors.New("bad")}}}))
 	require.NoError(t, dying.Close()) // the process dies: its reporter never ran, nothing else is written
 
 	f.setDown(false)
@@ -183,11 +185,11 @@ func TestRejectedReportDeliveredAfterRestart(t *testing.T) {
 func TestCredentialsStore(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	s := NewCredentialsStore(clock)
-	require.NoError(t, s.Put("arn:t1", acs.RoleTypeTaskApplication, *creds("a1", clock.Now().Add(time.Hour))))
-	require.NoError(t, s.Put("arn:t1", acs.RoleTypeTaskExecution, *creds("e1", clock.Now().Add(2*time.Hour))))
-	require.NoError(t, s.Put("arn:t2", acs.RoleTypeTaskApplication, *creds("b1", clock.Now().Add(time.Hour))))
+	require.NoError(t, s.Put("arn:t1", acswire.RoleTypeTaskApplication, *creds("a1", clock.Now().Add(time.Hour))))
+	require.NoError(t, s.Put("arn:t1", acswire.RoleTypeTaskExecution, *creds("e1", clock.Now().Add(2*time.Hour))))
+	require.NoError(t, s.Put("arn:t2", acswire.RoleTypeTaskApplication, *creds("b1", clock.Now().Add(time.Hour))))
 
-	require.NoError(t, s.Put("arn:t1", acs.RoleTypeTaskApplication, *creds("a2", clock.Now().Add(3*time.Hour))))
+	require.NoError(t, s.Put("arn:t1", acswire.RoleTypeTaskApplication, *creds("a2", clock.Now().Add(3*time.Hour))))
 	_, ok := s.Get("a1")
 	assert.False(t, ok, "a refresh replaces the task's earlier set of the same role")
 	_, ok = s.Get("a2")
@@ -217,10 +219,10 @@ func TestCredentialsStore(t *testing.T) {
 	_, err = s.ExecutionRoleCredentials(context.Background(), "e1")
 	assert.ErrorIs(t, err, ErrNoCredentials, "gone with the task")
 
-	err = s.Put("arn:t3", acs.RoleTypeTaskApplication, acs.IAMRoleCredentials{CredentialsID: "x", SecretAccessKey: "hush", Expiration: "tomorrow"})
+	err = s.Put("arn:t3", acswire.RoleTypeTaskApplication, acswire.IAMRoleCredentials{CredentialsID: "x", SecretAccessKey: "hush", Expiration: "tomorrow"})
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hush", "errors never carry a secret")
-	assert.Error(t, s.Put("arn:t3", acs.RoleTypeTaskApplication, acs.IAMRoleCredentials{}), "no ID")
+	assert.Error(t, s.Put("arn:t3", acswire.RoleTypeTaskApplication, acswire.IAMRoleCredentials{}), "no ID")
 	assert.Zero(t, s.Len())
 }
 
@@ -245,7 +247,7 @@ func TestThousandTasksLeaveNothingBehind(t *testing.T) {
 		arn := fmt.Sprintf("arn:aws:ecs:us-west-2:123456789012:task/c/%04d", i)
 		tk := newTask(arn)
 		tk.ENI = &task.ENI{AttachmentArn: "arn:att/" + arn, MAC: "0a:00:00:00:00:01"}
-		require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: int64(i), Tasks: []acs.Accepted{{Task: tk,
+		require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: int64(i), Tasks: []acstranslate.Accepted{{Task: tk,
 			RoleCredentials: creds("cred-"+arn, clock.Now().Add(time.Hour))}}}))
 		run := running(tk)
 		run.AWSVPC = &task.AWSVPC{}
@@ -284,7 +286,7 @@ func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
 	cp := New(Config{DisablePrivileged: true}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
 	priv := &task.Task{Arn: "arn:priv", Containers: []*task.Container{{Name: "root", Privileged: true}}}
 	plain := &task.Task{Arn: "arn:plain", Containers: []*task.Container{{Name: "app"}}}
-	require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: 1, Tasks: []acs.Accepted{{Task: priv}, {Task: plain}}}))
+	require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: 1, Tasks: []acstranslate.Accepted{{Task: priv}, {Task: plain}}}))
 	require.Len(t, eng.added, 1)
 	assert.Equal(t, "arn:plain", eng.added[0].Arn)
 	records, err := store.SentRecords(ctx)
@@ -314,13 +316,13 @@ func TestTaskManifest(t *testing.T) {
 		{Arn: "arn:stopped", DesiredStatus: task.TaskStopped, KnownStatus: task.TaskStopped},
 	}}
 	cp := New(Config{Clock: clockwork.NewFakeClock()}, &fakeControl{fakeECS: newFakeECS()}, eng, state.NewMemory(), logger.Nop())
-	candidates, err := cp.HandleTaskManifest(ctx, []acs.TaskIdentifier{
+	candidates, err := cp.HandleTaskManifest(ctx, []acswire.TaskIdentifier{
 		{TaskArn: "arn:listed", DesiredStatus: "RUNNING"}, {TaskArn: "arn:listed-stopped", DesiredStatus: "STOPPED"},
 		{TaskArn: "arn:not-here", DesiredStatus: "RUNNING"}})
 	require.NoError(t, err)
-	assert.Equal(t, []acs.TaskIdentifier{{TaskArn: "arn:unlisted", DesiredStatus: "STOPPED"}, {TaskArn: "arn:listed-stopped", DesiredStatus: "STOPPED"}}, candidates)
+	assert.Equal(t, []acswire.TaskIdentifier{{TaskArn: "arn:unlisted", DesiredStatus: "STOPPED"}, {TaskArn: "arn:listed-stopped", DesiredStatus: "STOPPED"}}, candidates)
 
-	require.NoError(t, cp.HandleStopVerification(ctx, []acs.TaskIdentifier{{TaskArn: "arn:unlisted"}, {TaskArn: "arn:static"}, {TaskArn: "arn:unknown"}}))
+	require.NoError(t, cp.HandleStopVerification(ctx, []acswire.TaskIdentifier{{TaskArn: "arn:unlisted"}, {TaskArn: "arn:static"}, {TaskArn: "arn:unknown"}}))
 	assert.Equal(t, map[string]string{"arn:unlisted": ReasonNotInManifest}, eng.stopped)
 }
 
@@ -343,11 +345,11 @@ func TestDrainInstanceWaitsForTheRegistration(t *testing.T) {
 // fakeTelemetry publishes one task's memory.
 type fakeTelemetry struct{}
 
-func (fakeTelemetry) Metrics(time.Time) []tcs.TaskMetric {
-	return []tcs.TaskMetric{{TaskArn: "arn:task", ContainerMetrics: []tcs.ContainerMetric{{ContainerName: "web", MemoryStatsSet: tcs.FloatStats(20)}}}}
+func (fakeTelemetry) Metrics(time.Time) []tcswire.TaskMetric {
+	return []tcswire.TaskMetric{{TaskArn: "arn:task", ContainerMetrics: []tcswire.ContainerMetric{{ContainerName: "web", MemoryStatsSet: tcswire.FloatStats(20)}}}}
 }
 
-func (fakeTelemetry) Health(time.Time) []tcs.TaskHealth { return nil }
+func (fakeTelemetry) Health(time.Time) []tcswire.TaskHealth { return nil }
 
 // TestConnectRunsTCS: once registered, the control plane publishes to the discovered telemetry
 // endpoint, signed with its credentials, beside ACS; metrics stay out when disabled.

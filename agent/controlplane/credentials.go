@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/jonboulle/clockwork"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/taskendpoint"
 )
@@ -17,8 +17,8 @@ import (
 // TaskCredentials are the credentials of one task role, as the control plane sent them.
 type TaskCredentials struct {
 	TaskArn     string
-	RoleType    string // acs.RoleTypeTaskApplication or acs.RoleTypeTaskExecution
-	Credentials acs.IAMRoleCredentials
+	RoleType    string // acswire.RoleTypeTaskApplication or acswire.RoleTypeTaskExecution
+	Credentials acswire.IAMRoleCredentials
 	Expiration  time.Time // zero when the control plane gave none
 }
 
@@ -45,7 +45,7 @@ func NewCredentialsStore(clock clockwork.Clock) *CredentialsStore {
 // Put stores a task role's credentials, replacing the task's earlier set of the same role type, and
 // drops every set that has expired. It fails, storing nothing, for credentials without an ID or with
 // an expiration that is not RFC 3339; the error never contains a secret.
-func (s *CredentialsStore) Put(taskArn, roleType string, c acs.IAMRoleCredentials) error {
+func (s *CredentialsStore) Put(taskArn, roleType string, c acswire.IAMRoleCredentials) error {
 	if c.CredentialsID == "" {
 		return fmt.Errorf("credentials of task %s (%s): no credentialsId", taskArn, roleType)
 	}
@@ -98,7 +98,7 @@ var ErrNoCredentials = errdefs.New(errdefs.ErrNotFound, "no such task role crede
 // Execution role credentials are the agent's own and are never served to containers.
 func (s *CredentialsStore) TaskCredentials(_ context.Context, id string) (taskendpoint.Credentials, error) {
 	tc, ok := s.Get(id)
-	if !ok || tc.RoleType != acs.RoleTypeTaskApplication {
+	if !ok || tc.RoleType != acswire.RoleTypeTaskApplication {
 		return taskendpoint.Credentials{}, ErrNoCredentials
 	}
 	c := tc.Credentials
@@ -111,7 +111,7 @@ func (s *CredentialsStore) TaskCredentials(_ context.Context, id string) (tasken
 // is unknown, expired, of a removed task or of a task role is ErrNoCredentials (errdefs.ErrNotFound).
 func (s *CredentialsStore) ExecutionRoleCredentials(_ context.Context, id string) (aws.Credentials, error) {
 	tc, ok := s.Get(id)
-	if !ok || tc.RoleType != acs.RoleTypeTaskExecution {
+	if !ok || tc.RoleType != acswire.RoleTypeTaskExecution {
 		return aws.Credentials{}, fmt.Errorf("execution role credentials %s: %w", shortID(id), ErrNoCredentials)
 	}
 	c := tc.Credentials

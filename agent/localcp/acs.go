@@ -1,14 +1,10 @@
 package localcp
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/http"
-	"reflect"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,9 +12,11 @@ import (
 	"github.com/gorilla/websocket"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acstranslate"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
+	"github.com/berth-agent/berth/agent/wire"
 )
 
 // writeTimeout bounds one websocket write.
@@ -32,206 +30,25 @@ const maxFrame = 1 << 20
 // the agent before it is closed; a ping goes with every heartbeat.
 const idleHeartbeats = 3
 
-// Every frame is an agent/acs message, encoded and decoded by acs.Encode and acs.Decode: the agent's
-// ACS client and this control plane share one definition of the wire format.
+// Every frame is an agent/acswire message, encoded and decoded by acswire.Encode and acswire.Decode:
+// the agent's ACS client and this control plane share one definition of the wire format.
 
-// acsTaskOf renders a stored task as ACS sends it, through taskdef's translation to the task model.
-func acsTaskOf(t *taskRecord, desired task.TaskStatus) (*acs.Task, error) {
+// acsTaskOf renders a stored task as ACS sends it, through taskdef's translation to the task model
+// and acstranslate's to the wire.
+func acsTaskOf(t *taskRecord, desired task.TaskStatus) (*acswire.Task, error) {
 	def, err := taskdef.Parse(t.Definition)
 	if err != nil {
 		return nil, fmt.Errorf("task %s: stored definition: %w", t.Arn, err)
 	}
 	def.Revision = t.Revision
-	m := def.NewTask(t.Arn)
-	out := &acs.Task{
-		Arn:                     t.Arn,
-		Family:                  m.Family,
-		Version:                 strconv.Itoa(t.Revision),
-		DesiredStatus:           taskStatusName(desired),
-		NetworkMode:             string(m.NetworkMode),
-		CPU:                     float64(m.CPU) / 1024,
-		Memory:                  int64(m.Memory),
-		Containers:              make([]*acs.Container, 0, len(m.Containers)),
-		LaunchType:              "EC2",
-		TaskDefinitionAccountID: accountID,
-		PidMode:                 m.PidMode,
-		IpcMode:                 m.IpcMode,
-	}
-	// The roles travel as ACS sends them, without keys: the agent gets them itself (sts:AssumeRole
-	// with the host's credentials) and names them with IDs of its own.
-	if m.RoleArn != "" {
-		out.RoleCredentials = &acs.IAMRoleCredentials{RoleArn: m.RoleArn}
-	}
-	if m.ExecutionRoleArn != "" {
-		out.ExecutionRoleCredentials = &acs.IAMRoleCredentials{RoleArn: m.ExecutionRoleArn}
-	}
-	for _, v := range m.Volumes {
-		out.Volumes = append(out.Volumes, acsVolumeOf(v))
-	}
-	for _, c := range m.Containers {
-		ac, err := acsContainerOf(c)
-		if err != nil {
-			return nil, fmt.Errorf("task %s: container %q: %w", t.Arn, c.Name, err)
-		}
-		out.Containers = append(out.Containers, ac)
-	}
-	return out, nil
-}
-
-func acsVolumeOf(v task.Volume) *acs.Volume {
-	if d := v.Docker; d != nil {
-		return &acs.Volume{Name: v.Name, Type: "docker", DockerVolumeConfiguration: &acs.DockerVolumeConfiguration{
-			Scope: d.Scope, Autoprovision: d.Autoprovision, Driver: d.Driver,
-			DriverOpts: maps.Clone(d.DriverOpts), Labels: maps.Clone(d.Labels),
-		}}
-	}
-	out := &acs.Volume{Name: v.Name, Type: "host", Host: &acs.HostVolume{}}
-	if v.Host != nil {
-		out.Host.SourcePath = v.Host.SourcePath
-	}
-	return out
-}
-
-func acsContainerOf(c *task.Container) (*acs.Container, error) {
-	out := &acs.Container{
-		Name:         c.Name,
-		Image:        c.Image,
-		CPU:          int64(c.CPU),
-		Memory:       int64(c.Memory),
-		Essential:    new(c.Essential), // sent either way: absent would mean true
-		EntryPoint:   slices.Clone(c.EntryPoint),
-		Command:      slices.Clone(c.Command),
-		Environment:  make(map[string]string, len(c.Environment)),
-		StartTimeout: int64(c.StartTimeout / time.Second),
-		StopTimeout:  int64(c.StopTimeout / time.Second),
-		Privileged:   c.Privileged,
-	}
-	if a := c.ECRAuth; a != nil && a.UseExecutionRole {
-		// As Amazon ECS sends it for a task with an executionRoleArn; the agent applies it to ECR images.
-		out.RegistryAuthentication = &acs.RegistryAuthentication{Type: "ecr", ECRAuthData: &acs.ECRAuthData{
-			UseExecutionRole: true, Region: a.Region, RegistryID: a.RegistryID, EndpointOverride: a.EndpointOverride}}
-	}
-	for _, kv := range c.Environment {
-		out.Environment[kv.Name] = kv.Value
-	}
-	for _, p := range c.PortMappings {
-		out.PortMappings = append(out.PortMappings, acs.PortMapping{ContainerPort: int64(p.ContainerPort), HostPort: int64(p.HostPort),
-			Protocol: p.Protocol, ContainerPortRange: p.ContainerPortRange})
-	}
-	for _, mp := range c.MountPoints {
-		out.MountPoints = append(out.MountPoints, acs.MountPoint{SourceVolume: mp.SourceVolume, ContainerPath: mp.ContainerPath, ReadOnly: mp.ReadOnly})
-	}
-	for _, vf := range c.VolumesFrom {
-		out.VolumesFrom = append(out.VolumesFrom, acs.VolumeFrom{SourceContainer: vf.SourceContainer, ReadOnly: vf.ReadOnly})
-	}
-	for _, d := range c.DependsOn {
-		out.DependsOn = append(out.DependsOn, acs.ContainerDependency{ContainerName: d.ContainerName, Condition: string(d.Condition)})
-	}
-	if rc := c.RepositoryCredentials; rc != nil {
-		out.RegistryAuthentication = &acs.RegistryAuthentication{Type: "asm", ASMAuthData: &acs.ASMAuthData{CredentialsParameter: rc.CredentialsParameter}}
-	}
-	if c.LogsAuthExecutionRole {
-		out.LogsAuthStrategy = "ExecutionRole"
-	}
-	out.Links = slices.Clone(c.Links)
-	for _, sec := range c.Secrets {
-		out.Secrets = append(out.Secrets, acs.Secret{Name: sec.Name, ValueFrom: sec.ValueFrom, Type: "ENVIRONMENT_VARIABLE", Target: "CONTAINER", Provider: secretProvider(sec.ValueFrom)})
-	}
-	if lc := c.LogConfiguration; lc != nil {
-		for _, sec := range lc.SecretOptions {
-			out.Secrets = append(out.Secrets, acs.Secret{Name: sec.Name, ValueFrom: sec.ValueFrom, Type: "ENVIRONMENT_VARIABLE", Target: "LOG_DRIVER", Provider: secretProvider(sec.ValueFrom)})
-		}
-	}
-	for _, f := range c.EnvironmentFiles {
-		out.EnvironmentFiles = append(out.EnvironmentFiles, acs.EnvironmentFile(f))
-	}
-	if rp := c.RestartPolicy; rp != nil {
-		out.RestartPolicy = &acs.RestartPolicy{Enabled: rp.Enabled, RestartAttemptPeriod: new(int64(rp.AttemptPeriod / time.Second))}
-		for _, code := range rp.IgnoredExitCodes {
-			out.RestartPolicy.IgnoredExitCodes = append(out.RestartPolicy.IgnoredExitCodes, int64(code))
-		}
-	}
-	cfg := acs.DockerContainerConfig{Labels: maps.Clone(c.DockerLabels), User: c.User, WorkingDir: c.WorkingDirectory,
-		Hostname: c.Hostname, Tty: c.PseudoTerminal, OpenStdin: c.Interactive, NetworkDisabled: c.DisableNetworking}
-	if hc := c.HealthCheck; hc != nil {
-		out.HealthCheckType = "docker"
-		cfg.Healthcheck = &acs.DockerHealthcheck{Test: slices.Clone(hc.Command), Interval: int64(hc.Interval), Timeout: int64(hc.Timeout), StartPeriod: int64(hc.StartPeriod), Retries: hc.Retries}
-	}
-	host := acs.DockerHostConfig{
-		Privileged:        c.Privileged,
-		ReadonlyRootfs:    c.ReadonlyRootFilesystem,
-		MemoryReservation: int64(c.MemoryReservation) << 20,
-		DNS:               slices.Clone(c.DNSServers),
-		DNSSearch:         slices.Clone(c.DNSSearchDomains),
-		SecurityOpt:       slices.Clone(c.DockerSecurityOptions),
-	}
-	for _, h := range c.ExtraHosts {
-		host.ExtraHosts = append(host.ExtraHosts, h.Hostname+":"+h.IPAddress)
-	}
-	if len(c.SystemControls) > 0 {
-		host.Sysctls = make(map[string]string, len(c.SystemControls))
-		for _, sc := range c.SystemControls {
-			host.Sysctls[sc.Namespace] = sc.Value
-		}
-	}
-	if c.InitProcessEnabled {
-		out.LinuxParameters = &acs.LinuxParameters{InitProcessEnabled: new(true)}
-	}
-	if l := c.Linux; l != nil {
-		// As ACS sends them: capabilities, devices and shared memory as fields, the rest as Docker's.
-		if out.LinuxParameters == nil {
-			out.LinuxParameters = &acs.LinuxParameters{}
-		}
-		lp := out.LinuxParameters
-		if len(l.CapAdd)+len(l.CapDrop) > 0 {
-			lp.Capabilities = &acs.KernelCapabilities{Add: slices.Clone(l.CapAdd), Drop: slices.Clone(l.CapDrop)}
-		}
-		for _, d := range l.Devices {
-			lp.Devices = append(lp.Devices, acs.Device{HostPath: d.HostPath, ContainerPath: d.ContainerPath, Permissions: slices.Clone(d.Permissions)})
-		}
-		if l.SharedMemorySize > 0 {
-			lp.SharedMemorySize = new(int64(l.SharedMemorySize))
-		}
-		if len(l.Tmpfs) > 0 {
-			host.Tmpfs = make(map[string]string, len(l.Tmpfs))
-			for _, t := range l.Tmpfs {
-				host.Tmpfs[t.ContainerPath] = t.DockerOptions()
-			}
-		}
-		if l.MaxSwap != nil {
-			host.MemorySwap = int64(c.Memory+*l.MaxSwap) << 20
-		}
-		if l.Swappiness != nil {
-			host.MemorySwappiness = new(int64(*l.Swappiness))
-		}
-		if reflect.ValueOf(*lp).IsZero() {
-			out.LinuxParameters = nil
-		}
-	}
-	for _, u := range c.Ulimits {
-		host.Ulimits = append(host.Ulimits, acs.DockerUlimit{Name: u.Name, Soft: u.SoftLimit, Hard: u.HardLimit})
-	}
-	if lc := c.LogConfiguration; lc != nil {
-		host.LogConfig = &acs.DockerLogConfig{Type: lc.LogDriver, Config: maps.Clone(lc.Options)}
-	}
-	cb, err := json.Marshal(cfg)
+	out, err := acstranslate.WireTask(def.NewTask(t.Arn))
 	if err != nil {
-		return nil, fmt.Errorf("encode docker config: %w", err)
+		return nil, fmt.Errorf("task %s: %w", t.Arn, err)
 	}
-	hb, err := json.Marshal(host)
-	if err != nil {
-		return nil, fmt.Errorf("encode docker host config: %w", err)
-	}
-	out.DockerConfig = &acs.DockerConfig{Config: string(cb), HostConfig: string(hb)}
+	out.DesiredStatus = taskStatusName(desired)
+	out.LaunchType = "EC2"
+	out.TaskDefinitionAccountID = accountID
 	return out, nil
-}
-
-// secretProvider says which service holds a secret, as Amazon ECS decides it from valueFrom.
-func secretProvider(valueFrom string) string {
-	if strings.HasPrefix(valueFrom, "arn:") && strings.Contains(valueFrom, ":secretsmanager:") {
-		return "asm"
-	}
-	return "ssm"
 }
 
 // acsConn is one agent's ACS websocket. Only its handler goroutine writes to ws.
@@ -311,7 +128,7 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 		messages:    map[string][]sentState{},
 	}
 	if !known {
-		_ = c.write(&acs.InvalidInstanceException{Message: "unknown container instance " + instanceArn + "; register it first"})
+		_ = c.write(&acswire.InvalidInstanceException{Message: "unknown container instance " + instanceArn + "; register it first"})
 		c.close()
 		return
 	}
@@ -370,7 +187,7 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case <-heartbeat.Chan():
-			if err := c.write(&acs.HeartbeatMessage{MessageID: newUUID(), Healthy: true}); err != nil {
+			if err := c.write(&acswire.HeartbeatMessage{MessageID: newUUID(), Healthy: true}); err != nil {
 				s.log.Debug("ACS heartbeat failed", "container_instance", instanceArn, "error", err)
 				return
 			}
@@ -383,8 +200,8 @@ func (s *Server) serveACS(w http.ResponseWriter, r *http.Request) {
 }
 
 // write sends one frame.
-func (c *acsConn) write(m acs.Message) error {
-	frame, err := acs.Encode(m)
+func (c *acsConn) write(m acswire.Message) error {
+	frame, err := acswire.Encode(m)
 	if err != nil {
 		return err
 	}
@@ -410,8 +227,8 @@ func (s *Server) readACS(c *acsConn) {
 			return
 		}
 		_ = c.ws.SetReadDeadline(time.Now().Add(idle))
-		m, err := acs.Decode(data)
-		if unknown := (*acs.UnknownTypeError)(nil); errors.As(err, &unknown) {
+		m, err := acswire.Decode(data)
+		if unknown := (*wire.UnknownTypeError)(nil); errors.As(err, &unknown) {
 			s.log.Debug("ACS frame ignored", "container_instance", c.instanceArn, "type", unknown.Type)
 			continue
 		}
@@ -420,11 +237,11 @@ func (s *Server) readACS(c *acsConn) {
 			continue
 		}
 		switch m := m.(type) {
-		case *acs.AckRequest:
+		case *acswire.AckRequest:
 			if err := s.acked(c, m.MessageID); err != nil {
 				s.log.Error("recording ACS ack failed", "container_instance", c.instanceArn, "message_id", m.MessageID, "error", err)
 			}
-		case *acs.HeartbeatAckRequest, *acs.IAMRoleCredentialsAckRequest:
+		case *acswire.HeartbeatAckRequest, *acswire.IAMRoleCredentialsAckRequest:
 			// Nothing to do: any frame shows the agent is alive.
 		default:
 			s.log.Debug("ACS frame ignored", "container_instance", c.instanceArn, "type", m.MessageType())
@@ -436,7 +253,7 @@ func (s *Server) readACS(c *acsConn) {
 // has neither acknowledged nor been sent on this connection.
 func (s *Server) deliver(c *acsConn) error {
 	var (
-		msg  acs.PayloadMessage
+		msg  acswire.PayloadMessage
 		sent []sentState
 	)
 	c.mu.Lock()

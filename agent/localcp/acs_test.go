@@ -14,7 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acstranslate"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/task"
 )
@@ -63,26 +64,26 @@ func (c *acsClient) readRaw() []byte {
 }
 
 // read returns the next frame as the agent's ACS client decodes it.
-func (c *acsClient) read() acs.Message {
+func (c *acsClient) read() acswire.Message {
 	c.t.Helper()
 	b := c.readRaw()
-	m, err := acs.Decode(b)
+	m, err := acswire.Decode(b)
 	require.NoError(c.t, err, "%s", b)
 	return m
 }
 
-func (c *acsClient) payload() *acs.PayloadMessage {
+func (c *acsClient) payload() *acswire.PayloadMessage {
 	c.t.Helper()
 	m := c.read()
-	p, ok := m.(*acs.PayloadMessage)
+	p, ok := m.(*acswire.PayloadMessage)
 	require.True(c.t, ok, "want a PayloadMessage, got %T", m)
 	return p
 }
 
 // send writes a frame as the agent's ACS client encodes it.
-func (c *acsClient) send(m acs.Message) {
+func (c *acsClient) send(m acswire.Message) {
 	c.t.Helper()
-	b, err := acs.Encode(m)
+	b, err := acswire.Encode(m)
 	require.NoError(c.t, err)
 	c.sendRaw(string(b))
 }
@@ -93,9 +94,9 @@ func (c *acsClient) sendRaw(frame string) {
 	require.NoError(c.t, c.ws.WriteMessage(websocket.TextMessage, []byte(frame)))
 }
 
-func (c *acsClient) ack(p *acs.PayloadMessage) {
+func (c *acsClient) ack(p *acswire.PayloadMessage) {
 	c.t.Helper()
-	c.send(&acs.AckRequest{Cluster: p.ClusterArn, ContainerInstance: p.ContainerInstanceArn, MessageID: p.MessageID})
+	c.send(&acswire.AckRequest{Cluster: p.ClusterArn, ContainerInstance: p.ContainerInstanceArn, MessageID: p.MessageID})
 }
 
 // waitAcked waits until the control plane has recorded the agent's ack of a task's desired status:
@@ -138,9 +139,9 @@ func TestACS(t *testing.T) {
 	c0, c1 := web.Containers[0], web.Containers[1]
 	assert.Equal(t, "web", c0.Name)
 	assert.Equal(t, map[string]string{"TESTAPP_NAME": "berth-example"}, c0.Environment)
-	assert.Equal(t, []acs.PortMapping{{ContainerPort: 8080, HostPort: 8080, Protocol: "tcp"}}, c0.PortMappings)
+	assert.Equal(t, []acswire.PortMapping{{ContainerPort: 8080, HostPort: 8080, Protocol: "tcp"}}, c0.PortMappings)
 	assert.Equal(t, "docker", c0.HealthCheckType)
-	var cfg acs.DockerContainerConfig
+	var cfg acstranslate.DockerContainerConfig
 	require.NoError(t, json.Unmarshal([]byte(c0.DockerConfig.Config), &cfg))
 	require.NotNil(t, cfg.Healthcheck)
 	assert.Equal(t, []string{"CMD", "/testapp", "health", "-url", "http://127.0.0.1:8080/health"}, cfg.Healthcheck.Test)
@@ -149,7 +150,7 @@ func TestACS(t *testing.T) {
 	assert.Equal(t, 3, cfg.Healthcheck.Retries)
 	require.NotNil(t, c1.Essential)
 	assert.False(t, *c1.Essential)
-	assert.Equal(t, []acs.ContainerDependency{{ContainerName: "web", Condition: "HEALTHY"}}, c1.DependsOn)
+	assert.Equal(t, []acswire.ContainerDependency{{ContainerName: "web", Condition: "HEALTHY"}}, c1.DependsOn)
 	assert.Equal(t, []string{"sleep"}, c1.Command)
 
 	// Connected now: DescribeContainerInstances says so.
@@ -176,11 +177,11 @@ func TestACS(t *testing.T) {
 
 	// Heartbeats come every interval of the clock and are acked.
 	h.heartbeatDue()
-	hb, ok := agent.read().(*acs.HeartbeatMessage)
+	hb, ok := agent.read().(*acswire.HeartbeatMessage)
 	require.True(t, ok, "want a HeartbeatMessage")
 	assert.True(t, hb.Healthy)
 	assert.NotEmpty(t, hb.MessageID)
-	agent.send(&acs.HeartbeatAckRequest{MessageID: hb.MessageID})
+	agent.send(&acswire.HeartbeatAckRequest{MessageID: hb.MessageID})
 
 	// StopTask sends the new desired status.
 	h.ok("StopTask", mustJSON(map[string]any{"task": before, "reason": "test"}))
@@ -227,7 +228,7 @@ func TestACSUnknownInstance(t *testing.T) {
 	ts := httptest.NewServer(h.srv.Handler())
 	t.Cleanup(ts.Close)
 	agent := dialACS(t, ts, "arn:aws:ecs:local:000000000000:container-instance/default/nope")
-	m, ok := agent.read().(*acs.InvalidInstanceException)
+	m, ok := agent.read().(*acswire.InvalidInstanceException)
 	require.True(t, ok, "want an InvalidInstanceException")
 	assert.Contains(t, m.Message, "register it first")
 }

@@ -6,13 +6,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acstranslate"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
 
-// TestPayloadRoundTrip is the contract between this package and agent/acs: a task definition sent in
-// a PayloadMessage and decoded by the agent's ACS client gives the same task as the definition itself.
+// TestPayloadRoundTrip is the contract between this package and agent/acstranslate: a task definition
+// sent in a PayloadMessage and decoded as the agent's ACS client does gives the same task as the
+// definition itself.
 func TestPayloadRoundTrip(t *testing.T) {
 	for name, body := range map[string]string{"web": webRequest(t), "full": goldenFullDef, "sleep": sleepDef} {
 		t.Run(name, func(t *testing.T) {
@@ -25,14 +27,14 @@ func TestPayloadRoundTrip(t *testing.T) {
 
 			sent, err := acsTaskOf(rec, task.TaskRunning)
 			require.NoError(t, err)
-			wire, err := acs.Encode(&acs.PayloadMessage{MessageID: "m", SeqNum: 1, Tasks: []*acs.Task{sent}})
+			wire, err := acswire.Encode(&acswire.PayloadMessage{MessageID: "m", SeqNum: 1, Tasks: []*acswire.Task{sent}})
 			require.NoError(t, err)
-			m, err := acs.Decode(wire)
+			m, err := acswire.Decode(wire)
 			require.NoError(t, err)
-			got, ok := m.(*acs.PayloadMessage)
+			got, ok := m.(*acswire.PayloadMessage)
 			require.True(t, ok, "want a PayloadMessage, got %T", m)
 			require.Len(t, got.Tasks, 1)
-			back, err := acs.Definition(got.Tasks[0])
+			back, err := acstranslate.Definition(got.Tasks[0])
 			require.NoError(t, err)
 			require.NoError(t, back.Validate())
 
@@ -41,7 +43,7 @@ func TestPayloadRoundTrip(t *testing.T) {
 			for _, desired := range []task.TaskStatus{task.TaskRunning, task.TaskStopped} {
 				sent, err := acsTaskOf(rec, desired)
 				require.NoError(t, err)
-				accepted, err := acs.TranslateTask(sent)
+				accepted, err := acstranslate.TranslateTask(sent)
 				require.NoError(t, err)
 				assert.Equal(t, desired, accepted.Task.DesiredStatus)
 			}
@@ -63,11 +65,11 @@ func TestPayloadExecutionRolePulls(t *testing.T) {
 	sent, err := acsTaskOf(&taskRecord{Arn: "arn:aws:ecs:local:000000000000:task/default/0456", Revision: 1, Definition: canon}, task.TaskRunning)
 	require.NoError(t, err)
 	require.NotNil(t, sent.ExecutionRoleCredentials)
-	assert.Equal(t, acs.IAMRoleCredentials{RoleArn: role}, *sent.ExecutionRoleCredentials)
+	assert.Equal(t, acswire.IAMRoleCredentials{RoleArn: role}, *sent.ExecutionRoleCredentials)
 	for _, c := range sent.Containers {
-		assert.Equal(t, &acs.RegistryAuthentication{Type: "ecr", ECRAuthData: &acs.ECRAuthData{UseExecutionRole: true}}, c.RegistryAuthentication, c.Name)
+		assert.Equal(t, &acswire.RegistryAuthentication{Type: "ecr", ECRAuthData: &acswire.ECRAuthData{UseExecutionRole: true}}, c.RegistryAuthentication, c.Name)
 	}
-	accepted, err := acs.TranslateTask(sent)
+	accepted, err := acstranslate.TranslateTask(sent)
 	require.NoError(t, err)
 	want := def.NewTask(sent.Arn)
 	for i, c := range accepted.Task.Containers {

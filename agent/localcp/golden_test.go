@@ -12,13 +12,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 )
 
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/*.golden from the current code")
 
 // goldenFullDef sets every field of a task definition that reaches the ACS payload; the golden frames
-// and the payload round trip with agent/acs both use it.
+// and the payload round trip with agent/acstranslate both use it.
 const goldenFullDef = `{"family":"full","networkMode":"bridge","cpu":"512","memory":"1 GB","pidMode":"task","ipcMode":"host",
 	"executionRoleArn":"arn:aws:iam::012345678901:role/exec",
 	"volumes":[{"name":"scratch"},{"name":"data","host":{"sourcePath":"/srv/data"}},
@@ -87,11 +87,11 @@ func TestACSWireGolden(t *testing.T) {
 	h.heartbeatDue()
 	frames = append(frames, string(agent.readRaw()))
 
-	// Every frame is what agent/acs makes of its own reading of it: one wire vocabulary.
+	// Every frame is what agent/acswire makes of its own reading of it: one wire vocabulary.
 	for _, f := range frames {
-		m, err := acs.Decode([]byte(f))
+		m, err := acswire.Decode([]byte(f))
 		require.NoError(t, err, "%s", f)
-		again, err := acs.Encode(m)
+		again, err := acswire.Encode(m)
 		require.NoError(t, err)
 		assert.Equal(t, f, string(again))
 	}

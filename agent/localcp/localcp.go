@@ -32,7 +32,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/logger"
-	"github.com/berth-agent/berth/agent/tcs"
+	"github.com/berth-agent/berth/agent/tcswire"
 )
 
 // DefaultHeartbeatInterval is how often an ACS HeartbeatMessage is sent when Config leaves it zero.
@@ -80,7 +80,7 @@ type Server struct {
 	tcsConns map[*tcsConn]struct{}
 
 	tcsMu   sync.Mutex
-	metrics map[string][]tcs.TaskMetric // the last metrics batch by container instance ARN
+	metrics map[string][]tcswire.TaskMetric // the last metrics batch by container instance ARN
 }
 
 // New opens (or creates) the state file and returns a Server ready to serve; the default cluster
@@ -103,7 +103,7 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 		closing:   make(chan struct{}),
 		conns:     make(map[string]*acsConn),
 		tcsConns:  make(map[*tcsConn]struct{}),
-		metrics:   make(map[string][]tcs.TaskMetric),
+		metrics:   make(map[string][]tcswire.TaskMetric),
 	}
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()

@@ -10,7 +10,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/berth-agent/berth/agent/localauth"
-	"github.com/berth-agent/berth/agent/tcs"
+	"github.com/berth-agent/berth/agent/tcswire"
 )
 
 // tcsPath is where DiscoverPollEndpoint's telemetryEndpoint points; the agent's TCS client connects
@@ -27,8 +27,8 @@ type tcsConn struct {
 
 func (c *tcsConn) close() { c.closeOnce.Do(func() { _ = c.ws.Close() }) }
 
-func (c *tcsConn) write(m tcs.Message) error {
-	data, err := tcs.Encode(m)
+func (c *tcsConn) write(m tcswire.Message) error {
+	data, err := tcswire.Encode(m)
 	if err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func (c *tcsConn) write(m tcs.Message) error {
 
 // LastMetrics returns the task metrics of the last complete PublishMetricsRequest batch the agent of
 // instanceArn sent over TCS (nil when none, or when it was idle).
-func (s *Server) LastMetrics(instanceArn string) []tcs.TaskMetric {
+func (s *Server) LastMetrics(instanceArn string) []tcswire.TaskMetric {
 	s.tcsMu.Lock()
 	defer s.tcsMu.Unlock()
 	return s.metrics[instanceArn]
@@ -100,7 +100,7 @@ func (s *Server) serveTCS(w http.ResponseWriter, r *http.Request) {
 		case <-s.closing:
 			return
 		case <-heartbeat.Chan():
-			if err := c.write(&tcs.HeartbeatMessage{Healthy: true}); err != nil {
+			if err := c.write(&tcswire.HeartbeatMessage{Healthy: true}); err != nil {
 				return
 			}
 			c.wmu.Lock()
@@ -117,7 +117,7 @@ func (s *Server) serveTCS(w http.ResponseWriter, r *http.Request) {
 // control plane's keys, which closes it.
 func (s *Server) readTCS(c *tcsConn, host string) {
 	idle := idleHeartbeats * s.heartbeat
-	open := map[string][]tcs.TaskMetric{} // metrics batches by message ID, until their fin
+	open := map[string][]tcswire.TaskMetric{} // metrics batches by message ID, until their fin
 	for {
 		_, data, err := c.ws.ReadMessage()
 		if err != nil {
@@ -127,24 +127,24 @@ func (s *Server) readTCS(c *tcsConn, host string) {
 			return
 		}
 		_ = c.ws.SetReadDeadline(time.Now().Add(idle))
-		header, body, err := tcs.ParseFrame(data)
+		header, body, err := tcswire.ParseFrame(data)
 		if err != nil {
 			s.log.Warn("TCS frame unreadable; connection closed", "container_instance", c.instanceArn, "error", err)
 			return
 		}
 		if aerr := s.verifyFrame(header, body, host); aerr != nil {
 			s.log.Warn("TCS frame not signed with the control plane's keys; connection closed", "container_instance", c.instanceArn,
-				"access_key_id", tcs.AccessKeyID(header.Get("Authorization")), "type", aerr.Type)
+				"access_key_id", tcswire.AccessKeyID(header.Get("Authorization")), "type", aerr.Type)
 			return
 		}
-		m, err := tcs.Decode(body)
+		m, err := tcswire.Decode(body)
 		if err != nil {
 			s.log.Debug("TCS frame ignored", "container_instance", c.instanceArn, "error", err)
 			continue
 		}
-		var ack tcs.Message
+		var ack tcswire.Message
 		switch m := m.(type) {
-		case *tcs.PublishMetricsRequest:
+		case *tcswire.PublishMetricsRequest:
 			id := m.Metadata.MessageID
 			open[id] = append(open[id], m.TaskMetrics...)
 			if m.Metadata.Fin {
@@ -153,11 +153,11 @@ func (s *Server) readTCS(c *tcsConn, host string) {
 				s.tcsMu.Unlock()
 				delete(open, id)
 			}
-			ack = &tcs.AckPublishMetric{}
-		case *tcs.PublishHealthRequest:
-			ack = &tcs.AckPublishHealth{}
-		case *tcs.PublishInstanceStatusRequest:
-			ack = &tcs.AckPublishInstanceStatus{}
+			ack = &tcswire.AckPublishMetric{}
+		case *tcswire.PublishHealthRequest:
+			ack = &tcswire.AckPublishHealth{}
+		case *tcswire.PublishInstanceStatusRequest:
+			ack = &tcswire.AckPublishInstanceStatus{}
 		default:
 			s.log.Debug("TCS frame ignored", "container_instance", c.instanceArn, "type", m.MessageType())
 			continue

@@ -16,16 +16,17 @@ import (
 
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/tcs"
+	"github.com/berth-agent/berth/agent/tcswire"
 )
 
 // oneTask is a telemetry source with one task's memory.
 type oneTask struct{}
 
-func (oneTask) Metrics(time.Time) []tcs.TaskMetric {
-	return []tcs.TaskMetric{{TaskArn: "arn:task", ContainerMetrics: []tcs.ContainerMetric{{ContainerName: "web", MemoryStatsSet: tcs.FloatStats(20)}}}}
+func (oneTask) Metrics(time.Time) []tcswire.TaskMetric {
+	return []tcswire.TaskMetric{{TaskArn: "arn:task", ContainerMetrics: []tcswire.ContainerMetric{{ContainerName: "web", MemoryStatsSet: tcswire.FloatStats(20)}}}}
 }
 
-func (oneTask) Health(time.Time) []tcs.TaskHealth { return nil }
+func (oneTask) Health(time.Time) []tcswire.TaskHealth { return nil }
 
 // TestTCSAcksTheAgent: the agent's TCS client, signing with the control plane's keys, gets every
 // publish acknowledged (so none is pending), and the control plane keeps its last metrics.
@@ -86,7 +87,7 @@ func TestTCSRefusesStrangers(t *testing.T) {
 		require.NoError(t, err)
 		_ = resp.Body.Close()
 		defer ws.Close()
-		body, err := tcs.Encode(&tcs.PublishInstanceStatusRequest{Metadata: tcs.InstanceStatusMetadata{Cluster: "default", ContainerInstance: ci}})
+		body, err := tcswire.Encode(&tcswire.PublishInstanceStatusRequest{Metadata: tcswire.InstanceStatusMetadata{Cluster: "default", ContainerInstance: ci}})
 		require.NoError(t, err)
 		req, err := http.NewRequest(http.MethodPost, ts.URL+tcsPath, nil)
 		require.NoError(t, err)
@@ -100,9 +101,9 @@ func TestTCSRefusesStrangers(t *testing.T) {
 			if err != nil {
 				break // closed, as wanted
 			}
-			m, derr := tcs.Decode(data)
+			m, derr := tcswire.Decode(data)
 			require.NoError(t, derr)
-			_, hb := m.(*tcs.HeartbeatMessage)
+			_, hb := m.(*tcswire.HeartbeatMessage)
 			require.True(t, hb, "a stranger's frame got %s", m.MessageType())
 		}
 	})

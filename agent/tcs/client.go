@@ -2,8 +2,7 @@
 // websocket over which the agent publishes, every PublishInterval, its tasks' container metrics
 // (PublishMetricsRequest), their container health (PublishHealthRequest) and the instance's status
 // (PublishInstanceStatusRequest). Every frame the client sends is itself a signed request (see
-// frame.go). The package also defines the frames, and the stats sets the metrics are made of
-// (stats.go).
+// frame.go). The frames, and the stats sets the metrics are made of, are agent/tcswire's.
 //
 // A session, from connect to disconnect:
 //
@@ -49,6 +48,8 @@ import (
 
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/tcswire"
+	"github.com/berth-agent/berth/agent/wire"
 	"github.com/berth-agent/berth/agent/wsclient"
 )
 
@@ -56,17 +57,17 @@ import (
 // Calls come from one goroutine at a time.
 type Source interface {
 	// Metrics returns each running task's container metrics for the interval ending at now, and
-	// starts the next interval (see Window.Take). No task means the instance is idle.
-	Metrics(now time.Time) []TaskMetric
+	// starts the next interval (see tcswire.Window.Take). No task means the instance is idle.
+	Metrics(now time.Time) []tcswire.TaskMetric
 	// Health returns the health of each task's containers that have a health check; tasks without
 	// one are left out.
-	Health(now time.Time) []TaskHealth
+	Health(now time.Time) []tcswire.TaskHealth
 }
 
 // InstanceStatusSource is implemented by a Source that knows the instance's statuses. Without it the
 // client reports a ContainerRuntime status OK since the client was made.
 type InstanceStatusSource interface {
-	InstanceStatuses(now time.Time) []InstanceStatus
+	InstanceStatuses(now time.Time) []tcswire.InstanceStatus
 }
 
 // Defaults applied by New to zero Config fields, and the ECS agent's batch size.
@@ -141,7 +142,7 @@ type Client struct {
 // batch is one snapshot to publish; build makes its messages under a message ID.
 type batch struct {
 	kind   string // the ack type that answers each of its messages
-	build  func(id string) []Message
+	build  func(id string) []tcswire.Message
 	events int // tasks in the snapshot, for the log
 }
 
@@ -279,8 +280,8 @@ type session struct {
 // heartbeats only count as life; CloseMessage and StopTelemetrySessionMessage end the session.
 func (s *session) dispatch(data []byte, answers chan<- string) error {
 	log := s.c.log
-	m, err := Decode(data)
-	var unknown *UnknownTypeError
+	m, err := tcswire.Decode(data)
+	var unknown *wire.UnknownTypeError
 	switch {
 	case errors.As(err, &unknown):
 		log.Warn("skipping TCS frame of unknown type", "type", unknown.Type, "bytes", len(data))
@@ -291,15 +292,15 @@ func (s *session) dispatch(data []byte, answers chan<- string) error {
 	}
 	answer := m.MessageType()
 	switch m := m.(type) {
-	case *HeartbeatMessage:
+	case *tcswire.HeartbeatMessage:
 		log.Debug("TCS heartbeat", "healthy", m.Healthy)
 		return nil
-	case *AckPublishMetric, *AckPublishHealth, *AckPublishInstanceStatus:
-	case *CloseMessage:
+	case *tcswire.AckPublishMetric, *tcswire.AckPublishHealth, *tcswire.AckPublishInstanceStatus:
+	case *wire.CloseMessage:
 		return fmt.Errorf("TCS closed the session: %s", m.Message)
-	case *StopTelemetrySessionMessage:
+	case *tcswire.StopTelemetrySessionMessage:
 		return fmt.Errorf("TCS stopped the session: %s", m.Message)
-	case *BadRequestException, *ResourceValidationException, *InvalidParameterException, *ServerException:
+	case *wire.BadRequestException, *tcswire.ResourceValidationException, *tcswire.InvalidParameterException, *wire.ServerException:
 		log.Warn("TCS rejected a message", "type", m.MessageType(), "message", exceptionText(m))
 		answer = answerException
 	default:
@@ -317,15 +318,15 @@ func (s *session) dispatch(data []byte, answers chan<- string) error {
 // answerException is the answer an exception frame gives to the message in flight.
 const answerException = "exception"
 
-func exceptionText(m Message) string {
+func exceptionText(m tcswire.Message) string {
 	switch m := m.(type) {
-	case *BadRequestException:
+	case *wire.BadRequestException:
 		return m.Message
-	case *ResourceValidationException:
+	case *tcswire.ResourceValidationException:
 		return m.Message
-	case *InvalidParameterException:
+	case *tcswire.InvalidParameterException:
 		return m.Message
-	case *ServerException:
+	case *wire.ServerException:
 		return m.Message
 	}
 	return ""
@@ -400,8 +401,8 @@ func (s *session) await(ctx context.Context, answers <-chan string, kind string,
 }
 
 // write signs m and sends it as one text frame.
-func (s *session) write(ctx context.Context, m Message) error {
-	body, err := Encode(m)
+func (s *session) write(ctx context.Context, m tcswire.Message) error {
+	body, err := tcswire.Encode(m)
 	if err != nil {
 		return err
 	}
@@ -432,18 +433,18 @@ func (c *Client) round(now time.Time) []*batch {
 
 func (c *Client) metricsBatch(now time.Time) *batch {
 	tasks := c.cfg.Source.Metrics(now)
-	ts := At(now)
-	return &batch{kind: TypeAckPublishMetric, events: len(tasks), build: func(id string) []Message {
-		md := MetricsMetadata{Cluster: c.cfg.Cluster, ContainerInstance: c.cfg.ContainerInstanceArn, MessageID: id}
+	ts := tcswire.At(now)
+	return &batch{kind: tcswire.TypeAckPublishMetric, events: len(tasks), build: func(id string) []tcswire.Message {
+		md := tcswire.MetricsMetadata{Cluster: c.cfg.Cluster, ContainerInstance: c.cfg.ContainerInstanceArn, MessageID: id}
 		if len(tasks) == 0 {
 			md.Idle, md.Fin = true, true
-			return []Message{&PublishMetricsRequest{Metadata: md, Timestamp: ts}}
+			return []tcswire.Message{&tcswire.PublishMetricsRequest{Metadata: md, Timestamp: ts}}
 		}
-		var msgs []Message
+		var msgs []tcswire.Message
 		for chunk := range slices.Chunk(tasks, MaxTasksPerMessage) {
-			msgs = append(msgs, &PublishMetricsRequest{Metadata: md, TaskMetrics: chunk, Timestamp: ts})
+			msgs = append(msgs, &tcswire.PublishMetricsRequest{Metadata: md, TaskMetrics: chunk, Timestamp: ts})
 		}
-		msgs[len(msgs)-1].(*PublishMetricsRequest).Metadata.Fin = true
+		msgs[len(msgs)-1].(*tcswire.PublishMetricsRequest).Metadata.Fin = true
 		return msgs
 	}}
 }
@@ -456,34 +457,34 @@ func (c *Client) healthBatch(now time.Time) *batch {
 	if len(tasks) == 0 {
 		return nil
 	}
-	ts := At(now)
-	return &batch{kind: TypeAckPublishHealth, events: len(tasks), build: func(id string) []Message {
-		md := HealthMetadata{Cluster: c.cfg.Cluster, ContainerInstance: c.cfg.ContainerInstanceArn, MessageID: id}
-		var msgs []Message
+	ts := tcswire.At(now)
+	return &batch{kind: tcswire.TypeAckPublishHealth, events: len(tasks), build: func(id string) []tcswire.Message {
+		md := tcswire.HealthMetadata{Cluster: c.cfg.Cluster, ContainerInstance: c.cfg.ContainerInstanceArn, MessageID: id}
+		var msgs []tcswire.Message
 		for chunk := range slices.Chunk(tasks, MaxTasksPerMessage) {
-			msgs = append(msgs, &PublishHealthRequest{Metadata: md, Tasks: chunk, Timestamp: ts})
+			msgs = append(msgs, &tcswire.PublishHealthRequest{Metadata: md, Tasks: chunk, Timestamp: ts})
 		}
-		msgs[len(msgs)-1].(*PublishHealthRequest).Metadata.Fin = true
+		msgs[len(msgs)-1].(*tcswire.PublishHealthRequest).Metadata.Fin = true
 		return msgs
 	}}
 }
 
 func (c *Client) instanceStatusBatch(now time.Time) *batch {
-	var statuses []InstanceStatus
+	var statuses []tcswire.InstanceStatus
 	if src, ok := c.cfg.Source.(InstanceStatusSource); ok {
 		statuses = src.InstanceStatuses(now)
 	} else {
-		statuses = []InstanceStatus{{
-			Type:             InstanceStatusTypeRuntime,
-			Status:           InstanceStatusOK,
-			LastStatusChange: At(c.started),
-			LastUpdated:      At(now),
+		statuses = []tcswire.InstanceStatus{{
+			Type:             tcswire.InstanceStatusTypeRuntime,
+			Status:           tcswire.InstanceStatusOK,
+			LastStatusChange: tcswire.At(c.started),
+			LastUpdated:      tcswire.At(now),
 		}}
 	}
-	ts := At(now)
-	return &batch{kind: TypeAckPublishInstanceStatus, build: func(id string) []Message {
-		return []Message{&PublishInstanceStatusRequest{
-			Metadata:  InstanceStatusMetadata{Cluster: c.cfg.Cluster, ContainerInstance: c.cfg.ContainerInstanceArn, RequestID: id},
+	ts := tcswire.At(now)
+	return &batch{kind: tcswire.TypeAckPublishInstanceStatus, build: func(id string) []tcswire.Message {
+		return []tcswire.Message{&tcswire.PublishInstanceStatusRequest{
+			Metadata:  tcswire.InstanceStatusMetadata{Cluster: c.cfg.Cluster, ContainerInstance: c.cfg.ContainerInstanceArn, RequestID: id},
 			Statuses:  statuses,
 			Timestamp: ts,
 		}}

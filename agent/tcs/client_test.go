@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/tcs"
 	"github.com/berth-agent/berth/agent/tcs/tcstest"
+	"github.com/berth-agent/berth/agent/tcswire"
 )
 
 const (
@@ -25,19 +26,19 @@ const (
 // fakeSource serves fixed tasks and counts how often it was asked.
 type fakeSource struct {
 	mu           sync.Mutex
-	metrics      []tcs.TaskMetric
-	health       []tcs.TaskHealth
+	metrics      []tcswire.TaskMetric
+	health       []tcswire.TaskHealth
 	metricsCalls int
 }
 
-func (f *fakeSource) Metrics(time.Time) []tcs.TaskMetric {
+func (f *fakeSource) Metrics(time.Time) []tcswire.TaskMetric {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.metricsCalls++
 	return f.metrics
 }
 
-func (f *fakeSource) Health(time.Time) []tcs.TaskHealth {
+func (f *fakeSource) Health(time.Time) []tcswire.TaskHealth {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.health
@@ -109,31 +110,31 @@ func (h *harness) tick(t *testing.T) {
 	h.clock.Advance(interval)
 }
 
-func tasks(n int) []tcs.TaskMetric {
-	var out []tcs.TaskMetric
+func tasks(n int) []tcswire.TaskMetric {
+	var out []tcswire.TaskMetric
 	for i := range n {
-		out = append(out, tcs.TaskMetric{
+		out = append(out, tcswire.TaskMetric{
 			TaskArn:               fmt.Sprintf("arn:aws:ecs:us-west-2:123456789012:task/default/%02d", i),
 			TaskDefinitionFamily:  "web",
 			TaskDefinitionVersion: "3",
-			ContainerMetrics: []tcs.ContainerMetric{{
+			ContainerMetrics: []tcswire.ContainerMetric{{
 				ContainerName:  "app",
-				CPUStatsSet:    tcs.FloatStats(1, 2, 3),
-				MemoryStatsSet: tcs.FloatStats(64),
+				CPUStatsSet:    tcswire.FloatStats(1, 2, 3),
+				MemoryStatsSet: tcswire.FloatStats(64),
 			}},
 		})
 	}
 	return out
 }
 
-func healths(n int) []tcs.TaskHealth {
-	var out []tcs.TaskHealth
+func healths(n int) []tcswire.TaskHealth {
+	var out []tcswire.TaskHealth
 	for i := range n {
-		out = append(out, tcs.TaskHealth{
+		out = append(out, tcswire.TaskHealth{
 			TaskArn:               fmt.Sprintf("arn:aws:ecs:us-west-2:123456789012:task/default/%02d", i),
 			TaskDefinitionFamily:  "web",
 			TaskDefinitionVersion: "3",
-			Containers:            []tcs.ContainerHealth{{ContainerName: "app", HealthStatus: tcs.HealthStatusHealthy, StatusSince: tcs.At(time.Unix(1700000000, 0))}},
+			Containers:            []tcswire.ContainerHealth{{ContainerName: "app", HealthStatus: tcswire.HealthStatusHealthy, StatusSince: tcswire.At(time.Unix(1700000000, 0))}},
 		})
 	}
 	return out
@@ -173,8 +174,8 @@ func TestPublishesIdleMetricsEveryInterval(t *testing.T) {
 	assert.Equal(t, "default", st.Metadata.Cluster)
 	assert.NotEmpty(t, st.Metadata.RequestID)
 	require.Len(t, st.Statuses, 1)
-	assert.Equal(t, tcs.InstanceStatusTypeRuntime, st.Statuses[0].Type)
-	assert.Equal(t, tcs.InstanceStatusOK, st.Statuses[0].Status)
+	assert.Equal(t, tcswire.InstanceStatusTypeRuntime, st.Statuses[0].Type)
+	assert.Equal(t, tcswire.InstanceStatusOK, st.Statuses[0].Status)
 	assert.False(t, st.Statuses[0].LastUpdated.IsZero())
 }
 
@@ -197,13 +198,13 @@ func TestBatchesWithFinOnTheLast(t *testing.T) {
 	h.tick(t)
 	h.srv.WaitFor(t, "a round", func(s *tcstest.Server) bool { return len(s.InstanceStatuses()) == 1 })
 
-	var metrics []*tcs.PublishMetricsRequest
-	var health []*tcs.PublishHealthRequest
+	var metrics []*tcswire.PublishMetricsRequest
+	var health []*tcswire.PublishHealthRequest
 	for _, r := range h.srv.Received() {
 		switch m := r.Message.(type) {
-		case *tcs.PublishMetricsRequest:
+		case *tcswire.PublishMetricsRequest:
 			metrics = append(metrics, m)
-		case *tcs.PublishHealthRequest:
+		case *tcswire.PublishHealthRequest:
 			health = append(health, m)
 		}
 	}
@@ -266,7 +267,7 @@ func TestReconnectMidBatchLosesAndDuplicatesNothing(t *testing.T) {
 
 	var partial, resent []string
 	for _, r := range h.srv.Received() {
-		if m, ok := r.Message.(*tcs.PublishMetricsRequest); ok {
+		if m, ok := r.Message.(*tcswire.PublishMetricsRequest); ok {
 			if r.Conn == 1 {
 				partial = append(partial, m.Metadata.MessageID)
 			} else {

@@ -1,33 +1,20 @@
 package tcs
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
-	"net/textproto"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
-// Every frame the client sends is a signed request, not bare JSON:
-//
-//	Authorization: AWS4-HMAC-SHA256 Credential=<key>/<date>/<region>/ecs/aws4_request, SignedHeaders=host;x-amz-date, Signature=…\r\n
-//	Host: <endpoint host:port>\r\n
-//	X-Amz-Date: <yyyymmddThhmmssZ>\r\n
-//	[X-Amz-Security-Token: …\r\n]
-//	\r\n
-//	{"type":"<ShapeName>","message":{…}}
-//
-// The signature is SigV4 (service ecs) over a synthetic POST of the body to the telemetry endpoint.
+// The client signs every frame it sends as a request; the layout is in agent/tcswire (frame.go).
 
 const (
 	signingService = "ecs"
@@ -74,36 +61,4 @@ func (s *frameSigner) sign(ctx context.Context, body []byte, now time.Time) ([]b
 	b.WriteString("\r\n")
 	b.Write(body)
 	return b.Bytes(), nil
-}
-
-// ErrMalformedFrame: a frame is not header lines, an empty line and a body.
-var ErrMalformedFrame = errors.New("malformed TCS frame")
-
-// ParseFrame splits a client frame into its header lines and its JSON body. It checks the shape
-// only, not the signature; an error wraps ErrMalformedFrame.
-func ParseFrame(data []byte) (http.Header, []byte, error) {
-	end := bytes.Index(data, []byte("\r\n\r\n"))
-	if end < 0 {
-		return nil, nil, fmt.Errorf("%w: no empty line after the headers", ErrMalformedFrame)
-	}
-	r := textproto.NewReader(bufio.NewReader(bytes.NewReader(data[:end+4])))
-	h, err := r.ReadMIMEHeader()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrMalformedFrame, err)
-	}
-	return http.Header(h), data[end+4:], nil
-}
-
-// AccessKeyID returns the access key ID of a SigV4 Authorization header value, or "" when it has
-// none.
-func AccessKeyID(authorization string) string {
-	_, rest, ok := strings.Cut(authorization, "Credential=")
-	if !ok {
-		return ""
-	}
-	key, _, ok := strings.Cut(rest, "/")
-	if !ok {
-		return ""
-	}
-	return key
 }

@@ -1,6 +1,6 @@
 // Package telemetry is what the agent publishes to TCS and shows locally: it samples, about once a
 // second, the Docker stats of every running container of every running task from the shared stats
-// streams of agent/containerstats, feeds each container's tcs.Window, and answers the TCS client's
+// streams of agent/containerstats, feeds each container's tcswire.Window, and answers the TCS client's
 // Metrics and Health. It also keeps each container's latest figures (CPU percent and memory) for
 // berth ps and /metrics.
 //
@@ -30,6 +30,7 @@ import (
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/tcs"
+	"github.com/berth-agent/berth/agent/tcswire"
 )
 
 // Tasks lists the tasks the agent holds; it must be safe for concurrent use. Tasks returns copies;
@@ -125,8 +126,8 @@ var (
 type container struct {
 	taskArn, family, version, name string
 	static                         bool
-	window                         *tcs.Window // nil for a static task's: no control plane hears of it
-	last                           time.Time   // Read time of the latest sample counted
+	window                         *tcswire.Window // nil for a static task's: no control plane hears of it
+	last                           time.Time       // Read time of the latest sample counted
 	figures                        Figures
 	known                          bool      // figures holds a sample
 	goneAt                         time.Time // when it was last found not running; zero while it runs
@@ -148,7 +149,7 @@ func New(tasks Tasks, stats Stats, cfg Config) *Source {
 	if s.runtime == nil {
 		s.runtime = func(context.Context) error { return nil }
 	}
-	s.runtimeSt = runtimeStatus{status: tcs.InstanceStatusInitializing, changed: s.clock.Now()}
+	s.runtimeSt = runtimeStatus{status: tcswire.InstanceStatusInitializing, changed: s.clock.Now()}
 	if s.log == nil {
 		s.log = logger.Nop()
 	}
@@ -191,9 +192,9 @@ func (s *Source) CheckRuntime(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // shutting down: not the runtime's fault
 	}
-	status := tcs.InstanceStatusOK
+	status := tcswire.InstanceStatusOK
 	if err != nil {
-		status = tcs.InstanceStatusImpaired
+		status = tcswire.InstanceStatusImpaired
 	}
 	now := s.clock.Now()
 	s.mu.Lock()
@@ -206,7 +207,7 @@ func (s *Source) CheckRuntime(ctx context.Context) {
 	switch {
 	case err != nil:
 		s.log.Warn("container runtime impaired: the Docker Engine does not answer", "error", err)
-	case st.status == tcs.InstanceStatusImpaired:
+	case st.status == tcswire.InstanceStatusImpaired:
 		s.log.Info("container runtime OK again")
 	}
 	st.status, st.changed = status, now
@@ -256,7 +257,7 @@ func (s *Source) add(t *task.Task, c *task.Container, sample dockerclient.StatsS
 	if e == nil {
 		e = &container{taskArn: t.Arn, family: t.Family, version: strconv.Itoa(t.Revision), name: c.Name, static: t.Static}
 		if !t.Static {
-			e.window = tcs.NewWindow(int64(cmp.Or(t.CPU, c.CPU)))
+			e.window = tcswire.NewWindow(int64(cmp.Or(t.CPU, c.CPU)))
 		}
 		s.containers[c.DockerID] = e
 	}
@@ -272,10 +273,10 @@ func (s *Source) add(t *task.Task, c *task.Container, sample dockerclient.StatsS
 
 // Metrics returns the stats sets of each running (or recently stopped) container of the tasks a
 // control plane knows, since the last call, grouped by task; static tasks are left out.
-func (s *Source) Metrics(time.Time) []tcs.TaskMetric {
+func (s *Source) Metrics(time.Time) []tcswire.TaskMetric {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	byTask := map[string]*tcs.TaskMetric{}
+	byTask := map[string]*tcswire.TaskMetric{}
 	for id, c := range s.containers {
 		if c.window == nil {
 			continue
@@ -289,32 +290,32 @@ func (s *Source) Metrics(time.Time) []tcs.TaskMetric {
 		}
 		tm := byTask[c.taskArn]
 		if tm == nil {
-			tm = &tcs.TaskMetric{TaskArn: c.taskArn, TaskDefinitionFamily: c.family, TaskDefinitionVersion: c.version}
+			tm = &tcswire.TaskMetric{TaskArn: c.taskArn, TaskDefinitionFamily: c.family, TaskDefinitionVersion: c.version}
 			byTask[c.taskArn] = tm
 		}
 		tm.ContainerMetrics = append(tm.ContainerMetrics, m)
 	}
-	out := make([]tcs.TaskMetric, 0, len(byTask))
+	out := make([]tcswire.TaskMetric, 0, len(byTask))
 	for _, tm := range byTask {
-		slices.SortFunc(tm.ContainerMetrics, func(a, b tcs.ContainerMetric) int { return strings.Compare(a.ContainerName, b.ContainerName) })
+		slices.SortFunc(tm.ContainerMetrics, func(a, b tcswire.ContainerMetric) int { return strings.Compare(a.ContainerName, b.ContainerName) })
 		out = append(out, *tm)
 	}
-	slices.SortFunc(out, func(a, b tcs.TaskMetric) int { return strings.Compare(a.TaskArn, b.TaskArn) })
+	slices.SortFunc(out, func(a, b tcswire.TaskMetric) int { return strings.Compare(a.TaskArn, b.TaskArn) })
 	return out
 }
 
 // Health returns the health of the containers with a health check of each running task a control
 // plane knows, with when each last changed as this source saw it.
-func (s *Source) Health(now time.Time) []tcs.TaskHealth {
+func (s *Source) Health(now time.Time) []tcswire.TaskHealth {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[string]bool{}
-	var out []tcs.TaskHealth
+	var out []tcswire.TaskHealth
 	for _, t := range s.tasks.Tasks() {
 		if t.Static || t.KnownStatus != task.TaskRunning {
 			continue
 		}
-		th := tcs.TaskHealth{TaskArn: t.Arn, TaskDefinitionFamily: t.Family, TaskDefinitionVersion: strconv.Itoa(t.Revision)}
+		th := tcswire.TaskHealth{TaskArn: t.Arn, TaskDefinitionFamily: t.Family, TaskDefinitionVersion: strconv.Itoa(t.Revision)}
 		for _, c := range t.Containers {
 			if c.HealthCheck == nil {
 				continue
@@ -323,7 +324,7 @@ func (s *Source) Health(now time.Time) []tcs.TaskHealth {
 			switch c.Health {
 			case task.HealthHealthy, task.HealthUnhealthy:
 			default:
-				status = tcs.HealthStatusUnknown
+				status = tcswire.HealthStatusUnknown
 			}
 			key := t.Arn + "/" + c.Name
 			seen[key] = true
@@ -332,7 +333,7 @@ func (s *Source) Health(now time.Time) []tcs.TaskHealth {
 				h = healthSince{status: status, since: now}
 				s.health[key] = h
 			}
-			th.Containers = append(th.Containers, tcs.ContainerHealth{ContainerName: c.Name, HealthStatus: status, StatusSince: tcs.At(h.since)})
+			th.Containers = append(th.Containers, tcswire.ContainerHealth{ContainerName: c.Name, HealthStatus: status, StatusSince: tcswire.At(h.since)})
 		}
 		if len(th.Containers) > 0 {
 			out = append(out, th)
@@ -343,21 +344,21 @@ func (s *Source) Health(now time.Time) []tcs.TaskHealth {
 			delete(s.health, key)
 		}
 	}
-	slices.SortFunc(out, func(a, b tcs.TaskHealth) int { return strings.Compare(a.TaskArn, b.TaskArn) })
+	slices.SortFunc(out, func(a, b tcswire.TaskHealth) int { return strings.Compare(a.TaskArn, b.TaskArn) })
 	return out
 }
 
 // InstanceStatuses reports the container runtime's status as the latest check found it, with when it
 // last changed and when it was last checked (now, before the first check).
-func (s *Source) InstanceStatuses(now time.Time) []tcs.InstanceStatus {
+func (s *Source) InstanceStatuses(now time.Time) []tcswire.InstanceStatus {
 	s.mu.Lock()
 	st := s.runtimeSt
 	s.mu.Unlock()
 	if st.checked.IsZero() {
 		st.checked = now
 	}
-	return []tcs.InstanceStatus{{Type: tcs.InstanceStatusTypeRuntime, Status: st.status,
-		LastStatusChange: tcs.At(st.changed), LastUpdated: tcs.At(st.checked)}}
+	return []tcswire.InstanceStatus{{Type: tcswire.InstanceStatusTypeRuntime, Status: st.status,
+		LastStatusChange: tcswire.At(st.changed), LastUpdated: tcswire.At(st.checked)}}
 }
 
 // Container returns the latest figures of the running container dockerID; ok is false when there

@@ -15,7 +15,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/task"
-	"github.com/berth-agent/berth/agent/tcs"
+	"github.com/berth-agent/berth/agent/tcswire"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -161,7 +161,7 @@ func TestSourceMetrics(t *testing.T) {
 	require.Len(t, tm.ContainerMetrics, 1, "the pause container is left out")
 	m := tm.ContainerMetrics[0]
 	assert.Equal(t, "web", m.ContainerName)
-	assert.Equal(t, &tcs.CWStatsSet{Min: 10, Max: 30, SampleCount: 3, Sum: 60}, m.MemoryStatsSet)
+	assert.Equal(t, &tcswire.CWStatsSet{Min: 10, Max: 30, SampleCount: 3, Sum: 60}, m.MemoryStatsSet)
 	require.NotNil(t, m.CPUStatsSet)
 	assert.Equal(t, int64(2), m.CPUStatsSet.SampleCount)
 	assert.InDelta(t, 100, m.CPUStatsSet.Max, 1e-9)
@@ -214,12 +214,12 @@ func TestSourceHealth(t *testing.T) {
 	got := src.Health(clock.Now())
 	require.Len(t, got, 1, "a task without a health check is left out")
 	require.Len(t, got[0].Containers, 1)
-	assert.Equal(t, tcs.ContainerHealth{ContainerName: "web", HealthStatus: tcs.HealthStatusUnknown, StatusSince: tcs.At(t0)}, got[0].Containers[0])
+	assert.Equal(t, tcswire.ContainerHealth{ContainerName: "web", HealthStatus: tcswire.HealthStatusUnknown, StatusSince: tcswire.At(t0)}, got[0].Containers[0])
 
 	clock.Advance(time.Minute)
 	checked.Health = task.HealthHealthy
 	got = src.Health(clock.Now())
-	assert.Equal(t, tcs.HealthStatusHealthy, got[0].Containers[0].HealthStatus)
+	assert.Equal(t, tcswire.HealthStatusHealthy, got[0].Containers[0].HealthStatus)
 	assert.Equal(t, t0.Add(time.Minute), got[0].Containers[0].StatusSince.Time)
 	clock.Advance(time.Minute)
 	got = src.Health(clock.Now())
@@ -252,21 +252,21 @@ func TestSourceInstanceStatusFollowsTheRuntime(t *testing.T) {
 		require.True(t, hasDeadline, "a check is bounded")
 		return runtimeErr
 	}})
-	status := func() tcs.InstanceStatus {
+	status := func() tcswire.InstanceStatus {
 		t.Helper()
 		got := src.InstanceStatuses(clock.Now())
 		require.Len(t, got, 1)
-		assert.Equal(t, tcs.InstanceStatusTypeRuntime, got[0].Type)
+		assert.Equal(t, tcswire.InstanceStatusTypeRuntime, got[0].Type)
 		return got[0]
 	}
 	st := status()
-	assert.Equal(t, tcs.InstanceStatusInitializing, st.Status, "before the first check")
+	assert.Equal(t, tcswire.InstanceStatusInitializing, st.Status, "before the first check")
 	assert.Equal(t, t0, st.LastStatusChange.Time)
 
 	clock.Advance(time.Second)
 	src.CheckRuntime(t.Context())
 	st = status()
-	assert.Equal(t, tcs.InstanceStatusOK, st.Status)
+	assert.Equal(t, tcswire.InstanceStatusOK, st.Status)
 	assert.Equal(t, t0.Add(time.Second), st.LastStatusChange.Time)
 
 	clock.Advance(time.Minute)
@@ -277,7 +277,7 @@ func TestSourceInstanceStatusFollowsTheRuntime(t *testing.T) {
 	clock.Advance(time.Minute)
 	src.CheckRuntime(t.Context())
 	st = status()
-	assert.Equal(t, tcs.InstanceStatusImpaired, st.Status)
+	assert.Equal(t, tcswire.InstanceStatusImpaired, st.Status)
 	assert.Equal(t, t0.Add(61*time.Second), st.LastStatusChange.Time, "changed at the first failed check")
 	assert.Equal(t, t0.Add(121*time.Second), st.LastUpdated.Time, "updated at the last check")
 
@@ -287,7 +287,7 @@ func TestSourceInstanceStatusFollowsTheRuntime(t *testing.T) {
 	mu.Unlock()
 	src.CheckRuntime(t.Context())
 	st = status()
-	assert.Equal(t, tcs.InstanceStatusOK, st.Status)
+	assert.Equal(t, tcswire.InstanceStatusOK, st.Status)
 	assert.Equal(t, t0.Add(181*time.Second), st.LastStatusChange.Time)
 
 	// A check cut short by the agent's shutdown says nothing about the runtime.
@@ -297,7 +297,7 @@ func TestSourceInstanceStatusFollowsTheRuntime(t *testing.T) {
 	runtimeErr = context.Canceled
 	mu.Unlock()
 	src.CheckRuntime(ctx)
-	assert.Equal(t, tcs.InstanceStatusOK, status().Status)
+	assert.Equal(t, tcswire.InstanceStatusOK, status().Status)
 }
 
 func TestSourceWatchRuntimeChecksAtOnceAndOnTicks(t *testing.T) {
@@ -315,7 +315,7 @@ func TestSourceWatchRuntimeChecksAtOnceAndOnTicks(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); src.WatchRuntime(ctx) }()
 	require.Eventually(t, func() bool { return count() == 1 }, 5*time.Second, time.Millisecond, "a check at once")
-	assert.Equal(t, tcs.InstanceStatusOK, src.InstanceStatuses(clock.Now())[0].Status)
+	assert.Equal(t, tcswire.InstanceStatusOK, src.InstanceStatuses(clock.Now())[0].Status)
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	clock.Advance(RuntimeCheckInterval)
 	require.Eventually(t, func() bool { return count() == 2 }, 5*time.Second, time.Millisecond, "a check per interval")

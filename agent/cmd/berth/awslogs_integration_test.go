@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 )
 
 // logsStandIn is a CloudWatch Logs endpoint for the Docker daemon's awslogs driver: it answers
@@ -73,7 +73,7 @@ func TestIntegrationAWSLogsWithExecutionRole(t *testing.T) {
 	logs := &logsStandIn{}
 	ls := httptest.NewServer(logs)
 	t.Cleanup(ls.Close)
-	exec := acs.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::012345678901:role/exec",
+	exec := acswire.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::012345678901:role/exec",
 		AccessKeyID: "ASIALOGS" + strings.ToUpper(randomHex(t, 4)), SecretAccessKey: "logs-secret-" + randomHex(t, 8),
 		SessionToken: "logs-session-" + randomHex(t, 8), Expiration: time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
 	options, err := json.Marshal(map[string]any{"LogConfig": map[string]any{"Type": "awslogs", "Config": map[string]string{
@@ -81,11 +81,11 @@ func TestIntegrationAWSLogsWithExecutionRole(t *testing.T) {
 		"awslogs-endpoint": ls.URL}}})
 	require.NoError(t, err)
 	standIn, addr := startScriptedACS(t)
-	standIn.out <- &acs.PayloadMessage{MessageID: "awslogs-1", SeqNum: 1, Tasks: []*acs.Task{{
+	standIn.out <- &acswire.PayloadMessage{MessageID: "awslogs-1", SeqNum: 1, Tasks: []*acswire.Task{{
 		Arn: "arn:aws:ecs:us-east-1:000000000000:task/awslogs/" + randomHex(t, 16), Family: "awslogs", Version: "1",
 		DesiredStatus: "RUNNING", ExecutionRoleCredentials: &exec,
-		Containers: []*acs.Container{{Name: "app", Image: testappImage, Memory: 16, Command: []string{"sleep"},
-			LogsAuthStrategy: "ExecutionRole", DockerConfig: &acs.DockerConfig{HostConfig: string(options)}}}}}}
+		Containers: []*acswire.Container{{Name: "app", Image: testappImage, Memory: 16, Command: []string{"sleep"},
+			LogsAuthStrategy: "ExecutionRole", DockerConfig: &acswire.DockerConfig{HostConfig: string(options)}}}}}}
 
 	env := newRecoveryEnv(t, buildBerth(t))
 	agent := env.start(ecsModeEnv(addr, `ECS_AVAILABLE_LOGGING_DRIVERS=["json-file","awslogs"]`,

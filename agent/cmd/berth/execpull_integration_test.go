@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/dockerclient/testregistry"
 	"github.com/berth-agent/berth/agent/handlers"
 )
@@ -148,28 +148,28 @@ func TestIntegrationExecutionRoleECRPull(t *testing.T) {
 	copyToRegistry(t, dc, testappImage, image, docker.AuthConfiguration{Username: "AWS", Password: password, ServerAddress: ecrHost + ":" + port})
 
 	srv := standInECS(t, "us-east-1")
-	standIn := &scriptedACS{cp: srv.Handler(), out: make(chan acs.Message, 8)}
+	standIn := &scriptedACS{cp: srv.Handler(), out: make(chan acswire.Message, 8)}
 	t.Cleanup(func() { close(standIn.out) })
 	addr := serveLoopback(t, standIn)
 
 	expires := time.Now().Add(time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
-	allowed := acs.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::" + ecrAccount + ":role/exec",
+	allowed := acswire.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::" + ecrAccount + ":role/exec",
 		AccessKeyID: "ASIAEXEC" + strings.ToUpper(randomHex(t, 4)), SecretAccessKey: "exec-secret-" + randomHex(t, 8),
 		SessionToken: "exec-session-" + randomHex(t, 8), Expiration: expires}
-	denied := acs.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::" + ecrAccount + ":role/no-ecr",
+	denied := acswire.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::" + ecrAccount + ":role/no-ecr",
 		AccessKeyID: "ASIADENY" + strings.ToUpper(randomHex(t, 4)), SecretAccessKey: "deny-secret-" + randomHex(t, 8),
 		SessionToken: "deny-session-" + randomHex(t, 8), Expiration: expires}
 	ecr.permit(allowed.AccessKeyID, allowed.SessionToken, true)
 	ecr.permit(denied.AccessKeyID, denied.SessionToken, false)
 
-	auth := &acs.RegistryAuthentication{Type: "ecr", ECRAuthData: &acs.ECRAuthData{RegistryID: ecrAccount, Region: ecrRegion, UseExecutionRole: true}}
-	payloadTask := func(family string, creds acs.IAMRoleCredentials) *acs.Task {
+	auth := &acswire.RegistryAuthentication{Type: "ecr", ECRAuthData: &acswire.ECRAuthData{RegistryID: ecrAccount, Region: ecrRegion, UseExecutionRole: true}}
+	payloadTask := func(family string, creds acswire.IAMRoleCredentials) *acswire.Task {
 		c := creds
-		return &acs.Task{Arn: "arn:aws:ecs:us-east-1:000000000000:task/exec/" + randomHex(t, 16), Family: family, Version: "1",
+		return &acswire.Task{Arn: "arn:aws:ecs:us-east-1:000000000000:task/exec/" + randomHex(t, 16), Family: family, Version: "1",
 			DesiredStatus: "RUNNING", ExecutionRoleCredentials: &c,
-			Containers: []*acs.Container{{Name: "app", Image: image, Memory: 16, Command: []string{"sleep"}, RegistryAuthentication: auth}}}
+			Containers: []*acswire.Container{{Name: "app", Image: image, Memory: 16, Command: []string{"sleep"}, RegistryAuthentication: auth}}}
 	}
-	standIn.out <- &acs.PayloadMessage{MessageID: "payload-1", SeqNum: 1, Tasks: []*acs.Task{
+	standIn.out <- &acswire.PayloadMessage{MessageID: "payload-1", SeqNum: 1, Tasks: []*acswire.Task{
 		payloadTask("exec-pull", allowed), payloadTask("exec-denied", denied)}}
 
 	env := newRecoveryEnv(t, buildBerth(t))

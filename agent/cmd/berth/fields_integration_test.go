@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/localauth"
@@ -61,18 +61,18 @@ func kitchenSink(family string) string {
 
 // kitchenSinkPayload is kitchenSink as Amazon ECS sends it over ACS: first-class fields, and Docker's
 // own JSON for the rest, written here by hand from ECS's wire shapes rather than by Berth's encoder.
-func kitchenSinkPayload(arn, family string) *acs.Task {
-	app := &acs.Container{Name: "app", Image: testappImage, Memory: 64, CPU: 128, Command: []string{"sleep"},
+func kitchenSinkPayload(arn, family string) *acswire.Task {
+	app := &acswire.Container{Name: "app", Image: testappImage, Memory: 64, CPU: 128, Command: []string{"sleep"},
 		Environment:  map[string]string{"A": "1"},
-		PortMappings: []acs.PortMapping{{ContainerPort: 8080, Protocol: "tcp"}, {ContainerPortRange: "9000-9002", Protocol: "udp"}},
-		MountPoints:  []acs.MountPoint{{SourceVolume: "scratch", ContainerPath: "/scratch"}},
+		PortMappings: []acswire.PortMapping{{ContainerPort: 8080, Protocol: "tcp"}, {ContainerPortRange: "9000-9002", Protocol: "udp"}},
+		MountPoints:  []acswire.MountPoint{{SourceVolume: "scratch", ContainerPath: "/scratch"}},
 		StopTimeout:  5, HealthCheckType: "docker",
-		LinuxParameters: &acs.LinuxParameters{InitProcessEnabled: new(true),
-			Capabilities:     &acs.KernelCapabilities{Add: []string{"NET_ADMIN"}, Drop: []string{"MKNOD"}},
-			Devices:          []acs.Device{{HostPath: "/dev/null", ContainerPath: "/dev/nothing", Permissions: []string{"read", "write"}}},
+		LinuxParameters: &acswire.LinuxParameters{InitProcessEnabled: new(true),
+			Capabilities:     &acswire.KernelCapabilities{Add: []string{"NET_ADMIN"}, Drop: []string{"MKNOD"}},
+			Devices:          []acswire.Device{{HostPath: "/dev/null", ContainerPath: "/dev/nothing", Permissions: []string{"read", "write"}}},
 			SharedMemorySize: new(int64(32))},
-		RestartPolicy: &acs.RestartPolicy{Enabled: true, IgnoredExitCodes: []int64{0}, RestartAttemptPeriod: new(int64(60))},
-		DockerConfig: &acs.DockerConfig{
+		RestartPolicy: &acswire.RestartPolicy{Enabled: true, IgnoredExitCodes: []int64{0}, RestartAttemptPeriod: new(int64(60))},
+		DockerConfig: &acswire.DockerConfig{
 			Config: `{"Hostname":"app","User":"65534:65534","WorkingDir":"/work","Tty":true,"OpenStdin":true,
 				"Labels":{"team":"core"},"Healthcheck":{"Test":["CMD","/testapp","exit"],"Interval":10000000000,
 				"Timeout":3000000000,"StartPeriod":5000000000,"Retries":2}}`,
@@ -82,14 +82,14 @@ func kitchenSinkPayload(arn, family string) *acs.Task {
 				"Ulimits":[{"Name":"nofile","Soft":1024,"Hard":2048}],
 				"LogConfig":{"Type":"json-file","Config":{"max-size":"1m"}}}`,
 		}}
-	client := &acs.Container{Name: "client", Image: testappImage, Essential: new(false), Command: []string{"sleep"},
-		Links: []string{"app:backend"}, DependsOn: []acs.ContainerDependency{{ContainerName: "app", Condition: "START"}},
-		DockerConfig: &acs.DockerConfig{HostConfig: `{"MemoryReservation":16777216}`}}
-	offline := &acs.Container{Name: "offline", Image: testappImage, Essential: new(false), Command: []string{"sleep"},
-		DockerConfig: &acs.DockerConfig{Config: `{"NetworkDisabled":true}`, HostConfig: `{"MemoryReservation":16777216}`}}
-	return &acs.Task{Arn: arn, Family: family, Version: "1", DesiredStatus: "RUNNING", NetworkMode: "bridge", CPU: 0.5, Memory: 256,
-		PidMode: "task", IpcMode: "task", Containers: []*acs.Container{app, client, offline},
-		Volumes: []*acs.Volume{{Name: "scratch", Type: "host", Host: &acs.HostVolume{}}}}
+	client := &acswire.Container{Name: "client", Image: testappImage, Essential: new(false), Command: []string{"sleep"},
+		Links: []string{"app:backend"}, DependsOn: []acswire.ContainerDependency{{ContainerName: "app", Condition: "START"}},
+		DockerConfig: &acswire.DockerConfig{HostConfig: `{"MemoryReservation":16777216}`}}
+	offline := &acswire.Container{Name: "offline", Image: testappImage, Essential: new(false), Command: []string{"sleep"},
+		DockerConfig: &acswire.DockerConfig{Config: `{"NetworkDisabled":true}`, HostConfig: `{"MemoryReservation":16777216}`}}
+	return &acswire.Task{Arn: arn, Family: family, Version: "1", DesiredStatus: "RUNNING", NetworkMode: "bridge", CPU: 0.5, Memory: 256,
+		PidMode: "task", IpcMode: "task", Containers: []*acswire.Container{app, client, offline},
+		Volumes: []*acswire.Volume{{Name: "scratch", Type: "host", Host: &acswire.HostVolume{}}}}
 }
 
 // startScriptedACS serves the ECS API from an embedded control plane and ACS from the test's
@@ -97,7 +97,7 @@ func kitchenSinkPayload(arn, family string) *acs.Task {
 func startScriptedACS(t *testing.T) (*scriptedACS, string) {
 	t.Helper()
 	srv := standInECS(t, "us-east-1")
-	standIn := &scriptedACS{cp: srv.Handler(), out: make(chan acs.Message, 8)}
+	standIn := &scriptedACS{cp: srv.Handler(), out: make(chan acswire.Message, 8)}
 	t.Cleanup(func() { close(standIn.out) })
 	return standIn, serveLoopback(t, standIn)
 }
@@ -225,7 +225,7 @@ func TestIntegrationKitchenSinkOnEveryPath(t *testing.T) {
 
 	remote := newRecoveryEnv(t, bin)
 	standIn, addr := startScriptedACS(t)
-	standIn.out <- &acs.PayloadMessage{MessageID: "kitchen-1", SeqNum: 1, Tasks: []*acs.Task{
+	standIn.out <- &acswire.PayloadMessage{MessageID: "kitchen-1", SeqNum: 1, Tasks: []*acswire.Task{
 		kitchenSinkPayload("arn:aws:ecs:us-east-1:000000000000:task/kitchen/"+randomHex(t, 16), "kitchen-acs")}}
 	agent = remote.start(ecsModeEnv(addr, pause)...)
 	ts = agent.waitTasks(2*time.Minute, "the ACS task runs", familySettled("kitchen-acs"))
@@ -341,9 +341,9 @@ func TestIntegrationUnsupportedFieldRefusedOnEveryPath(t *testing.T) {
 
 	srv := standInECS(t, "us-east-1")
 	arn := "arn:aws:ecs:us-east-1:000000000000:task/firelens/" + randomHex(t, 16)
-	standIn := &rejectingACS{cp: srv.Handler(), stopped: map[string]string{}, payload: &acs.PayloadMessage{
-		MessageID: "firelens-1", SeqNum: 1, Tasks: []*acs.Task{{Arn: arn, Family: "firelens-acs", Version: "1", DesiredStatus: "RUNNING",
-			Containers: []*acs.Container{{Name: "app", Image: testappImage, Memory: 16,
+	standIn := &rejectingACS{cp: srv.Handler(), stopped: map[string]string{}, payload: &acswire.PayloadMessage{
+		MessageID: "firelens-1", SeqNum: 1, Tasks: []*acswire.Task{{Arn: arn, Family: "firelens-acs", Version: "1", DesiredStatus: "RUNNING",
+			Containers: []*acswire.Container{{Name: "app", Image: testappImage, Memory: 16,
 				FirelensConfiguration: json.RawMessage(`{"type":"fluentbit","options":{}}`)}}}}}}
 	addr := serveLoopback(t, standIn)
 	remote := newRecoveryEnv(t, bin)

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/controlplane"
 )
 
@@ -25,7 +25,7 @@ import (
 // arrives later can only come from what the agent saved), and records acks and task state changes.
 type rejectingACS struct {
 	cp      http.Handler
-	payload *acs.PayloadMessage
+	payload *acswire.PayloadMessage
 
 	mu       sync.Mutex
 	conns    int
@@ -68,7 +68,7 @@ func (s *rejectingACS) serveACS(w http.ResponseWriter, r *http.Request) {
 	first := s.conns == 1
 	s.mu.Unlock()
 	if first {
-		frame, err := acs.Encode(s.payload)
+		frame, err := acswire.Encode(s.payload)
 		if err != nil || ws.WriteMessage(websocket.TextMessage, frame) != nil {
 			return
 		}
@@ -78,8 +78,8 @@ func (s *rejectingACS) serveACS(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		if m, err := acs.Decode(data); err == nil {
-			if ack, ok := m.(*acs.AckRequest); ok {
+		if m, err := acswire.Decode(data); err == nil {
+			if ack, ok := m.(*acswire.AckRequest); ok {
 				s.mu.Lock()
 				s.acks = append(s.acks, ack.MessageID)
 				s.mu.Unlock()
@@ -106,12 +106,12 @@ func TestIntegrationRejectedTaskSurvivesAKill(t *testing.T) {
 	bin := buildBerth(t)
 	env := newRecoveryEnv(t, bin)
 	const arn = "arn:aws:ecs:us-east-1:000000000000:task/rejected/0123456789abcdef"
-	standIn := &rejectingACS{cp: srv.Handler(), stopped: map[string]string{}, payload: &acs.PayloadMessage{
-		MessageID: "payload-1", SeqNum: 1, Tasks: []*acs.Task{{Arn: arn, Family: "rejected", Version: "1",
+	standIn := &rejectingACS{cp: srv.Handler(), stopped: map[string]string{}, payload: &acswire.PayloadMessage{
+		MessageID: "payload-1", SeqNum: 1, Tasks: []*acswire.Task{{Arn: arn, Family: "rejected", Version: "1",
 			DesiredStatus: "RUNNING", NetworkMode: "awsvpc",
-			Containers: []*acs.Container{{Name: "c", Image: testappImage, Memory: 16}},
-			ElasticNetworkInterfaces: []*acs.ElasticNetworkInterface{{MacAddress: "not-a-mac", AttachmentArn: "arn:att",
-				IPv4Addresses: []acs.IPv4Address{{PrivateAddress: "10.0.0.5", Primary: true}}, SubnetGatewayIPv4Address: "10.0.0.1/24"}}}}}}
+			Containers: []*acswire.Container{{Name: "c", Image: testappImage, Memory: 16}},
+			ElasticNetworkInterfaces: []*acswire.ElasticNetworkInterface{{MacAddress: "not-a-mac", AttachmentArn: "arn:att",
+				IPv4Addresses: []acswire.IPv4Address{{PrivateAddress: "10.0.0.5", Primary: true}}, SubnetGatewayIPv4Address: "10.0.0.1/24"}}}}}}
 	addr := serveLoopback(t, standIn)
 	ecsMode := []string{"AWS_DEFAULT_REGION=us-east-1", "ECS_BACKEND_HOST=http://" + addr,
 		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_EC2_METADATA_DISABLED=true",

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/dockerclient/testregistry"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/secrets/secretstest"
@@ -47,25 +47,25 @@ func TestIntegrationSecrets(t *testing.T) {
 	image := regAddr + "/berth/private:" + randomHex(t, 4)
 	copyToRegistry(t, dc, testappImage, image, docker.AuthConfiguration{Username: regUser, Password: regPassword, ServerAddress: regAddr})
 
-	exec := acs.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::" + secretstest.Account + ":role/exec",
+	exec := acswire.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::" + secretstest.Account + ":role/exec",
 		AccessKeyID: "ASIAEXEC" + strings.ToUpper(randomHex(t, 4)), SecretAccessKey: "exec-secret-" + randomHex(t, 8),
 		SessionToken: "exec-session-" + randomHex(t, 8), Expiration: time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
-	secretsTask := func(family, dbPassFrom string) *acs.Task {
+	secretsTask := func(family, dbPassFrom string) *acswire.Task {
 		c := exec
-		return &acs.Task{Arn: "arn:aws:ecs:us-east-1:000000000000:task/secrets/" + randomHex(t, 16), Family: family, Version: "1",
+		return &acswire.Task{Arn: "arn:aws:ecs:us-east-1:000000000000:task/secrets/" + randomHex(t, 16), Family: family, Version: "1",
 			DesiredStatus: "RUNNING", ExecutionRoleCredentials: &c,
-			Containers: []*acs.Container{{Name: "app", Image: image, Memory: 16, Command: []string{"sleep"},
+			Containers: []*acswire.Container{{Name: "app", Image: image, Memory: 16, Command: []string{"sleep"},
 				Environment:            map[string]string{"A": "from-env"},
-				RegistryAuthentication: &acs.RegistryAuthentication{Type: "asm", ASMAuthData: &acs.ASMAuthData{CredentialsParameter: regArn}},
-				Secrets: []acs.Secret{
+				RegistryAuthentication: &acswire.RegistryAuthentication{Type: "asm", ASMAuthData: &acswire.ASMAuthData{CredentialsParameter: regArn}},
+				Secrets: []acswire.Secret{
 					{Name: "DB_PASS", ValueFrom: dbPassFrom, Provider: "ssm", Type: "ENVIRONMENT_VARIABLE", Target: "CONTAINER"},
 					{Name: "API_KEY", ValueFrom: apiArn + ":key::", Provider: "asm", Type: "ENVIRONMENT_VARIABLE", Target: "CONTAINER"},
 					{Name: "max-file", ValueFrom: "/berth/max-file", Provider: "ssm", Type: "ENVIRONMENT_VARIABLE", Target: "LOG_DRIVER"}},
-				EnvironmentFiles: []acs.EnvironmentFile{{Value: "arn:aws:s3:::config/app.env", Type: "s3"}},
-				DockerConfig:     &acs.DockerConfig{HostConfig: `{"LogConfig":{"Type":"json-file","Config":{"max-size":"1m"}}}`}}}}
+				EnvironmentFiles: []acswire.EnvironmentFile{{Value: "arn:aws:s3:::config/app.env", Type: "s3"}},
+				DockerConfig:     &acswire.DockerConfig{HostConfig: `{"LogConfig":{"Type":"json-file","Config":{"max-size":"1m"}}}`}}}}
 	}
 	standIn, addr := startScriptedACS(t)
-	standIn.out <- &acs.PayloadMessage{MessageID: "secrets-1", SeqNum: 1, Tasks: []*acs.Task{
+	standIn.out <- &acswire.PayloadMessage{MessageID: "secrets-1", SeqNum: 1, Tasks: []*acswire.Task{
 		secretsTask("secrets-ok", "/berth/db-pass"), secretsTask("secrets-missing", "/berth/nope")}}
 
 	remote := newRecoveryEnv(t, bin)

@@ -27,7 +27,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/hostnat"
 )
@@ -37,7 +37,7 @@ import (
 // records every message ID the agent acknowledges.
 type scriptedACS struct {
 	cp       http.Handler
-	out      chan acs.Message
+	out      chan acswire.Message
 	upgrader websocket.Upgrader
 
 	mu          sync.Mutex
@@ -66,15 +66,15 @@ func (s *scriptedACS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return
 			}
-			m, err := acs.Decode(data)
+			m, err := acswire.Decode(data)
 			if err != nil {
 				continue
 			}
 			s.mu.Lock()
 			switch m := m.(type) {
-			case *acs.AckRequest:
+			case *acswire.AckRequest:
 				s.acks = append(s.acks, m.MessageID)
-			case *acs.IAMRoleCredentialsAckRequest:
+			case *acswire.IAMRoleCredentialsAckRequest:
 				s.acks = append(s.acks, m.MessageID)
 			}
 			s.mu.Unlock()
@@ -88,7 +88,7 @@ func (s *scriptedACS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if !ok {
 				return
 			}
-			frame, err := acs.Encode(m)
+			frame, err := acswire.Encode(m)
 			if err != nil || ws.WriteMessage(websocket.TextMessage, frame) != nil {
 				return
 			}
@@ -168,20 +168,20 @@ func runContainer(t *testing.T, args ...string) (string, bool) {
 // credentials are gone once the task is cleaned up, and no secret reaches the log or berth.db.
 func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 	srv := standInECS(t, "us-east-1")
-	standIn := &scriptedACS{cp: srv.Handler(), out: make(chan acs.Message, 8)}
+	standIn := &scriptedACS{cp: srv.Handler(), out: make(chan acswire.Message, 8)}
 	t.Cleanup(func() { close(standIn.out) })
 	addr := serveLoopback(t, standIn)
 
 	arn := "arn:aws:ecs:us-east-1:000000000000:task/creds/" + randomHex(t, 16)
 	expires := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	first := acs.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::000000000000:role/app",
+	first := acswire.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::000000000000:role/app",
 		AccessKeyID: "ASIAFIRST" + randomHex(t, 4), SecretAccessKey: "secret-first-" + randomHex(t, 8), SessionToken: "token-first-" + randomHex(t, 8),
 		Expiration: expires.Format(time.RFC3339)}
-	execution := acs.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::000000000000:role/exec",
+	execution := acswire.IAMRoleCredentials{CredentialsID: randomHex(t, 16), RoleArn: "arn:aws:iam::000000000000:role/exec",
 		AccessKeyID: "ASIAEXEC" + randomHex(t, 4), SecretAccessKey: "secret-exec-" + randomHex(t, 8), SessionToken: "token-exec-" + randomHex(t, 8),
 		Expiration: expires.Format(time.RFC3339)}
-	standIn.out <- &acs.PayloadMessage{MessageID: "payload-1", SeqNum: 1, Tasks: []*acs.Task{{Arn: arn, Family: "creds", Version: "1",
-		DesiredStatus: "RUNNING", Containers: []*acs.Container{{Name: "app", Image: testappImage, Memory: 16, Command: []string{"sleep"}}},
+	standIn.out <- &acswire.PayloadMessage{MessageID: "payload-1", SeqNum: 1, Tasks: []*acswire.Task{{Arn: arn, Family: "creds", Version: "1",
+		DesiredStatus: "RUNNING", Containers: []*acswire.Container{{Name: "app", Image: testappImage, Memory: 16, Command: []string{"sleep"}}},
 		RoleCredentials: &first, ExecutionRoleCredentials: &execution}}}
 
 	env := newRecoveryEnv(t, buildBerth(t))
@@ -232,7 +232,7 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 	// A refresh replaces the credentials under the same ID.
 	second := first
 	second.AccessKeyID, second.SecretAccessKey, second.SessionToken = "ASIASECOND"+randomHex(t, 4), "secret-second-"+randomHex(t, 8), "token-second-"+randomHex(t, 8)
-	standIn.out <- &acs.IAMRoleCredentialsMessage{MessageID: "creds-2", TaskArn: arn, RoleType: acs.RoleTypeTaskApplication, RoleCredentials: second}
+	standIn.out <- &acswire.IAMRoleCredentialsMessage{MessageID: "creds-2", TaskArn: arn, RoleType: acswire.RoleTypeTaskApplication, RoleCredentials: second}
 	require.Eventually(t, func() bool {
 		_, got := endpointGet(t, "/v2/credentials/"+first.CredentialsID)
 		return got["AccessKeyId"] == second.AccessKeyID && standIn.acked("creds-2")
@@ -252,7 +252,7 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, status, "not before ACS sent them")
 	third := first
 	third.AccessKeyID, third.SecretAccessKey, third.SessionToken = "ASIATHIRD"+randomHex(t, 4), "secret-third-"+randomHex(t, 8), "token-third-"+randomHex(t, 8)
-	standIn.out <- &acs.IAMRoleCredentialsMessage{MessageID: "creds-3", TaskArn: arn, RoleType: acs.RoleTypeTaskApplication, RoleCredentials: third}
+	standIn.out <- &acswire.IAMRoleCredentialsMessage{MessageID: "creds-3", TaskArn: arn, RoleType: acswire.RoleTypeTaskApplication, RoleCredentials: third}
 	require.Eventually(t, func() bool {
 		_, got := endpointGet(t, "/v2/credentials/"+first.CredentialsID)
 		return got["AccessKeyId"] == third.AccessKeyID
@@ -262,8 +262,8 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 	assert.Contains(t, string(out), "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI=/v2/credentials/"+first.CredentialsID, "the container was not recreated")
 
 	// Stopped and cleaned up: the credentials are gone.
-	standIn.out <- &acs.PayloadMessage{MessageID: "payload-2", SeqNum: 2, Tasks: []*acs.Task{{Arn: arn, Family: "creds", Version: "1",
-		DesiredStatus: "STOPPED", Containers: []*acs.Container{{Name: "app", Image: testappImage, Memory: 16, Command: []string{"sleep"}}}}}}
+	standIn.out <- &acswire.PayloadMessage{MessageID: "payload-2", SeqNum: 2, Tasks: []*acswire.Task{{Arn: arn, Family: "creds", Version: "1",
+		DesiredStatus: "STOPPED", Containers: []*acswire.Container{{Name: "app", Image: testappImage, Memory: 16, Command: []string{"sleep"}}}}}}
 	agent.waitTasks(60*time.Second, "the task stops", familyStopped("creds"))
 	agent.waitTasks(3*time.Minute, "the task is cleaned up", func(ts []handlers.TaskResponse) bool {
 		for _, tk := range ts {

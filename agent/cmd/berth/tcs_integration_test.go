@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/acs"
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/handlers"
-	"github.com/berth-agent/berth/agent/tcs"
 	"github.com/berth-agent/berth/agent/tcs/tcstest"
+	"github.com/berth-agent/berth/agent/tcswire"
 )
 
 // telemetryStandIn answers DiscoverPollEndpoint with ACS on itself and TCS at telemetry, and passes
@@ -42,23 +42,23 @@ func TestIntegrationTCSPublishesTaskMetrics(t *testing.T) {
 	bin := buildBerth(t)
 	telemetrySrv := tcstest.NewServer(t)
 	cp := standInECS(t, "us-east-1")
-	standIn := &scriptedACS{cp: cp.Handler(), out: make(chan acs.Message, 8)}
+	standIn := &scriptedACS{cp: cp.Handler(), out: make(chan acswire.Message, 8)}
 	t.Cleanup(func() { close(standIn.out) })
 	addr := serveLoopback(t, telemetryStandIn{next: standIn, telemetry: telemetrySrv.URL})
 
 	env := newRecoveryEnv(t, bin)
 	arn := "arn:aws:ecs:us-east-1:000000000000:task/tcs/" + randomHex(t, 16)
-	allocTask := func(desired string) *acs.Task {
-		return &acs.Task{Arn: arn, Family: "tcs-alloc", Version: "1", DesiredStatus: desired, NetworkMode: "bridge",
-			Containers: []*acs.Container{{Name: "app", Image: testappImage, Memory: 64, Command: []string{"alloc", "-mib", "20"},
+	allocTask := func(desired string) *acswire.Task {
+		return &acswire.Task{Arn: arn, Family: "tcs-alloc", Version: "1", DesiredStatus: desired, NetworkMode: "bridge",
+			Containers: []*acswire.Container{{Name: "app", Image: testappImage, Memory: 64, Command: []string{"alloc", "-mib", "20"},
 				Essential: new(true), StopTimeout: 2}}}
 	}
-	standIn.out <- &acs.PayloadMessage{MessageID: "tcs-1", SeqNum: 1, Tasks: []*acs.Task{allocTask("RUNNING")}}
+	standIn.out <- &acswire.PayloadMessage{MessageID: "tcs-1", SeqNum: 1, Tasks: []*acswire.Task{allocTask("RUNNING")}}
 	agent := env.start(ecsModeEnv(addr)...)
 	defer agent.stop()
 	agent.waitTasks(2*time.Minute, "the ACS task runs", familySettled("tcs-alloc"))
 	defer func() {
-		standIn.out <- &acs.PayloadMessage{MessageID: "tcs-2", SeqNum: 2, Tasks: []*acs.Task{allocTask("STOPPED")}}
+		standIn.out <- &acswire.PayloadMessage{MessageID: "tcs-2", SeqNum: 2, Tasks: []*acswire.Task{allocTask("STOPPED")}}
 		agent.waitTasks(time.Minute, "the task stops", func(ts []handlers.TaskResponse) bool {
 			for _, tr := range ts {
 				if tr.Arn == arn {
@@ -69,7 +69,7 @@ func TestIntegrationTCSPublishesTaskMetrics(t *testing.T) {
 		})
 	}()
 
-	var metric tcs.ContainerMetric
+	var metric tcswire.ContainerMetric
 	deadline := time.Now().Add(60 * time.Second)
 	for metric.MemoryStatsSet == nil {
 		require.True(t, time.Now().Before(deadline), "no metrics for the task within 60 s; batches: %+v", telemetrySrv.MetricsBatches())
@@ -96,8 +96,8 @@ func TestIntegrationTCSPublishesTaskMetrics(t *testing.T) {
 	statuses := telemetrySrv.InstanceStatuses()
 	require.NotEmpty(t, statuses)
 	if last := statuses[len(statuses)-1].Statuses; assert.Len(t, last, 1) {
-		assert.Equal(t, tcs.InstanceStatusTypeRuntime, last[0].Type)
-		assert.Equal(t, tcs.InstanceStatusOK, last[0].Status, "the Docker Engine answers")
+		assert.Equal(t, tcswire.InstanceStatusTypeRuntime, last[0].Type)
+		assert.Equal(t, tcswire.InstanceStatusOK, last[0].Status, "the Docker Engine answers")
 	}
 
 	// Local display: the same container's figures on /v1/tasks and /metrics.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/berth-agent/berth/agent/tcs"
+	"github.com/berth-agent/berth/agent/tcswire"
 )
 
 // Received is one message a client sent.
@@ -24,7 +24,7 @@ type Received struct {
 	Conn        int // 1 for the first connection, and so on
 	AccessKeyID string
 	Header      http.Header // the frame's header lines
-	Message     tcs.Message
+	Message     tcswire.Message
 }
 
 // Upgrade is one accepted websocket upgrade.
@@ -40,7 +40,7 @@ type MetricsBatch struct {
 	MessageID string
 	Idle      bool
 	Messages  int
-	Tasks     []tcs.TaskMetric
+	Tasks     []tcswire.TaskMetric
 }
 
 // HealthBatch is a complete health batch, as MetricsBatch.
@@ -48,7 +48,7 @@ type HealthBatch struct {
 	Conn      int
 	MessageID string
 	Messages  int
-	Tasks     []tcs.TaskHealth
+	Tasks     []tcswire.TaskHealth
 }
 
 // Server is a stand-in TCS. It is safe for concurrent use.
@@ -96,7 +96,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	auth := r.Header.Get("Authorization")
-	if !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 ") || tcs.AccessKeyID(auth) == "" {
+	if !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 ") || tcswire.AccessKeyID(auth) == "" {
 		http.Error(w, "unsigned upgrade", http.StatusUnauthorized)
 		return
 	}
@@ -108,7 +108,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.conns++
 	c := &conn{ws: ws, n: s.conns}
 	s.cur = c
-	s.upgrades = append(s.upgrades, Upgrade{Query: r.URL.Query(), AccessKeyID: tcs.AccessKeyID(auth)})
+	s.upgrades = append(s.upgrades, Upgrade{Query: r.URL.Query(), AccessKeyID: tcswire.AccessKeyID(auth)})
 	s.mu.Unlock()
 	defer func() {
 		_ = ws.Close()
@@ -135,23 +135,23 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 // record parses and records one frame; it returns the ack to send, and whether to drop the
 // connection instead.
-func (s *Server) record(c *conn, data []byte) (tcs.Message, bool) {
+func (s *Server) record(c *conn, data []byte) (tcswire.Message, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	header, body, err := tcs.ParseFrame(data)
+	header, body, err := tcswire.ParseFrame(data)
 	if err != nil {
 		s.problems = append(s.problems, err.Error())
 		return nil, false
 	}
 	auth := header.Get("Authorization")
-	key := tcs.AccessKeyID(auth)
+	key := tcswire.AccessKeyID(auth)
 	if !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 ") || key == "" {
 		s.problems = append(s.problems, "frame without a SigV4 Authorization header")
 	}
 	if header.Get("Host") == "" || header.Get("X-Amz-Date") == "" {
 		s.problems = append(s.problems, "frame without Host or X-Amz-Date")
 	}
-	m, err := tcs.Decode(body)
+	m, err := tcswire.Decode(body)
 	if err != nil {
 		s.problems = append(s.problems, err.Error())
 		return nil, false
@@ -165,19 +165,19 @@ func (s *Server) record(c *conn, data []byte) (tcs.Message, bool) {
 		}
 	}
 	switch m.(type) {
-	case *tcs.PublishMetricsRequest:
-		return &tcs.AckPublishMetric{}, false
-	case *tcs.PublishHealthRequest:
-		return &tcs.AckPublishHealth{}, false
-	case *tcs.PublishInstanceStatusRequest:
-		return &tcs.AckPublishInstanceStatus{}, false
+	case *tcswire.PublishMetricsRequest:
+		return &tcswire.AckPublishMetric{}, false
+	case *tcswire.PublishHealthRequest:
+		return &tcswire.AckPublishHealth{}, false
+	case *tcswire.PublishInstanceStatusRequest:
+		return &tcswire.AckPublishInstanceStatus{}, false
 	}
 	s.problems = append(s.problems, fmt.Sprintf("unexpected %s from the client", m.MessageType()))
 	return nil, false
 }
 
-func (c *conn) write(m tcs.Message) error {
-	data, err := tcs.Encode(m)
+func (c *conn) write(m tcswire.Message) error {
+	data, err := tcswire.Encode(m)
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func (s *Server) Drop() {
 }
 
 // Send writes m to the current connection.
-func (s *Server) Send(m tcs.Message) error {
+func (s *Server) Send(m tcswire.Message) error {
 	s.mu.Lock()
 	c := s.cur
 	s.mu.Unlock()
@@ -218,7 +218,7 @@ func (s *Server) Send(m tcs.Message) error {
 }
 
 // SendHeartbeat sends a HeartbeatMessage{healthy: true} to the current connection.
-func (s *Server) SendHeartbeat() error { return s.Send(&tcs.HeartbeatMessage{Healthy: true}) }
+func (s *Server) SendHeartbeat() error { return s.Send(&tcswire.HeartbeatMessage{Healthy: true}) }
 
 // Connections returns how many upgrades the server accepted.
 func (s *Server) Connections() int {
@@ -275,7 +275,7 @@ func (s *Server) MetricsBatches() []MetricsBatch {
 	open := map[key]*MetricsBatch{}
 	var done []MetricsBatch
 	for _, r := range s.Received() {
-		m, ok := r.Message.(*tcs.PublishMetricsRequest)
+		m, ok := r.Message.(*tcswire.PublishMetricsRequest)
 		if !ok {
 			continue
 		}
@@ -305,7 +305,7 @@ func (s *Server) HealthBatches() []HealthBatch {
 	open := map[key]*HealthBatch{}
 	var done []HealthBatch
 	for _, r := range s.Received() {
-		m, ok := r.Message.(*tcs.PublishHealthRequest)
+		m, ok := r.Message.(*tcswire.PublishHealthRequest)
 		if !ok {
 			continue
 		}
@@ -326,10 +326,10 @@ func (s *Server) HealthBatches() []HealthBatch {
 }
 
 // InstanceStatuses returns every PublishInstanceStatusRequest recorded, in order.
-func (s *Server) InstanceStatuses() []*tcs.PublishInstanceStatusRequest {
-	var out []*tcs.PublishInstanceStatusRequest
+func (s *Server) InstanceStatuses() []*tcswire.PublishInstanceStatusRequest {
+	var out []*tcswire.PublishInstanceStatusRequest
 	for _, r := range s.Received() {
-		if m, ok := r.Message.(*tcs.PublishInstanceStatusRequest); ok {
+		if m, ok := r.Message.(*tcswire.PublishInstanceStatusRequest); ok {
 			out = append(out, m)
 		}
 	}

@@ -1,4 +1,4 @@
-package acs
+package acstranslate
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/berth-agent/berth/agent/set"
+	"github.com/berth-agent/berth/agent/wire"
 )
 
 // DockerContainerConfig is the part of Docker's container config that ACS sends in
@@ -85,7 +86,7 @@ type DockerLogConfig struct {
 func decodeDockerJSON(path, s string, out any, errs *fieldErrors) {
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(s), &members); err != nil {
-		errs.add(path, "not a JSON object: %s", jsonErrorKind(err))
+		errs.add(path, "not a JSON object: %s", wire.DescribeJSONError(err))
 		return
 	}
 	known := jsonNames(reflect.TypeOf(out).Elem())
@@ -100,7 +101,7 @@ func decodeDockerJSON(path, s string, out any, errs *fieldErrors) {
 		}
 	}
 	if err := json.Unmarshal([]byte(s), out); err != nil {
-		errs.add(path, "%s", jsonErrorKind(err))
+		errs.add(path, "%s", wire.DescribeJSONError(err))
 	}
 }
 

@@ -1,20 +1,23 @@
-package tcs
+// Package tcswire is the wire of the ECS Telemetry Communication Service: the frames the agent's TCS
+// client (agent/tcs) and a server (agent/localcp, agent/tcs/tcstest) exchange, their signed frame
+// layout (frame.go), and the stats sets the metrics are made of (stats.go). The envelope is
+// agent/wire's; CloseMessage, ServerException and BadRequestException are wire's too.
+package tcswire
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/berth-agent/berth/agent/wire"
 )
 
 // Message is the body of one TCS frame; MessageType is the frame's "type", the shape name of the ECS
 // telemetry model (ecstcs). Every message type of this package implements it, so a stand-in server
 // can Encode what the client Decodes, and the reverse.
-type Message interface {
-	MessageType() string
-}
+type Message = wire.Message
 
 // Frame types, as they appear in a frame's "type".
 const (
@@ -26,11 +29,8 @@ const (
 	TypeAckPublishHealth             = "AckPublishHealth"
 	TypeAckPublishInstanceStatus     = "AckPublishInstanceStatus"
 	TypeStopTelemetrySessionMessage  = "StopTelemetrySessionMessage"
-	TypeCloseMessage                 = "CloseMessage"
-	TypeBadRequestException          = "BadRequestException"
 	TypeResourceValidationException  = "ResourceValidationException"
 	TypeInvalidParameterException    = "InvalidParameterException"
-	TypeServerException              = "ServerException"
 )
 
 // Health statuses of ContainerHealth.healthStatus.
@@ -226,16 +226,6 @@ type StopTelemetrySessionMessage struct {
 	Message string `json:"message,omitempty"`
 }
 
-// CloseMessage asks the client to end the session (it reconnects).
-type CloseMessage struct {
-	Message string `json:"message,omitempty"`
-}
-
-// BadRequestException is an error frame: the server rejected a request as malformed.
-type BadRequestException struct {
-	Message string `json:"message,omitempty"`
-}
-
 // ResourceValidationException is an error frame: a request named an unknown resource.
 type ResourceValidationException struct {
 	Message string `json:"message,omitempty"`
@@ -243,11 +233,6 @@ type ResourceValidationException struct {
 
 // InvalidParameterException is an error frame: a request had a bad parameter.
 type InvalidParameterException struct {
-	Message string `json:"message,omitempty"`
-}
-
-// ServerException is an error frame: the server failed.
-type ServerException struct {
 	Message string `json:"message,omitempty"`
 }
 
@@ -275,21 +260,13 @@ func (*AckPublishInstanceStatus) MessageType() string { return TypeAckPublishIns
 // MessageType returns TypeStopTelemetrySessionMessage.
 func (*StopTelemetrySessionMessage) MessageType() string { return TypeStopTelemetrySessionMessage }
 
-// MessageType returns TypeCloseMessage.
-func (*CloseMessage) MessageType() string { return TypeCloseMessage }
-
-// MessageType returns TypeBadRequestException.
-func (*BadRequestException) MessageType() string { return TypeBadRequestException }
-
 // MessageType returns TypeResourceValidationException.
 func (*ResourceValidationException) MessageType() string { return TypeResourceValidationException }
 
 // MessageType returns TypeInvalidParameterException.
 func (*InvalidParameterException) MessageType() string { return TypeInvalidParameterException }
 
-// MessageType returns TypeServerException.
-func (*ServerException) MessageType() string { return TypeServerException }
-
+// newMessage returns an empty message of the named type, or nil for an unknown type.
 func newMessage(typ string) Message {
 	switch typ {
 	case TypePublishMetricsRequest:
@@ -308,60 +285,27 @@ func newMessage(typ string) Message {
 		return &AckPublishInstanceStatus{}
 	case TypeStopTelemetrySessionMessage:
 		return &StopTelemetrySessionMessage{}
-	case TypeCloseMessage:
-		return &CloseMessage{}
-	case TypeBadRequestException:
-		return &BadRequestException{}
+	case wire.TypeCloseMessage:
+		return &wire.CloseMessage{}
+	case wire.TypeBadRequestException:
+		return &wire.BadRequestException{}
 	case TypeResourceValidationException:
 		return &ResourceValidationException{}
 	case TypeInvalidParameterException:
 		return &InvalidParameterException{}
-	case TypeServerException:
-		return &ServerException{}
+	case wire.TypeServerException:
+		return &wire.ServerException{}
 	}
 	return nil
 }
 
-// UnknownTypeError is a frame whose "type" this package does not know.
-type UnknownTypeError struct {
-	Type string
-}
-
-// Error names the type.
-func (e *UnknownTypeError) Error() string { return fmt.Sprintf("unknown TCS frame type %q", e.Type) }
-
-// envelope is the JSON of every frame body: {"type": ShapeName, "message": {...}}.
-type envelope struct {
-	Type    string          `json:"type"`
-	Message json.RawMessage `json:"message"`
-}
+// protocol is TCS's vocabulary. A frame without a message decodes to the empty message of its type.
+func protocol() wire.Protocol { return wire.Protocol{Name: "TCS", New: newMessage} }
 
 // Encode returns the JSON envelope of m.
-func Encode(m Message) ([]byte, error) {
-	if m == nil {
-		return nil, errors.New("encode TCS frame: nil message")
-	}
-	body, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("encode TCS %s: %w", m.MessageType(), err)
-	}
-	return json.Marshal(envelope{Type: m.MessageType(), Message: body})
-}
+func Encode(m Message) ([]byte, error) { return protocol().Encode(m) }
 
-// Decode parses a JSON envelope. A type this package does not know is an *UnknownTypeError.
-func Decode(data []byte) (Message, error) {
-	var env envelope
-	if err := json.Unmarshal(data, &env); err != nil {
-		return nil, fmt.Errorf("decode TCS frame: %w", err)
-	}
-	m := newMessage(env.Type)
-	if m == nil {
-		return nil, &UnknownTypeError{Type: env.Type}
-	}
-	if len(env.Message) > 0 && string(env.Message) != "null" {
-		if err := json.Unmarshal(env.Message, m); err != nil {
-			return nil, fmt.Errorf("decode TCS %s: %w", env.Type, err)
-		}
-	}
-	return m, nil
-}
+// Decode parses a JSON envelope. A frame that is not JSON of the shape its type names is a
+// *wire.MalformedFrameError (matching wire.ErrMalformedFrame); a type this package does not know is
+// a *wire.UnknownTypeError. Error texts never quote the frame.
+func Decode(data []byte) (Message, error) { return protocol().Decode(data) }

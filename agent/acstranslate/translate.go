@@ -1,4 +1,8 @@
-package acs
+// Package acstranslate translates between the tasks of ACS payloads (agent/acswire) and the task
+// model, both ways and beside their round-trip test: TranslateTask (through a validated taskdef
+// Definition) for the agent's ACS client, WireTask for the embedded control plane. Every field ACS
+// sends is either translated or refused by name, never dropped.
+package acstranslate
 
 import (
 	"encoding/json"
@@ -13,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
@@ -24,9 +29,9 @@ type Accepted struct {
 	// Definition is the validated task definition the task was built from.
 	Definition *taskdef.Definition
 	// RoleCredentials are the task role's credentials, or nil.
-	RoleCredentials *IAMRoleCredentials
+	RoleCredentials *acswire.IAMRoleCredentials
 	// ExecutionRoleCredentials are the execution role's credentials, or nil.
-	ExecutionRoleCredentials *IAMRoleCredentials
+	ExecutionRoleCredentials *acswire.IAMRoleCredentials
 }
 
 // Rejected is a payload task that could not be translated. The caller reports it STOPPED with
@@ -39,7 +44,7 @@ type Rejected struct {
 // TranslateTask builds the task model for an ACS task through taskdef: it makes a
 // *taskdef.Definition, validates it and calls NewTask. Errors match taskdef.ErrInvalid and name the
 // offending field; a task Berth cannot run as asked (EFS volumes, FireLens, …) is an error.
-func TranslateTask(t *Task) (Accepted, error) {
+func TranslateTask(t *acswire.Task) (Accepted, error) {
 	if t == nil {
 		return Accepted{}, &taskdef.FieldError{Msg: "null task"}
 	}
@@ -79,7 +84,7 @@ func TranslateTask(t *Task) (Accepted, error) {
 // image is pulled with the task's execution role; without it, with the agent's own credentials,
 // which is what the agent does anyway. Type asm is translated to repositoryCredentials by
 // Definition.
-func ecrAuth(ra *RegistryAuthentication) *task.ECRAuth {
+func ecrAuth(ra *acswire.RegistryAuthentication) *task.ECRAuth {
 	if ra == nil || ra.Type != "ecr" || ra.ECRAuthData == nil || !ra.ECRAuthData.UseExecutionRole {
 		return nil
 	}
@@ -89,7 +94,7 @@ func ecrAuth(ra *RegistryAuthentication) *task.ECRAuth {
 
 // taskENI parses the task's ENI (ACS sends at most one per task) into the model. Every address must
 // parse; the error names the field.
-func taskENI(enis []*ElasticNetworkInterface) (*task.ENI, error) {
+func taskENI(enis []*acswire.ElasticNetworkInterface) (*task.ENI, error) {
 	if len(enis) == 0 {
 		return nil, nil
 	}
@@ -136,7 +141,7 @@ func taskENI(enis []*ElasticNetworkInterface) (*task.ENI, error) {
 
 // TranslatePayload translates every task of a payload; a task that fails is listed in rejected and
 // does not affect the others.
-func TranslatePayload(m *PayloadMessage) (accepted []Accepted, rejected []Rejected) {
+func TranslatePayload(m *acswire.PayloadMessage) (accepted []Accepted, rejected []Rejected) {
 	for _, t := range m.Tasks {
 		a, err := TranslateTask(t)
 		if err != nil {
@@ -169,7 +174,7 @@ func desiredStatus(s string) (task.TaskStatus, error) {
 // A task with more containers or volumes than taskdef allows is refused before any of them is
 // translated. CPU and memory outside what taskdef accepts are errors naming the field, never clamped
 // or wrapped into range.
-func Definition(t *Task) (*taskdef.Definition, error) {
+func Definition(t *acswire.Task) (*taskdef.Definition, error) {
 	var errs fieldErrors
 	if len(t.Containers) > taskdef.MaxContainers {
 		errs.add("containerDefinitions", "%d entries; at most %d are allowed", len(t.Containers), taskdef.MaxContainers)
@@ -265,7 +270,7 @@ func Definition(t *Task) (*taskdef.Definition, error) {
 	return def, nil
 }
 
-func dockerVolume(dv *DockerVolumeConfiguration) *taskdef.DockerVolumeConfiguration {
+func dockerVolume(dv *acswire.DockerVolumeConfiguration) *taskdef.DockerVolumeConfiguration {
 	return &taskdef.DockerVolumeConfiguration{
 		Scope:         dv.Scope,
 		Autoprovision: dv.Autoprovision,
@@ -275,7 +280,7 @@ func dockerVolume(dv *DockerVolumeConfiguration) *taskdef.DockerVolumeConfigurat
 	}
 }
 
-func containerDefinition(p string, c *Container, errs *fieldErrors) taskdef.ContainerDefinition {
+func containerDefinition(p string, c *acswire.Container, errs *fieldErrors) taskdef.ContainerDefinition {
 	cd := taskdef.ContainerDefinition{
 		Name:         c.Name,
 		Image:        c.Image,

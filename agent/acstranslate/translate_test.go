@@ -1,17 +1,17 @@
-package acs
+package acstranslate
 
 import (
 	"encoding/json"
 	"errors"
 	"net/netip"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskdef"
 )
@@ -82,9 +82,9 @@ const realisticPayload = `{
 }`
 
 func TestTranslateRealisticPayload(t *testing.T) {
-	m, err := Decode([]byte(realisticPayload))
+	m, err := acswire.Decode([]byte(realisticPayload))
 	require.NoError(t, err)
-	pm, ok := m.(*PayloadMessage)
+	pm, ok := m.(*acswire.PayloadMessage)
 	require.True(t, ok, "got %T", m)
 	assert.Equal(t, "msg-1", pm.MessageID)
 	assert.EqualValues(t, 7, pm.SeqNum)
@@ -161,28 +161,28 @@ func TestTranslateRealisticPayload(t *testing.T) {
 func TestTranslateRegistryAuthentication(t *testing.T) {
 	tests := []struct {
 		name      string
-		auth      *RegistryAuthentication
+		auth      *acswire.RegistryAuthentication
 		want      *task.ECRAuth
 		wantCreds *task.RepositoryCredentials
 		wantErr   string
 	}{
 		{name: "none"},
-		{name: "ecr with the execution role", auth: &RegistryAuthentication{Type: "ecr", ECRAuthData: &ECRAuthData{
+		{name: "ecr with the execution role", auth: &acswire.RegistryAuthentication{Type: "ecr", ECRAuthData: &acswire.ECRAuthData{
 			RegistryID: "210987654321", Region: "eu-west-1", EndpointOverride: "https://api.ecr.eu-west-1.amazonaws.com", UseExecutionRole: true}},
 			want: &task.ECRAuth{UseExecutionRole: true, RegistryID: "210987654321", Region: "eu-west-1", EndpointOverride: "https://api.ecr.eu-west-1.amazonaws.com"}},
-		{name: "ecr with the agent's credentials", auth: &RegistryAuthentication{Type: "ecr", ECRAuthData: &ECRAuthData{RegistryID: "210987654321", Region: "eu-west-1"}}},
-		{name: "ecr without data", auth: &RegistryAuthentication{Type: "ecr"}},
-		{name: "asm", auth: &RegistryAuthentication{Type: "asm", ASMAuthData: &ASMAuthData{CredentialsParameter: "arn:aws:secretsmanager:eu-west-1:210987654321:secret:reg-AbCdEf"}},
+		{name: "ecr with the agent's credentials", auth: &acswire.RegistryAuthentication{Type: "ecr", ECRAuthData: &acswire.ECRAuthData{RegistryID: "210987654321", Region: "eu-west-1"}}},
+		{name: "ecr without data", auth: &acswire.RegistryAuthentication{Type: "ecr"}},
+		{name: "asm", auth: &acswire.RegistryAuthentication{Type: "asm", ASMAuthData: &acswire.ASMAuthData{CredentialsParameter: "arn:aws:secretsmanager:eu-west-1:210987654321:secret:reg-AbCdEf"}},
 			wantCreds: &task.RepositoryCredentials{CredentialsParameter: "arn:aws:secretsmanager:eu-west-1:210987654321:secret:reg-AbCdEf"}},
-		{name: "asm without a parameter", auth: &RegistryAuthentication{Type: "asm"},
+		{name: "asm without a parameter", auth: &acswire.RegistryAuthentication{Type: "asm"},
 			wantErr: "containerDefinitions[0].registryAuthentication.asmAuthData.credentialsParameter: required for type asm"},
-		{name: "unknown type", auth: &RegistryAuthentication{Type: "basic"},
+		{name: "unknown type", auth: &acswire.RegistryAuthentication{Type: "basic"},
 			wantErr: `containerDefinitions[0].registryAuthentication.type: "basic" is not supported by Berth (want ecr or asm)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := TranslateTask(&Task{Arn: "arn:t", Family: "f", Version: "1", DesiredStatus: "RUNNING",
-				Containers: []*Container{{Name: "c", Image: "210987654321.dkr.ecr.eu-west-1.amazonaws.com/app", Memory: 64, RegistryAuthentication: tt.auth}}})
+			a, err := TranslateTask(&acswire.Task{Arn: "arn:t", Family: "f", Version: "1", DesiredStatus: "RUNNING",
+				Containers: []*acswire.Container{{Name: "c", Image: "210987654321.dkr.ecr.eu-west-1.amazonaws.com/app", Memory: 64, RegistryAuthentication: tt.auth}}})
 			if tt.wantErr != "" {
 				require.ErrorIs(t, err, taskdef.ErrInvalid)
 				assert.EqualError(t, err, tt.wantErr)
@@ -196,11 +196,11 @@ func TestTranslateRegistryAuthentication(t *testing.T) {
 }
 
 func TestTranslateStoppedAndDefaults(t *testing.T) {
-	tk := &Task{
+	tk := &acswire.Task{
 		Arn: "arn:t2", Family: "f", Version: "1", DesiredStatus: "STOPPED", NetworkMode: "awsvpc",
-		Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}},
-		ElasticNetworkInterfaces: []*ElasticNetworkInterface{{Ec2ID: "eni-1", MacAddress: "0A:00:00:00:00:01", AttachmentArn: "arn:att",
-			IPv4Addresses:            []IPv4Address{{PrivateAddress: "10.0.0.9"}, {PrivateAddress: "10.0.0.5", Primary: true}},
+		Containers: []*acswire.Container{{Name: "c", Image: "busybox", Memory: 64}},
+		ElasticNetworkInterfaces: []*acswire.ElasticNetworkInterface{{Ec2ID: "eni-1", MacAddress: "0A:00:00:00:00:01", AttachmentArn: "arn:att",
+			IPv4Addresses:            []acswire.IPv4Address{{PrivateAddress: "10.0.0.9"}, {PrivateAddress: "10.0.0.5", Primary: true}},
 			SubnetGatewayIPv4Address: "10.0.0.1/24", DomainNameServers: []string{"10.0.0.2"}, DomainName: []string{"ec2.internal"},
 			PrivateDNSName: "ip-10-0-0-5.ec2.internal"}},
 	}
@@ -219,51 +219,53 @@ func TestTranslateStoppedAndDefaults(t *testing.T) {
 // A malformed ENI rejects its task at the boundary with an error naming the field; the engine never
 // sees it.
 func TestTranslateRejectsBadENIs(t *testing.T) {
-	good := func() *ElasticNetworkInterface {
-		return &ElasticNetworkInterface{MacAddress: "0a:00:00:00:00:01", IPv4Addresses: []IPv4Address{{PrivateAddress: "10.0.0.5", Primary: true}},
+	good := func() *acswire.ElasticNetworkInterface {
+		return &acswire.ElasticNetworkInterface{MacAddress: "0a:00:00:00:00:01", IPv4Addresses: []acswire.IPv4Address{{PrivateAddress: "10.0.0.5", Primary: true}},
 			SubnetGatewayIPv4Address: "10.0.0.1/24"}
 	}
 	tests := []struct {
 		name     string
-		mod      func(e *ElasticNetworkInterface) []*ElasticNetworkInterface
+		mod      func(e *acswire.ElasticNetworkInterface) []*acswire.ElasticNetworkInterface
 		wantPath string
 	}{
-		{"bad MAC", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+		{"bad MAC", func(e *acswire.ElasticNetworkInterface) []*acswire.ElasticNetworkInterface {
 			e.MacAddress = "nope"
-			return []*ElasticNetworkInterface{e}
+			return []*acswire.ElasticNetworkInterface{e}
 		}, "elasticNetworkInterfaces[0].macAddress"},
-		{"bad address", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+		{"bad address", func(e *acswire.ElasticNetworkInterface) []*acswire.ElasticNetworkInterface {
 			e.IPv4Addresses[0].PrivateAddress = "10.0.0"
-			return []*ElasticNetworkInterface{e}
+			return []*acswire.ElasticNetworkInterface{e}
 		}, "elasticNetworkInterfaces[0].ipv4Addresses[0].privateAddress"},
-		{"no address", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+		{"no address", func(e *acswire.ElasticNetworkInterface) []*acswire.ElasticNetworkInterface {
 			e.IPv4Addresses = nil
-			return []*ElasticNetworkInterface{e}
+			return []*acswire.ElasticNetworkInterface{e}
 		}, "elasticNetworkInterfaces[0].ipv4Addresses"},
-		{"gateway without prefix", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+		{"gateway without prefix", func(e *acswire.ElasticNetworkInterface) []*acswire.ElasticNetworkInterface {
 			e.SubnetGatewayIPv4Address = "10.0.0.1"
-			return []*ElasticNetworkInterface{e}
+			return []*acswire.ElasticNetworkInterface{e}
 		}, "elasticNetworkInterfaces[0].subnetGatewayIpv4Address"},
-		{"address outside the subnet", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+		{"address outside the subnet", func(e *acswire.ElasticNetworkInterface) []*acswire.ElasticNetworkInterface {
 			e.SubnetGatewayIPv4Address = "10.9.0.1/24"
-			return []*ElasticNetworkInterface{e}
+			return []*acswire.ElasticNetworkInterface{e}
 		}, "elasticNetworkInterfaces[0]"},
-		{"bad DNS server", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
+		{"bad DNS server", func(e *acswire.ElasticNetworkInterface) []*acswire.ElasticNetworkInterface {
 			e.DomainNameServers = []string{"dns"}
-			return []*ElasticNetworkInterface{e}
+			return []*acswire.ElasticNetworkInterface{e}
 		}, "elasticNetworkInterfaces[0].domainNameServers[0]"},
-		{"null", func(*ElasticNetworkInterface) []*ElasticNetworkInterface { return []*ElasticNetworkInterface{nil} }, "elasticNetworkInterfaces[0]"},
-		{"two", func(e *ElasticNetworkInterface) []*ElasticNetworkInterface {
-			return []*ElasticNetworkInterface{e, good()}
+		{"null", func(*acswire.ElasticNetworkInterface) []*acswire.ElasticNetworkInterface {
+			return []*acswire.ElasticNetworkInterface{nil}
+		}, "elasticNetworkInterfaces[0]"},
+		{"two", func(e *acswire.ElasticNetworkInterface) []*acswire.ElasticNetworkInterface {
+			return []*acswire.ElasticNetworkInterface{e, good()}
 		}, "elasticNetworkInterfaces"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := &PayloadMessage{Tasks: []*Task{
-				{Arn: "arn:bad", Family: "f", Version: "1", NetworkMode: "awsvpc", Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}},
+			m := &acswire.PayloadMessage{Tasks: []*acswire.Task{
+				{Arn: "arn:bad", Family: "f", Version: "1", NetworkMode: "awsvpc", Containers: []*acswire.Container{{Name: "c", Image: "busybox", Memory: 64}},
 					ElasticNetworkInterfaces: tt.mod(good())},
-				{Arn: "arn:good", Family: "f", Version: "1", NetworkMode: "awsvpc", Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}},
-					ElasticNetworkInterfaces: []*ElasticNetworkInterface{good()}},
+				{Arn: "arn:good", Family: "f", Version: "1", NetworkMode: "awsvpc", Containers: []*acswire.Container{{Name: "c", Image: "busybox", Memory: 64}},
+					ElasticNetworkInterfaces: []*acswire.ElasticNetworkInterface{good()}},
 			}}
 			accepted, rejected := TranslatePayload(m)
 			require.Len(t, accepted, 1, "the other task is unaffected")
@@ -279,76 +281,76 @@ func TestTranslateRejectsBadENIs(t *testing.T) {
 }
 
 func TestTranslateRejects(t *testing.T) {
-	valid := func() *Task {
-		return &Task{Arn: "arn:t", Family: "f", Version: "1", DesiredStatus: "RUNNING",
-			Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}}}
+	valid := func() *acswire.Task {
+		return &acswire.Task{Arn: "arn:t", Family: "f", Version: "1", DesiredStatus: "RUNNING",
+			Containers: []*acswire.Container{{Name: "c", Image: "busybox", Memory: 64}}}
 	}
 	tests := []struct {
 		name   string
-		mutate func(*Task)
+		mutate func(*acswire.Task)
 		want   string // substring of the error
 	}{
-		{"no containers", func(t *Task) { t.Containers = nil }, "containerDefinitions"},
-		{"no image", func(t *Task) { t.Containers[0].Image = "" }, "containerDefinitions[0].image"},
-		{"bad revision", func(t *Task) { t.Version = "latest" }, "version"},
-		{"bad desired status", func(t *Task) { t.DesiredStatus = "PAUSED" }, "desiredStatus"},
-		{"unknown dependency", func(t *Task) {
-			t.Containers[0].DependsOn = []ContainerDependency{{ContainerName: "ghost", Condition: "START"}}
+		{"no containers", func(t *acswire.Task) { t.Containers = nil }, "containerDefinitions"},
+		{"no image", func(t *acswire.Task) { t.Containers[0].Image = "" }, "containerDefinitions[0].image"},
+		{"bad revision", func(t *acswire.Task) { t.Version = "latest" }, "version"},
+		{"bad desired status", func(t *acswire.Task) { t.DesiredStatus = "PAUSED" }, "desiredStatus"},
+		{"unknown dependency", func(t *acswire.Task) {
+			t.Containers[0].DependsOn = []acswire.ContainerDependency{{ContainerName: "ghost", Condition: "START"}}
 		}, "dependsOn"},
-		{"malformed docker config", func(t *Task) {
-			t.Containers[0].DockerConfig = &DockerConfig{Config: "{not json"}
+		{"malformed docker config", func(t *acswire.Task) {
+			t.Containers[0].DockerConfig = &acswire.DockerConfig{Config: "{not json"}
 		}, "containerDefinitions[0].dockerConfig.config"},
-		{"malformed host config", func(t *Task) {
-			t.Containers[0].DockerConfig = &DockerConfig{HostConfig: `{"Ulimits":"x"}`}
+		{"malformed host config", func(t *acswire.Task) {
+			t.Containers[0].DockerConfig = &acswire.DockerConfig{HostConfig: `{"Ulimits":"x"}`}
 		}, "containerDefinitions[0].dockerConfig.hostConfig"},
-		{"efs volume", func(t *Task) { t.Volumes = []*Volume{{Name: "v", Type: "efs"}} }, "volumes[0].type"},
-		{"mount point secrets", func(t *Task) {
-			t.Containers[0].Secrets = []Secret{{Name: "S", ValueFrom: "/p", Type: "MOUNT_POINT"}}
+		{"efs volume", func(t *acswire.Task) { t.Volumes = []*acswire.Volume{{Name: "v", Type: "efs"}} }, "volumes[0].type"},
+		{"mount point secrets", func(t *acswire.Task) {
+			t.Containers[0].Secrets = []acswire.Secret{{Name: "S", ValueFrom: "/p", Type: "MOUNT_POINT"}}
 		}, `containerDefinitions[0].secrets[0].type: secret type "MOUNT_POINT" is not supported by Berth`},
-		{"log driver secrets without a log driver", func(t *Task) {
-			t.Containers[0].Secrets = []Secret{{Name: "S", ValueFrom: "/p", Target: "LOG_DRIVER"}}
+		{"log driver secrets without a log driver", func(t *acswire.Task) {
+			t.Containers[0].Secrets = []acswire.Secret{{Name: "S", ValueFrom: "/p", Target: "LOG_DRIVER"}}
 		}, "containerDefinitions[0].secrets: log driver secrets without a log driver"},
-		{"host config member Berth does not honour", func(t *Task) {
-			t.Containers[0].DockerConfig = &DockerConfig{HostConfig: `{"CpusetCpus":"0-1","OomKillDisable":false}`}
+		{"host config member Berth does not honour", func(t *acswire.Task) {
+			t.Containers[0].DockerConfig = &acswire.DockerConfig{HostConfig: `{"CpusetCpus":"0-1","OomKillDisable":false}`}
 		}, "containerDefinitions[0].dockerConfig.hostConfig.CpusetCpus: not supported by Berth"},
-		{"container config member Berth does not honour", func(t *Task) {
-			t.Containers[0].DockerConfig = &DockerConfig{Config: `{"StopSignal":"SIGINT"}`}
+		{"container config member Berth does not honour", func(t *acswire.Task) {
+			t.Containers[0].DockerConfig = &acswire.DockerConfig{Config: `{"StopSignal":"SIGINT"}`}
 		}, "containerDefinitions[0].dockerConfig.config.StopSignal: not supported by Berth"},
-		{"firelens", func(t *Task) { t.Containers[0].FirelensConfiguration = json.RawMessage(`{"type":"fluentbit"}`) },
+		{"firelens", func(t *acswire.Task) { t.Containers[0].FirelensConfiguration = json.RawMessage(`{"type":"fluentbit"}`) },
 			"containerDefinitions[0].firelensConfiguration: FireLens is not supported by Berth yet"},
-		{"ECS Exec", func(t *Task) {
+		{"ECS Exec", func(t *acswire.Task) {
 			t.Containers[0].ManagedAgents = json.RawMessage(`[{"name":"ExecuteCommandAgent"}]`)
 		}, "containerDefinitions[0].managedAgents: ECS Exec is not supported by Berth yet"},
-		{"App Mesh", func(t *Task) { t.ProxyConfiguration = json.RawMessage(`{"type":"APPMESH"}`) },
+		{"App Mesh", func(t *acswire.Task) { t.ProxyConfiguration = json.RawMessage(`{"type":"APPMESH"}`) },
 			"proxyConfiguration: App Mesh proxy configuration is not supported by Berth yet"},
-		{"Service Connect", func(t *Task) { t.Attachments = json.RawMessage(`[{"attachmentType":"serviceconnectdetail"}]`) },
+		{"Service Connect", func(t *acswire.Task) { t.Attachments = json.RawMessage(`[{"attachmentType":"serviceconnectdetail"}]`) },
 			"attachments: Service Connect and EBS attachments are not supported by Berth yet"},
-		{"GPU", func(t *Task) { t.Associations = json.RawMessage(`[{"type":"gpu","name":"0"}]`) }, "associations: GPUs"},
-		{"tmpfs without a size", func(t *Task) {
-			t.Containers[0].DockerConfig = &DockerConfig{HostConfig: `{"Tmpfs":{"/run":"rw"}}`}
+		{"GPU", func(t *acswire.Task) { t.Associations = json.RawMessage(`[{"type":"gpu","name":"0"}]`) }, "associations: GPUs"},
+		{"tmpfs without a size", func(t *acswire.Task) {
+			t.Containers[0].DockerConfig = &acswire.DockerConfig{HostConfig: `{"Tmpfs":{"/run":"rw"}}`}
 		}, `containerDefinitions[0].dockerConfig.hostConfig.Tmpfs["/run"]: no size`},
-		{"missing arn", func(t *Task) { t.Arn = "" }, "arn"},
-		{"memory whose bytes overflow int64", func(t *Task) { t.Containers[0].Memory = 1 << 44 },
+		{"missing arn", func(t *acswire.Task) { t.Arn = "" }, "arn"},
+		{"memory whose bytes overflow int64", func(t *acswire.Task) { t.Containers[0].Memory = 1 << 44 },
 			"containerDefinitions[0].memory: 17592186044416 MiB is out of range"},
-		{"memory just above an int32", func(t *Task) { t.Containers[0].Memory = 1 << 31 },
+		{"memory just above an int32", func(t *acswire.Task) { t.Containers[0].Memory = 1 << 31 },
 			"containerDefinitions[0].memory: 2147483648 MiB is out of range"},
-		{"memory reservation of 2^63 bytes", func(t *Task) {
-			t.Containers[0].DockerConfig = &DockerConfig{HostConfig: `{"MemoryReservation":9223372036854775807}`}
+		{"memory reservation of 2^63 bytes", func(t *acswire.Task) {
+			t.Containers[0].DockerConfig = &acswire.DockerConfig{HostConfig: `{"MemoryReservation":9223372036854775807}`}
 		}, "containerDefinitions[0].dockerConfig.hostConfig.MemoryReservation: 8796093022207 MiB is out of range"},
-		{"container cpu beyond an int32", func(t *Task) { t.Containers[0].CPU = 1 << 40 },
+		{"container cpu beyond an int32", func(t *acswire.Task) { t.Containers[0].CPU = 1 << 40 },
 			"containerDefinitions[0].cpu: 1099511627776 CPU units is out of range"},
-		{"container cpu above the kernel's cpu.shares", func(t *Task) { t.Containers[0].CPU = 262145 },
+		{"container cpu above the kernel's cpu.shares", func(t *acswire.Task) { t.Containers[0].CPU = 262145 },
 			"containerDefinitions[0].cpu: 262145 CPU units is above the maximum of 262144"},
-		{"task cpu above 192 vCPU", func(t *Task) { t.CPU = 193 }, "cpu: 197632 CPU units is above the maximum of 196608"},
-		{"task memory beyond an int32", func(t *Task) { t.Memory = 1 << 44 }, "memory: 17592186044416 MiB is out of range"},
-		{"eleven containers", func(t *Task) {
+		{"task cpu above 192 vCPU", func(t *acswire.Task) { t.CPU = 193 }, "cpu: 197632 CPU units is above the maximum of 196608"},
+		{"task memory beyond an int32", func(t *acswire.Task) { t.Memory = 1 << 44 }, "memory: 17592186044416 MiB is out of range"},
+		{"eleven containers", func(t *acswire.Task) {
 			for range 10 {
 				t.Containers = append(t.Containers, nil) // refused before any is looked at
 			}
 		}, "containerDefinitions: 11 entries; at most 10 are allowed"},
-		{"too many volumes", func(t *Task) { t.Volumes = make([]*Volume, taskdef.MaxEntries+1) },
+		{"too many volumes", func(t *acswire.Task) { t.Volumes = make([]*acswire.Volume, taskdef.MaxEntries+1) },
 			"volumes: 4097 entries; at most 4096 are allowed"},
-		{"too many environment variables", func(t *Task) {
+		{"too many environment variables", func(t *acswire.Task) {
 			t.Containers[0].Environment = map[string]string{}
 			for i := range taskdef.MaxEntries + 1 {
 				t.Containers[0].Environment[strconv.Itoa(i)] = ""
@@ -368,78 +370,14 @@ func TestTranslateRejects(t *testing.T) {
 }
 
 func TestTranslatePayloadKeepsGoodTasks(t *testing.T) {
-	good := &Task{Arn: "arn:good", Family: "f", Version: "1", DesiredStatus: "RUNNING",
-		Containers: []*Container{{Name: "c", Image: "busybox", Memory: 64}}}
-	bad := &Task{Arn: "arn:bad", Family: "f", Version: "1", DesiredStatus: "RUNNING",
-		Containers: []*Container{{Name: "c", Image: "busybox"}}} // no memory anywhere
-	accepted, rejected := TranslatePayload(&PayloadMessage{MessageID: "m", Tasks: []*Task{bad, good, nil}})
+	good := &acswire.Task{Arn: "arn:good", Family: "f", Version: "1", DesiredStatus: "RUNNING",
+		Containers: []*acswire.Container{{Name: "c", Image: "busybox", Memory: 64}}}
+	bad := &acswire.Task{Arn: "arn:bad", Family: "f", Version: "1", DesiredStatus: "RUNNING",
+		Containers: []*acswire.Container{{Name: "c", Image: "busybox"}}} // no memory anywhere
+	accepted, rejected := TranslatePayload(&acswire.PayloadMessage{MessageID: "m", Tasks: []*acswire.Task{bad, good, nil}})
 	require.Len(t, accepted, 1)
 	assert.Equal(t, "arn:good", accepted[0].Task.Arn)
 	require.Len(t, rejected, 2)
 	assert.Equal(t, "arn:bad", rejected[0].Arn)
 	assert.Contains(t, rejected[0].Err.Error(), "memory")
-}
-
-func TestEncodeDecodeRoundTrip(t *testing.T) {
-	msgs := []Message{
-		&AckRequest{Cluster: "c", ContainerInstance: "ci", MessageID: "m"},
-		&HeartbeatMessage{MessageID: "h", Healthy: true},
-		&HeartbeatAckRequest{MessageID: "h"},
-		&IAMRoleCredentialsMessage{MessageID: "m", TaskArn: "t", RoleType: RoleTypeTaskApplication, RoleCredentials: IAMRoleCredentials{CredentialsID: "id"}},
-		&IAMRoleCredentialsAckRequest{MessageID: "m", CredentialsID: "id", Expiration: "e"},
-		&AttachTaskNetworkInterfacesMessage{MessageID: "m", TaskArn: "t", WaitTimeoutMs: 5000, ElasticNetworkInterfaces: []*ElasticNetworkInterface{{Ec2ID: "eni"}}},
-		&CloseMessage{Message: "bye"},
-		&ErrorMessage{Message: "oops"},
-		&ServerException{Message: "x"},
-		&BadRequestException{Message: "x"},
-		&InvalidClusterException{Message: "x"},
-		&InvalidInstanceException{Message: "x"},
-		&AccessDeniedException{Message: "x"},
-		&InactiveInstanceException{Message: "x"},
-		&PayloadMessage{MessageID: "p", SeqNum: 3, Tasks: []*Task{{Arn: "a"}}},
-	}
-	for _, m := range msgs {
-		t.Run(m.MessageType(), func(t *testing.T) {
-			data, err := Encode(m)
-			require.NoError(t, err)
-			var env map[string]json.RawMessage
-			require.NoError(t, json.Unmarshal(data, &env))
-			assert.JSONEq(t, `"`+m.MessageType()+`"`, string(env["type"]))
-			got, err := Decode(data)
-			require.NoError(t, err)
-			assert.Equal(t, m, got)
-		})
-	}
-}
-
-func TestWireNames(t *testing.T) {
-	data, err := Encode(&IAMRoleCredentialsAckRequest{MessageID: "m", CredentialsID: "c", Expiration: "e"})
-	require.NoError(t, err)
-	assert.JSONEq(t, `{"type":"IAMRoleCredentialsAckRequest","message":{"messageId":"m","credentialsId":"c","expiration":"e"}}`, string(data))
-	data, err = Encode(&AckRequest{Cluster: "c", ContainerInstance: "i", MessageID: "m"})
-	require.NoError(t, err)
-	assert.JSONEq(t, `{"type":"AckRequest","message":{"cluster":"c","containerInstance":"i","messageId":"m"}}`, string(data))
-}
-
-func TestDecodeErrors(t *testing.T) {
-	_, err := Decode([]byte(`{"type":"PayloadMessage","message":{"messageId":"m","tasks":"secret-value"}}`))
-	require.ErrorIs(t, err, ErrMalformedFrame)
-	assert.NotContains(t, err.Error(), "secret-value")
-
-	_, err = Decode([]byte(`{not json secret-value`))
-	require.ErrorIs(t, err, ErrMalformedFrame)
-	assert.NotContains(t, err.Error(), "secret-value")
-
-	_, err = Decode([]byte(`{"type":"FancyNewMessage","message":{}}`))
-	var ute *UnknownTypeError
-	require.ErrorAs(t, err, &ute)
-	assert.Equal(t, "FancyNewMessage", ute.Type)
-}
-
-func TestCredentialsStringHidesSecrets(t *testing.T) {
-	c := IAMRoleCredentials{CredentialsID: "id", AccessKeyID: "AKID", SecretAccessKey: "SECRET", SessionToken: "TOKEN"}
-	s := c.String()
-	for _, secret := range []string{"AKID", "SECRET", "TOKEN"} {
-		assert.False(t, strings.Contains(s, secret), "%q leaks %s", s, secret)
-	}
 }

@@ -1,19 +1,24 @@
-package acs
+// Package acswire is the wire of the ECS Agent Communication Service: the frames the agent's ACS
+// client (agent/acs) and a control plane (agent/localcp) exchange. The envelope is agent/wire's;
+// CloseMessage, ServerException and BadRequestException are wire's too. Translation to and from the
+// task model is agent/acstranslate's.
+//
+// Some types (MountPoint, VolumeFrom, EnvironmentFile, Device, …) have the JSON shape of taskdef's
+// namesakes. They are declared here all the same: the wire then depends on nothing but agent/wire, and
+// a change to the task-definition JSON cannot change what goes over ACS.
+package acswire
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
-	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/wire"
 )
 
 // Message is the body of one ACS frame. MessageType is the frame's "type", the ACS shape name.
 // Every message type of this package implements it, so the embedded control plane can Encode the same
 // frames the client Decodes, and the reverse.
-type Message interface {
-	MessageType() string
-}
+type Message = wire.Message
 
 // Frame types, as they appear in a frame's "type".
 const (
@@ -24,10 +29,7 @@ const (
 	TypeIAMRoleCredentialsMessage          = "IAMRoleCredentialsMessage"
 	TypeIAMRoleCredentialsAckRequest       = "IAMRoleCredentialsAckRequest"
 	TypeAttachTaskNetworkInterfacesMessage = "AttachTaskNetworkInterfacesMessage"
-	TypeCloseMessage                       = "CloseMessage"
 	TypeErrorMessage                       = "ErrorMessage"
-	TypeServerException                    = "ServerException"
-	TypeBadRequestException                = "BadRequestException"
 	TypeInvalidClusterException            = "InvalidClusterException"
 	TypeInvalidInstanceException           = "InvalidInstanceException"
 	TypeAccessDeniedException              = "AccessDeniedException"
@@ -334,23 +336,8 @@ type AttachTaskNetworkInterfacesMessage struct {
 	ElasticNetworkInterfaces []*ElasticNetworkInterface `json:"elasticNetworkInterfaces"`
 }
 
-// CloseMessage asks the agent to reconnect.
-type CloseMessage struct {
-	Message string `json:"message,omitempty"`
-}
-
 // ErrorMessage reports an error of the control plane; the agent reconnects.
 type ErrorMessage struct {
-	Message string `json:"message,omitempty"`
-}
-
-// ServerException is an internal error of ACS.
-type ServerException struct {
-	Message string `json:"message,omitempty"`
-}
-
-// BadRequestException rejects the connection request.
-type BadRequestException struct {
 	Message string `json:"message,omitempty"`
 }
 
@@ -397,17 +384,8 @@ func (*AttachTaskNetworkInterfacesMessage) MessageType() string {
 	return TypeAttachTaskNetworkInterfacesMessage
 }
 
-// MessageType returns "CloseMessage".
-func (*CloseMessage) MessageType() string { return TypeCloseMessage }
-
 // MessageType returns "ErrorMessage".
 func (*ErrorMessage) MessageType() string { return TypeErrorMessage }
-
-// MessageType returns "ServerException".
-func (*ServerException) MessageType() string { return TypeServerException }
-
-// MessageType returns "BadRequestException".
-func (*BadRequestException) MessageType() string { return TypeBadRequestException }
 
 // MessageType returns "InvalidClusterException".
 func (*InvalidClusterException) MessageType() string { return TypeInvalidClusterException }
@@ -438,14 +416,14 @@ func newMessage(typ string) Message {
 		return &IAMRoleCredentialsAckRequest{}
 	case TypeAttachTaskNetworkInterfacesMessage:
 		return &AttachTaskNetworkInterfacesMessage{}
-	case TypeCloseMessage:
-		return &CloseMessage{}
+	case wire.TypeCloseMessage:
+		return &wire.CloseMessage{}
 	case TypeErrorMessage:
 		return &ErrorMessage{}
-	case TypeServerException:
-		return &ServerException{}
-	case TypeBadRequestException:
-		return &BadRequestException{}
+	case wire.TypeServerException:
+		return &wire.ServerException{}
+	case wire.TypeBadRequestException:
+		return &wire.BadRequestException{}
 	case TypeInvalidClusterException:
 		return &InvalidClusterException{}
 	case TypeInvalidInstanceException:
@@ -474,64 +452,16 @@ func newMessage(typ string) Message {
 	return nil
 }
 
-// ErrMalformedFrame matches (errors.Is) every error Decode returns for a frame that is not valid JSON
-// of the expected shape. An errdefs.ErrInvalidArgument.
-var ErrMalformedFrame = errdefs.New(errdefs.ErrInvalidArgument, "malformed ACS frame")
-
-// UnknownTypeError is returned by Decode for a well-formed frame of a type this package does not know.
-type UnknownTypeError struct {
-	Type string
-}
-
-// Error names the unknown type.
-func (e *UnknownTypeError) Error() string { return fmt.Sprintf("unknown ACS frame type %q", e.Type) }
-
-// frame is the envelope of every ACS frame.
-type frame struct {
-	Type    string          `json:"type"`
-	Message json.RawMessage `json:"message"`
+// protocol is ACS's vocabulary. A frame must carry its message.
+func protocol() wire.Protocol {
+	return wire.Protocol{Name: "ACS", New: newMessage, MessageRequired: true}
 }
 
 // Encode returns the text frame {"type": m.MessageType(), "message": m}.
-func Encode(m Message) ([]byte, error) {
-	body, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", m.MessageType(), err)
-	}
-	return json.Marshal(frame{Type: m.MessageType(), Message: body})
-}
+func Encode(m Message) ([]byte, error) { return protocol().Encode(m) }
 
 // Decode parses a frame into a pointer to the message type its "type" names. A frame that is not
-// JSON, or whose message does not fit its type, gives an error matching ErrMalformedFrame; a frame of
-// an unknown type gives an *UnknownTypeError. Error texts never quote the frame's contents.
-func Decode(data []byte) (Message, error) {
-	var f frame
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("%w: envelope: %s", ErrMalformedFrame, jsonErrorKind(err))
-	}
-	m := newMessage(f.Type)
-	if m == nil {
-		return nil, &UnknownTypeError{Type: f.Type}
-	}
-	if len(f.Message) == 0 || string(f.Message) == "null" {
-		return nil, fmt.Errorf("%w: %s without a message", ErrMalformedFrame, f.Type)
-	}
-	if err := json.Unmarshal(f.Message, m); err != nil {
-		return nil, fmt.Errorf("%w: %s: %s", ErrMalformedFrame, f.Type, jsonErrorKind(err))
-	}
-	return m, nil
-}
-
-// jsonErrorKind describes a decoding error without quoting the input (which may hold secrets).
-func jsonErrorKind(err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return fmt.Sprintf("invalid JSON at offset %d", se.Offset)
-	case errors.As(err, &te):
-		return fmt.Sprintf("field %q: want %s", te.Field, te.Type)
-	default:
-		return "invalid JSON"
-	}
-}
+// JSON, or whose message is absent or does not fit its type, gives a *wire.MalformedFrameError
+// (matching wire.ErrMalformedFrame, an errdefs.ErrInvalidArgument); a frame of an unknown type gives
+// a *wire.UnknownTypeError. Error texts never quote the frame's contents.
+func Decode(data []byte) (Message, error) { return protocol().Decode(data) }

@@ -1,4 +1,4 @@
-package acs
+package acstranslate
 
 import (
 	"bytes"
@@ -6,7 +6,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/taskdef"
+	"github.com/berth-agent/berth/agent/wire"
 )
 
 // FuzzDecodeTranslate feeds a frame through Decode and, for a payload, TranslatePayload, as the ACS
@@ -35,10 +37,10 @@ func FuzzDecodeTranslate(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := Decode(data)
+		m, err := acswire.Decode(data)
 		if err != nil {
-			var unknown *UnknownTypeError
-			if !errors.Is(err, ErrMalformedFrame) && !errors.As(err, &unknown) {
+			var unknown *wire.UnknownTypeError
+			if !errors.Is(err, wire.ErrMalformedFrame) && !errors.As(err, &unknown) {
 				t.Fatalf("Decode error %v (%T) is neither ErrMalformedFrame nor *UnknownTypeError", err, err)
 			}
 			if err.Error() == "" {
@@ -49,18 +51,18 @@ func FuzzDecodeTranslate(f *testing.F) {
 		if m == nil {
 			t.Fatal("Decode returned neither a message nor an error")
 		}
-		frame, err := Encode(m)
+		frame, err := acswire.Encode(m)
 		if err != nil {
 			t.Fatalf("decoded %s does not encode: %v", m.MessageType(), err)
 		}
-		again, err := Decode(frame)
+		again, err := acswire.Decode(frame)
 		if err != nil {
 			t.Fatalf("re-encoded frame does not decode: %v\n%s", err, frame)
 		}
-		if frame2, err := Encode(again); err != nil || !bytes.Equal(frame, frame2) {
+		if frame2, err := acswire.Encode(again); err != nil || !bytes.Equal(frame, frame2) {
 			t.Fatalf("encoding is not stable over a round trip (%v):\n%s\n%s", err, frame, frame2)
 		}
-		p, ok := m.(*PayloadMessage)
+		p, ok := m.(*acswire.PayloadMessage)
 		if !ok {
 			return
 		}

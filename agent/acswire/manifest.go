@@ -1,4 +1,4 @@
-package acs
+package acswire
 
 import "encoding/json"
 

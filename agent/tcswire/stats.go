@@ -1,4 +1,4 @@
-package tcs
+package tcswire
 
 import (
 	"math"
