@@ -24,7 +24,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -32,13 +31,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/berth-agent/berth/agent/awserr"
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
@@ -480,29 +477,15 @@ func (p *Provider) stsClient(ctx context.Context) (*sts.Client, aws.Config, erro
 	return p.sdkSTS, p.sdkCfg, nil
 }
 
-// classify turns an AssumeRole error into ErrRoleRefused (STS said no: a 4xx answer other than
-// throttling, shown as STS's code and message) or ErrSTSUnavailable (anything else), keeping the
-// SDK's error in the chain.
+// classify turns an AssumeRole error into ErrRoleRefused (STS said no: an answer awserr calls a
+// refusal, shown as STS's code and message) or ErrSTSUnavailable (anything else), keeping the SDK's
+// error in the chain.
 func classify(err error) error {
-	var apiErr smithy.APIError
-	isAPI := errors.As(err, &apiErr)
-	refused := false
-	if awsretry.IsErrorThrottles(awsretry.DefaultThrottles).IsErrorThrottle(err) != aws.TrueTernary {
-		var respErr *smithyhttp.ResponseError
-		if errors.As(err, &respErr) {
-			status := respErr.HTTPStatusCode()
-			refused = status >= 400 && status < 500 && status != 429
-		} else {
-			refused = isAPI
-		}
-	}
 	e := &stsError{class: ErrSTSUnavailable, err: err}
-	if refused {
+	if awserr.Refused(err) {
 		e.class = ErrRoleRefused
 	}
-	if isAPI {
-		e.code, e.message = apiErr.ErrorCode(), apiErr.ErrorMessage()
-	}
+	e.code, e.message = awserr.Code(err)
 	return e
 }
 

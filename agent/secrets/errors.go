@@ -1,14 +1,7 @@
 package secrets
 
 import (
-	"context"
-	"errors"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
-
+	"github.com/berth-agent/berth/agent/awserr"
 	"github.com/berth-agent/berth/agent/errdefs"
 )
 
@@ -55,6 +48,7 @@ type Error struct {
 	// Err is the cause: the SDK's error, or a description of the local problem.
 	Err error
 
+	class     error // the errdefs class of an AWS failure; nil for a local problem
 	transient bool
 }
 
@@ -68,8 +62,17 @@ func (e *Error) Error() string {
 	return e.Secret + ": " + e.Code + ": " + e.Err.Error()
 }
 
-// Unwrap returns Err.
-func (e *Error) Unwrap() error { return e.Err }
+// Unwrap returns Err and, for a failure of an AWS call, its errdefs class (errdefs.ErrNotFound for
+// ParameterNotFound, errdefs.ErrUnauthorized for AccessDeniedException, …).
+func (e *Error) Unwrap() []error {
+	var errs []error
+	for _, err := range []error{e.class, e.Err} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
 
 // Retry reports whether asking again may succeed: true for throttling, 5xx answers, and requests
 // that got no answer (other than the caller's cancellation); false for refusals (4xx: access denied,
@@ -82,28 +85,12 @@ func localError(secret, code string, err error) *Error {
 	return &Error{Secret: secret, Code: code, Err: err}
 }
 
-// awsError classifies an error of an SDK call.
+// awsError is the *Error of a failed SDK call: AWS's code, and the class and retry decision
+// awserr gives it.
 func awsError(secret string, err error) *Error {
-	e := &Error{Secret: secret, Code: CodeRequestFailed, Err: err}
-	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) {
-		e.Code = apiErr.ErrorCode()
-	}
-	status := 0 // 0: no answer
-	var respErr *smithyhttp.ResponseError
-	if errors.As(err, &respErr) {
-		status = respErr.HTTPStatusCode()
-	}
-	switch {
-	case errors.Is(err, context.Canceled):
-		e.transient = false
-	case awsretry.IsErrorThrottles(awsretry.DefaultThrottles).IsErrorThrottle(err) == aws.TrueTernary:
-		e.transient = true
-	case status != 0:
-		e.transient = status >= 500 || status == 429
-	default:
-		// An API error without a status is a refusal; anything else got no answer.
-		e.transient = apiErr == nil
+	e := &Error{Secret: secret, Code: CodeRequestFailed, Err: err, class: awserr.Class(err), transient: awserr.Transient(err)}
+	if code, _ := awserr.Code(err); code != "" {
+		e.Code = code
 	}
 	return e
 }
