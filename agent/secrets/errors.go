@@ -45,10 +45,10 @@ type Error struct {
 	Secret string
 	// Code is AWS's error code (from smithy.APIError) or one of the Code constants.
 	Code string
-	// Err is the cause: the SDK's error, or a description of the local problem.
+	// Err is the cause: the SDK's error with its errdefs class (awserr.Classify), or a description
+	// of the local problem.
 	Err error
 
-	class     error // the errdefs class of an AWS failure; nil for a local problem
 	transient bool
 }
 
@@ -62,17 +62,8 @@ func (e *Error) Error() string {
 	return e.Secret + ": " + e.Code + ": " + e.Err.Error()
 }
 
-// Unwrap returns Err and, for a failure of an AWS call, its errdefs class (errdefs.ErrNotFound for
-// ParameterNotFound, errdefs.ErrUnauthorized for AccessDeniedException, …).
-func (e *Error) Unwrap() []error {
-	var errs []error
-	for _, err := range []error{e.class, e.Err} {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errs
-}
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }
 
 // Retry reports whether asking again may succeed: true for throttling, 5xx answers, and requests
 // that got no answer (other than the caller's cancellation); false for refusals (4xx: access denied,
@@ -85,10 +76,11 @@ func localError(secret, code string, err error) *Error {
 	return &Error{Secret: secret, Code: code, Err: err}
 }
 
-// awsError is the *Error of a failed SDK call: AWS's code, and the class and retry decision
+// awsError is the *Error of a failed SDK call: AWS's code, and the class (errdefs.ErrNotFound for
+// ParameterNotFound, errdefs.ErrUnauthorized for AccessDeniedException, …) and retry decision
 // awserr gives it.
 func awsError(secret string, err error) *Error {
-	e := &Error{Secret: secret, Code: CodeRequestFailed, Err: err, class: awserr.Class(err), transient: awserr.Transient(err)}
+	e := &Error{Secret: secret, Code: CodeRequestFailed, Err: awserr.Classify(err), transient: awserr.Transient(err)}
 	if code, _ := awserr.Code(err); code != "" {
 		e.Code = code
 	}
