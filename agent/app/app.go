@@ -31,6 +31,7 @@ import (
 	"github.com/berth-agent/berth/agent/rolecreds"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/statictasks"
+	"github.com/berth-agent/berth/agent/taskcreds"
 	"github.com/berth-agent/berth/agent/telemetry"
 	"github.com/berth-agent/berth/agent/version"
 )
@@ -82,13 +83,19 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		roles = rolecreds.New(ctx, rolecreds.Config{Region: cfg.AWSRegion}, log.With("component", "role_credentials"))
 		defer roles.Close()
 	}
-	// The control plane's task credentials: the engine's pulls with execution roles read them too.
-	credentials := controlplane.NewCredentialsStore(nil)
+	// The control plane's task credentials, then the roles the agent assumes: the one chain the
+	// task endpoint, pulls with execution roles and secrets read.
+	credentials := taskcreds.NewStore(nil)
+	chain := taskcreds.ChainConfig{Store: credentials, Local: cfg.Mode == config.ModeLocal}
+	if roles != nil {
+		chain.Roles = roles
+	}
+	creds := taskcreds.NewChain(chain)
 	// The control plane needs the engine, and the engine asks it for the instance ARN only once tasks
 	// run, after Start below, by which time cp is set.
 	var cp *controlplane.ControlPlane
 	instanceARN := func() string { return cp.ContainerInstanceARN() }
-	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, credentials, instanceARN, opts.Probe, log)
+	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, creds, instanceARN, opts.Probe, log)
 	if err != nil {
 		return err
 	}
@@ -136,7 +143,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	defer stopEngine()
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := servers.serve(gctx, g, eng, stats, tel, m, cp, roles, identity, cfg); err != nil {
+	if err := servers.serve(gctx, g, eng, stats, tel, m, cp, creds, identity, cfg); err != nil {
 		return err
 	}
 	g.Go(func() error { tel.WatchRuntime(gctx); return nil })
@@ -198,7 +205,7 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 // newEngine builds the task engine with the host's resources and, with ECS_ENABLE_TASK_ENI, awsvpc
 // support (without it the engine refuses awsvpc tasks, saying how to enable them).
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
-	m *metrics.Metrics, roles *rolecreds.Provider, credentials *controlplane.CredentialsStore, instanceARN func() string,
+	m *metrics.Metrics, roles *rolecreds.Provider, creds *taskcreds.Chain, instanceARN func() string,
 	probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
 	resources, err := hostResources(cfg)
 	if err != nil {
@@ -227,20 +234,17 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	}
 	endpoint := engine.TaskEndpointConfig{URL: taskEndpointURL, Credentials: cfg.TaskIAMRoleEnabled,
 		HostNetwork: cfg.TaskIAMRoleNetworkHost, Region: cfg.AWSRegion}
-	// Execution role credentials come from the control plane (ecs mode) or the agent's own roles.
-	execCreds := registryauth.RoleCredentialsSources{credentials}
 	if roles != nil {
 		endpoint.Roles = roles
-		execCreds = append(execCreds, roles)
 	}
-	secretSource, err := newTaskSecrets(cfg, execCreds)
+	secretSource, err := newTaskSecrets(cfg, creds)
 	if err != nil {
 		return nil, resources, err
 	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, CleanupJitter: cfg.TaskCleanupWaitJitter,
 		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Resources: resources, AWSVPC: awsvpc, Probe: probe, DisablePrivileged: cfg.PrivilegedDisabled,
-		TaskEndpoint: endpoint, ExecutionRoleAuth: executionRoleAuth{auth.ExecutionRoles(execCreds)},
+		TaskEndpoint: endpoint, ExecutionRoleAuth: executionRoleAuth{auth.ExecutionRoles(creds)},
 		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
 			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: instanceARN}},
@@ -263,7 +267,7 @@ func (a executionRoleAuth) AuthSource(r engine.ExecutionRole) dockerclient.AuthS
 
 // newControlPlane builds the agent's side of the control plane the configuration chose.
 func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.Resources, docker dockerclient.VersionInfo,
-	eng *engine.Engine, store state.Store, credentials *controlplane.CredentialsStore, imds *ec2identity.Client,
+	eng *engine.Engine, store state.Store, credentials *taskcreds.Store, imds *ec2identity.Client,
 	tel controlplane.TelemetryConfig, probe engine.Probe, log *logger.Logger) (*controlplane.ControlPlane, ec2identity.Identity, error) {
 	var identity ec2identity.Identity
 	ecs, creds, region, err := controlplane.NewECSClient(ctx, cfg, log)

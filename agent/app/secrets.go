@@ -2,67 +2,35 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	docker "github.com/fsouza/go-dockerclient"
 
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/errdefs"
-	"github.com/berth-agent/berth/agent/registryauth"
 	"github.com/berth-agent/berth/agent/secrets"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskcreds"
 	"github.com/berth-agent/berth/agent/taskendpoint"
 )
 
 // taskSecrets fetches what containers get from AWS when they are created, with the credentials
-// Amazon ECS would use: the task's execution role (from the control plane in ecs mode, assumed by
-// the agent in local mode). A task without an execution role uses the host's own credentials in
-// local mode, and is refused in ecs mode, where Amazon ECS requires the role.
+// taskcreds.Chain.ForSecrets chooses for the task.
 type taskSecrets struct {
-	fetcher   *secrets.Fetcher
-	execCreds registryauth.RoleCredentials
-	local     bool
-	hostCreds func() (aws.CredentialsProvider, error)
+	fetcher *secrets.Fetcher
+	creds   *taskcreds.Chain
 }
 
 var _ engine.SecretSource = (*taskSecrets)(nil)
 
-func newTaskSecrets(cfg *config.Config, execCreds registryauth.RoleCredentials) (*taskSecrets, error) {
+func newTaskSecrets(cfg *config.Config, creds *taskcreds.Chain) (*taskSecrets, error) {
 	f, err := secrets.New(secrets.Config{Region: cfg.AWSRegion})
 	if err != nil {
 		return nil, fmt.Errorf("secrets: %w", err)
 	}
-	return &taskSecrets{fetcher: f, execCreds: execCreds, local: cfg.Mode == config.ModeLocal,
-		hostCreds: sync.OnceValues(func() (aws.CredentialsProvider, error) {
-			c, err := awsconfig.LoadDefaultConfig(context.Background())
-			if err != nil {
-				return nil, fmt.Errorf("load the host's AWS configuration: %w", err)
-			}
-			if c.Credentials == nil {
-				return nil, errors.New("the host has no AWS credentials")
-			}
-			return c.Credentials, nil
-		})}, nil
-}
-
-// credentials returns the provider the task's fetches are signed with.
-func (s *taskSecrets) credentials(t *task.Task) (aws.CredentialsProvider, error) {
-	if t.ExecutionCredentialsID != "" {
-		id := t.ExecutionCredentialsID
-		return aws.NewCredentialsCache(aws.CredentialsProviderFunc(func(ctx context.Context) (aws.Credentials, error) {
-			return s.execCreds.ExecutionRoleCredentials(ctx, id)
-		})), nil
-	}
-	if !s.local || t.ExecutionRoleArn != "" {
-		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "the task's execution role has no credentials (secrets, environment files and repository credentials are fetched with the task's executionRoleArn)")
-	}
-	return s.hostCreds()
+	return &taskSecrets{fetcher: f, creds: creds}, nil
 }
 
 func refs(in []task.Secret) []secrets.Ref {
@@ -76,7 +44,7 @@ func refs(in []task.Secret) []secrets.Ref {
 // ContainerSecrets fetches c's environment files, secrets and log driver secret options.
 func (s *taskSecrets) ContainerSecrets(ctx context.Context, t *task.Task, c *task.Container) (engine.ContainerSecrets, error) {
 	var out engine.ContainerSecrets
-	creds, err := s.credentials(t)
+	creds, err := s.creds.ForSecrets(t)
 	if err != nil {
 		return out, err
 	}
@@ -125,7 +93,7 @@ type repositoryAuth struct {
 }
 
 func (a *repositoryAuth) Auth(ctx context.Context, image string) (docker.AuthConfiguration, error) {
-	creds, err := a.s.credentials(a.t)
+	creds, err := a.s.creds.ForSecrets(a.t)
 	if err != nil {
 		return docker.AuthConfiguration{}, errdefs.Permanent(fmt.Errorf("repository credentials %s: %w", a.rc.CredentialsParameter, err))
 	}
@@ -144,18 +112,20 @@ func (a *repositoryAuth) Invalidate(string) {}
 // are unknown.
 type logDriverCredentials struct {
 	eng   *engine.Engine
-	creds registryauth.RoleCredentials
+	creds *taskcreds.Chain
 }
 
-func (l logDriverCredentials) TaskCredentials(ctx context.Context, id string) (taskendpoint.Credentials, error) {
+var _ taskendpoint.CredentialsSource = logDriverCredentials{}
+
+func (l logDriverCredentials) TaskCredentials(ctx context.Context, id string) (taskcreds.Credentials, error) {
 	role, ok := l.eng.LogDriverRole(id)
 	if !ok {
-		return taskendpoint.Credentials{}, errdefs.New(errdefs.ErrNotFound, "no log driver credentials with this ID")
+		return taskcreds.Credentials{}, errdefs.New(errdefs.ErrNotFound, "no log driver credentials with this ID")
 	}
-	ac, err := l.creds.ExecutionRoleCredentials(ctx, id)
+	c, err := l.creds.ExecutionRoleCredentials(ctx, id)
 	if err != nil {
-		return taskendpoint.Credentials{}, err
+		return taskcreds.Credentials{}, err
 	}
-	return taskendpoint.Credentials{RoleArn: role, AccessKeyID: ac.AccessKeyID, SecretAccessKey: ac.SecretAccessKey,
-		SessionToken: ac.SessionToken, Expiration: ac.Expires}, nil
+	c.RoleArn = role
+	return c, nil
 }

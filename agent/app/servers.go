@@ -23,8 +23,7 @@ import (
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/metrics"
-	"github.com/berth-agent/berth/agent/registryauth"
-	"github.com/berth-agent/berth/agent/rolecreds"
+	"github.com/berth-agent/berth/agent/taskcreds"
 	"github.com/berth-agent/berth/agent/taskendpoint"
 	"github.com/berth-agent/berth/agent/telemetry"
 )
@@ -112,17 +111,11 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 
 // serve serves every listener in g until ctx ends.
 func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, stats *containerstats.Cache, tel *telemetry.Source,
-	m *metrics.Metrics, cp *controlplane.ControlPlane, roles *rolecreds.Provider, identity ec2identity.Identity, cfg *config.Config) error {
-	creds := taskendpoint.Sources{cp.Credentials()}
-	execCreds := registryauth.RoleCredentialsSources{cp.Credentials()}
-	if roles != nil {
-		creds = append(creds, roles)
-		execCreds = append(execCreds, roles)
-	}
+	m *metrics.Metrics, cp *controlplane.ControlPlane, creds *taskcreds.Chain, identity ec2identity.Identity, cfg *config.Config) error {
 	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: endpointInstance(cfg, identity),
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
 		Tasks:     eng, Credentials: creds, Stats: stats, Logger: s.log.With("component", "task_endpoint"),
-		LogDriverCredentials: logDriverCredentials{eng: eng, creds: execCreds}})
+		LogDriverCredentials: logDriverCredentials{eng: eng, creds: creds}})
 	if err != nil {
 		return fmt.Errorf("task endpoint: %w", err)
 	}

@@ -4,10 +4,10 @@
 //
 //	ACS ──payload──▶ HandlePayload ──accepted──▶ Engine.AddTask (saved) ──▶ ack
 //	                      └─rejected──▶ Reporter.ReportRejected (saved) ──▶ ack
-//	ACS ──credentials──▶ CredentialsStore (per task, with expiry)
+//	ACS ──credentials──▶ taskcreds.Store (per task, with expiry)
 //	Engine ──TaskChanged──▶ Reporter ──▶ SubmitTaskStateChange ──▶ sent record saved
 //	       └─────────────▶ AttachmentReporter ──▶ SubmitAttachmentStateChanges
-//	Engine ──TaskRemoved──▶ Reporter, AttachmentReporter, CredentialsStore forget the task
+//	Engine ──TaskRemoved──▶ Reporter, AttachmentReporter, taskcreds.Store forget the task
 //
 // The Reporter owns what was sent (its own records in the state store); the engine never hears of
 // it. Every map here is bounded by the tasks the engine holds.
@@ -35,6 +35,7 @@ import (
 	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskcreds"
 	"github.com/berth-agent/berth/agent/tcs"
 )
 
@@ -94,7 +95,7 @@ type Config struct {
 	Probe engine.Probe
 	// CredentialsStore keeps the task role credentials the control plane sends; nil: a new one. The
 	// agent makes it first, so that the engine's pulls with execution roles can read it.
-	CredentialsStore *CredentialsStore
+	CredentialsStore *taskcreds.Store
 	// Telemetry configures the TCS session that runs beside ACS once registered.
 	Telemetry TelemetryConfig
 }
@@ -128,7 +129,7 @@ type ControlPlane struct {
 	log      *logger.Logger
 	reporter *Reporter
 	attach   *AttachmentReporter
-	creds    *CredentialsStore
+	creds    *taskcreds.Store
 	seq      atomic.Int64
 	arn      atomic.Pointer[string] // the container instance ARN once registered
 }
@@ -148,7 +149,7 @@ func New(cfg Config, client Client, eng Engine, store Store, log *logger.Logger)
 	}
 	creds := cfg.CredentialsStore
 	if creds == nil {
-		creds = NewCredentialsStore(cfg.Clock)
+		creds = taskcreds.NewStore(cfg.Clock)
 	}
 	return &ControlPlane{cfg: cfg, client: client, eng: eng, store: store, log: log,
 		reporter: NewReporter(client, store, cfg.Reporter, log),
@@ -157,7 +158,7 @@ func New(cfg Config, client Client, eng Engine, store Store, log *logger.Logger)
 }
 
 // Credentials returns the store of task role credentials.
-func (c *ControlPlane) Credentials() *CredentialsStore { return c.creds }
+func (c *ControlPlane) Credentials() *taskcreds.Store { return c.creds }
 
 // InstanceArn returns the registered container instance ARN, or nil before registration.
 func (c *ControlPlane) InstanceArn() *string { return c.arn.Load() }
@@ -414,7 +415,7 @@ func (c *ControlPlane) putCredentials(taskArn, roleType string, creds *acswire.I
 	if creds == nil || creds.CredentialsID == "" && creds.AccessKeyID == "" {
 		return
 	}
-	if err := c.creds.Put(taskArn, roleType, *creds); err != nil {
+	if err := c.storeCredentials(taskArn, roleType, *creds); err != nil {
 		c.log.Warn("task credentials not stored", "task", taskArn, "role_type", roleType, "error", err)
 	}
 }
@@ -422,7 +423,7 @@ func (c *ControlPlane) putCredentials(taskArn, roleType string, creds *acswire.I
 // HandleCredentials stores refreshed task role credentials. Malformed ones are logged and
 // acknowledged: resending them cannot make them valid.
 func (c *ControlPlane) HandleCredentials(_ context.Context, m acs.Credentials) error {
-	if err := c.creds.Put(m.TaskArn, m.RoleType, m.Credentials); err != nil {
+	if err := c.storeCredentials(m.TaskArn, m.RoleType, m.Credentials); err != nil {
 		c.log.Warn("task credentials not stored", "task", m.TaskArn, "role_type", m.RoleType, "error", err)
 		return nil
 	}

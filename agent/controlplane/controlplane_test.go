@@ -21,7 +21,6 @@ import (
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
-	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
@@ -182,48 +181,25 @@ func TestRejectedReportDeliveredAfterRestart(t *testing.T) {
 		"the reporter forgets the delivered report")
 }
 
-func TestCredentialsStore(t *testing.T) {
+// ACS's credentials are stored as taskcreds', with their RFC 3339 expiration; malformed ones are
+// not stored, and the error says so without a secret.
+func TestCredentialsFromACS(t *testing.T) {
 	clock := clockwork.NewFakeClock()
-	s := NewCredentialsStore(clock)
-	require.NoError(t, s.Put("arn:t1", acswire.RoleTypeTaskApplication, *creds("a1", clock.Now().Add(time.Hour))))
-	require.NoError(t, s.Put("arn:t1", acswire.RoleTypeTaskExecution, *creds("e1", clock.Now().Add(2*time.Hour))))
-	require.NoError(t, s.Put("arn:t2", acswire.RoleTypeTaskApplication, *creds("b1", clock.Now().Add(time.Hour))))
-
-	require.NoError(t, s.Put("arn:t1", acswire.RoleTypeTaskApplication, *creds("a2", clock.Now().Add(3*time.Hour))))
-	_, ok := s.Get("a1")
-	assert.False(t, ok, "a refresh replaces the task's earlier set of the same role")
-	_, ok = s.Get("a2")
-	assert.True(t, ok)
-
-	clock.Advance(time.Hour)
-	_, ok = s.Get("b1")
-	assert.False(t, ok, "expired at its expiration")
-	_, ok = s.Get("e1")
-	assert.True(t, ok)
-
-	// Pulls with the execution role read its credentials; a task role's are not served to them.
-	exec, err := s.ExecutionRoleCredentials(context.Background(), "e1")
+	cp := New(Config{Clock: clock}, &fakeControl{fakeECS: newFakeECS()}, &fakeEngine{}, state.NewMemory(), logger.Nop())
+	require.NoError(t, cp.storeCredentials("arn:t1", acswire.RoleTypeTaskExecution, *creds("e1", clock.Now().Add(time.Hour))))
+	exec, err := cp.Credentials().ExecutionRoleCredentials(context.Background(), "e1")
 	require.NoError(t, err)
 	want := creds("e1", time.Time{})
 	assert.Equal(t, want.AccessKeyID, exec.AccessKeyID)
 	assert.Equal(t, want.SecretAccessKey, exec.SecretAccessKey)
 	assert.Equal(t, want.SessionToken, exec.SessionToken)
-	assert.True(t, exec.CanExpire)
-	assert.True(t, clock.Now().Add(time.Hour).Truncate(time.Second).Equal(exec.Expires), "expires with the credentials: %s", exec.Expires)
-	_, err = s.ExecutionRoleCredentials(context.Background(), "a2")
-	assert.ErrorIs(t, err, ErrNoCredentials, "a task role's credentials are not an execution role's")
-	assert.True(t, errdefs.IsNotFound(err))
+	assert.True(t, clock.Now().Add(time.Hour).Truncate(time.Second).Equal(exec.Expiration), "expires with the credentials: %s", exec.Expiration)
 
-	s.TaskRemoved("arn:t1")
-	assert.Zero(t, s.Len(), "removing the task drops its sets; the expired one went on Get")
-	_, err = s.ExecutionRoleCredentials(context.Background(), "e1")
-	assert.ErrorIs(t, err, ErrNoCredentials, "gone with the task")
-
-	err = s.Put("arn:t3", acswire.RoleTypeTaskApplication, acswire.IAMRoleCredentials{CredentialsID: "x", SecretAccessKey: "hush", Expiration: "tomorrow"})
+	err = cp.storeCredentials("arn:t3", acswire.RoleTypeTaskApplication, acswire.IAMRoleCredentials{CredentialsID: "x", SecretAccessKey: "hush", Expiration: "tomorrow"})
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hush", "errors never carry a secret")
-	assert.Error(t, s.Put("arn:t3", acswire.RoleTypeTaskApplication, acswire.IAMRoleCredentials{}), "no ID")
-	assert.Zero(t, s.Len())
+	assert.Error(t, cp.storeCredentials("arn:t3", acswire.RoleTypeTaskApplication, acswire.IAMRoleCredentials{}), "no ID")
+	assert.Equal(t, 1, cp.Credentials().Len())
 }
 
 // 1,000 tasks run, reported and cleaned up leave nothing behind in the reporter, the attachment

@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/smithy-go"
-
+	"github.com/berth-agent/berth/agent/awserr"
 	"github.com/berth-agent/berth/agent/errdefs"
-	"github.com/berth-agent/berth/agent/set"
 )
 
 // Error classes of the ECS API, matched with errors.Is on any error this package returns. Each is
@@ -74,19 +70,9 @@ func (e *APIError) Unwrap() []error {
 	return []error{e.class, e.err}
 }
 
-var throttleCodes = set.Of(
-	"ThrottlingException",
-	"Throttling",
-	"ThrottledException",
-	"RequestThrottledException",
-	"TooManyRequestsException",
-	"RequestLimitExceeded",
-	"ProvisionedThroughputExceededException",
-	"SlowDown",
-)
-
 // translate turns an SDK error into an *APIError; it is the one place that looks at ECS error
-// codes and messages. Context errors are returned wrapped but not classified.
+// codes and messages. The class of what is not ECS's own (throttling, server and transport
+// failures) comes from awserr. Context errors are returned wrapped but not classified.
 func translate(op string, err error) error {
 	if err == nil {
 		return nil
@@ -94,24 +80,9 @@ func translate(op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("ecs %s: %w", op, err)
 	}
-	e := &APIError{Op: op, err: err}
-	var re *awshttp.ResponseError
-	if errors.As(err, &re) {
-		e.Status = re.HTTPStatusCode()
-	}
-	var ae smithy.APIError
-	if !errors.As(err, &ae) {
-		// No response we understand: a transport failure or an unparseable reply.
-		switch {
-		case e.Status == http.StatusTooManyRequests:
-			e.class, e.Retriable = ErrThrottled, true
-		case e.Status == 0 || e.Status >= http.StatusInternalServerError:
-			e.class, e.Retriable = errdefs.ErrUnavailable, true
-		}
-		return e
-	}
-	e.Code, e.Message = ae.ErrorCode(), ae.ErrorMessage()
-	switch {
+	e := &APIError{Op: op, Status: awserr.Status(err), err: err}
+	e.Code, e.Message = awserr.Code(err)
+	switch class := awserr.Class(err); {
 	case e.Code == "InactiveInstanceException",
 		e.Code == "ClientException" && strings.Contains(strings.ToLower(e.Message), "inactive"):
 		e.class = ErrInactiveInstance
@@ -121,10 +92,9 @@ func translate(op string, err error) error {
 		e.class = ErrInvalidParameter
 	case e.Code == "AccessDeniedException":
 		e.class = ErrAccessDenied
-	case throttleCodes.Has(e.Code) || e.Status == http.StatusTooManyRequests:
-		e.class = ErrThrottled
-		e.Retriable = true
-	case e.Code == "ServerException", ae.ErrorFault() == smithy.FaultServer, e.Status >= http.StatusInternalServerError:
+	case errors.Is(class, errdefs.ErrResourceExhausted):
+		e.class, e.Retriable = ErrThrottled, true
+	case errors.Is(class, errdefs.ErrUnavailable):
 		e.class, e.Retriable = errdefs.ErrUnavailable, true
 	}
 	return e

@@ -8,12 +8,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/ecr"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 	docker "github.com/fsouza/go-dockerclient"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/berth-agent/berth/agent/awserr"
 )
 
 // tokenKey names a cached token: its registry and, for a token fetched with a task's execution role
@@ -153,8 +152,9 @@ func (p *Provider) ecrToken(ctx context.Context, image, host string, req tokenRe
 	return docker.AuthConfiguration{}, &ECRUnreachableError{Image: image, Registry: host, Role: req.role, Err: res.Err}
 }
 
-// fetchToken calls ecr:GetAuthorizationToken and decodes the answer. A refusal is returned as a
-// *refusedError; anything else is worth retrying.
+// fetchToken calls ecr:GetAuthorizationToken and decodes the answer. A refusal (awserr.Refused:
+// access denied or another 4xx answer other than throttling) is returned as a *refusedError;
+// anything else (network errors, timeouts, throttling, 5xx answers) is worth retrying.
 func (p *Provider) fetchToken(ctx context.Context, req tokenRequest) (token, error) {
 	if req.creds == nil {
 		return token{}, &refusedError{errors.New("no AWS credentials are configured")}
@@ -183,7 +183,7 @@ func (p *Provider) fetchToken(ctx context.Context, req tokenRequest) (token, err
 	}
 	out, err := client.GetAuthorizationToken(ctx, in)
 	if err != nil {
-		if refusal(err) {
+		if awserr.Refused(err) {
 			return token{}, &refusedError{err}
 		}
 		return token{}, err
@@ -210,20 +210,4 @@ func (p *Provider) fetchToken(ctx context.Context, req tokenRequest) (token, err
 		expiresAt: expiresAt,
 		refreshAt: p.refreshAt(now, expiresAt),
 	}, nil
-}
-
-// refusal reports whether a GetAuthorizationToken error is ECR saying no: a 4xx answer other than
-// throttling, or an API error without an HTTP status. Network errors, timeouts, throttling and 5xx
-// answers are not refusals.
-func refusal(err error) bool {
-	if awsretry.IsErrorThrottles(awsretry.DefaultThrottles).IsErrorThrottle(err) == aws.TrueTernary {
-		return false
-	}
-	var respErr *smithyhttp.ResponseError
-	if errors.As(err, &respErr) {
-		status := respErr.HTTPStatusCode()
-		return status >= 400 && status < 500 && status != 429
-	}
-	var apiErr smithy.APIError
-	return errors.As(err, &apiErr)
 }

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	docker "github.com/fsouza/go-dockerclient"
 
 	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
 // ExecutionRole names a task's execution role, the credentials the control plane (or the agent, in
@@ -27,31 +27,14 @@ type ExecutionRole struct {
 	EndpointOverride string
 }
 
-// RoleCredentials gives the current credentials of execution roles by credentials ID.
+// RoleCredentials gives the current credentials of execution roles by credentials ID;
+// *taskcreds.Chain is the agent's.
 type RoleCredentials interface {
 	// ExecutionRoleCredentials returns the unexpired credentials of the execution role kept under
 	// id. An ID the source does not know, or that names no execution role, matches
 	// errdefs.ErrNotFound; credentials that cannot be had now match another class (for example
 	// errdefs.ErrUnavailable while they are being fetched). Errors never contain a secret.
-	ExecutionRoleCredentials(ctx context.Context, id string) (aws.Credentials, error)
-}
-
-// RoleCredentialsSources asks each of its sources in turn: the control plane's store (ecs mode)
-// and the agent's own role provider (local mode).
-type RoleCredentialsSources []RoleCredentials
-
-// ExecutionRoleCredentials returns the answer of the first source that knows id; an ID none knows
-// matches errdefs.ErrNotFound.
-func (s RoleCredentialsSources) ExecutionRoleCredentials(ctx context.Context, id string) (aws.Credentials, error) {
-	err := errdefs.New(errdefs.ErrNotFound, "no such execution role credentials")
-	for _, src := range s {
-		c, serr := src.ExecutionRoleCredentials(ctx, id)
-		if serr == nil || !errdefs.IsNotFound(serr) {
-			return c, serr
-		}
-		err = serr
-	}
-	return aws.Credentials{}, err
+	ExecutionRoleCredentials(ctx context.Context, id string) (taskcreds.Credentials, error)
 }
 
 // ExecutionRoles hands out AuthSources that fetch ECR tokens with tasks' execution roles. Tokens are
@@ -141,7 +124,7 @@ func (a *roleAuth) Auth(ctx context.Context, image string) (docker.AuthConfigura
 	}
 	creds, err := a.x.creds.ExecutionRoleCredentials(ctx, a.role.CredentialsID)
 	if err != nil {
-		err = fmt.Errorf("execution role credentials %s: %w", shortID(a.role.CredentialsID), err)
+		err = fmt.Errorf("execution role credentials %s: %w", taskcreds.ShortID(a.role.CredentialsID), err)
 		if errdefs.IsRetriable(err) || errdefs.IsUnavailable(err) {
 			return docker.AuthConfiguration{}, &ECRUnreachableError{Image: image, Registry: host, Role: role, Err: err}
 		}
@@ -154,10 +137,10 @@ func (a *roleAuth) Auth(ctx context.Context, image string) (docker.AuthConfigura
 	return a.x.p.ecrToken(ctx, image, host, tokenRequest{
 		key:      key,
 		awsCfg:   awsCfg,
-		creds:    aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return creds, nil }),
+		creds:    aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return creds.AWS(), nil }),
 		endpoint: endpoint,
 		role:     role,
-		notAfter: credsExpiry(creds),
+		notAfter: creds.Expiration,
 	})
 }
 
@@ -172,20 +155,4 @@ func (a *roleAuth) Invalidate(image string) {
 		return
 	}
 	a.x.p.tokens.drop(key)
-}
-
-// credsExpiry is when credentials stop working; zero when they do not expire.
-func credsExpiry(c aws.Credentials) time.Time {
-	if c.CanExpire {
-		return c.Expires
-	}
-	return time.Time{}
-}
-
-// shortID returns the part of a credentials ID that may be logged or shown.
-func shortID(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,6 +14,7 @@ import (
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/set"
+	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
 const (
@@ -28,38 +28,38 @@ const (
 // fakeRoleCreds is a RoleCredentials with credentials (or an error) per ID, counting lookups.
 type fakeRoleCreds struct {
 	mu      sync.Mutex
-	creds   map[string]aws.Credentials
+	creds   map[string]taskcreds.Credentials
 	err     error
 	lookups int
 }
 
 var _ RoleCredentials = (*fakeRoleCreds)(nil)
 
-func (f *fakeRoleCreds) ExecutionRoleCredentials(_ context.Context, id string) (aws.Credentials, error) {
+func (f *fakeRoleCreds) ExecutionRoleCredentials(_ context.Context, id string) (taskcreds.Credentials, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lookups++
 	if f.err != nil {
-		return aws.Credentials{}, f.err
+		return taskcreds.Credentials{}, f.err
 	}
 	c, ok := f.creds[id]
 	if !ok {
-		return aws.Credentials{}, errdefs.New(errdefs.ErrNotFound, "no such credentials")
+		return taskcreds.Credentials{}, errdefs.New(errdefs.ErrNotFound, "no such credentials")
 	}
 	return c, nil
 }
 
-func (f *fakeRoleCreds) set(id string, c aws.Credentials) {
+func (f *fakeRoleCreds) set(id string, c taskcreds.Credentials) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.creds == nil {
-		f.creds = map[string]aws.Credentials{}
+		f.creds = map[string]taskcreds.Credentials{}
 	}
 	f.creds[id] = c
 }
 
-func execCreds(keyID, secret, session string, expires time.Time) aws.Credentials {
-	return aws.Credentials{AccessKeyID: keyID, SecretAccessKey: secret, SessionToken: session, CanExpire: !expires.IsZero(), Expires: expires}
+func execCreds(keyID, secret, session string, expires time.Time) taskcreds.Credentials {
+	return taskcreds.Credentials{AccessKeyID: keyID, SecretAccessKey: secret, SessionToken: session, Expiration: expires}
 }
 
 func execRole(task string) ExecutionRole {
@@ -278,24 +278,4 @@ func TestExecutionRoleErrors(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestRoleCredentialsSources(t *testing.T) {
-	first, second := &fakeRoleCreds{}, &fakeRoleCreds{}
-	second.set(execCredsID, execCreds(execKeyID, execSecretKey, execSession, time.Time{}))
-	sources := RoleCredentialsSources{first, second}
-
-	got, err := sources.ExecutionRoleCredentials(context.Background(), execCredsID)
-	require.NoError(t, err)
-	assert.Equal(t, execKeyID, got.AccessKeyID)
-
-	_, err = sources.ExecutionRoleCredentials(context.Background(), "unknown")
-	assert.True(t, errdefs.IsNotFound(err))
-
-	first.err = errdefs.New(errdefs.ErrUnavailable, "down")
-	_, err = sources.ExecutionRoleCredentials(context.Background(), execCredsID)
-	assert.True(t, errdefs.IsUnavailable(err), "a source that knows the ID answers for it")
-
-	_, err = RoleCredentialsSources{}.ExecutionRoleCredentials(context.Background(), execCredsID)
-	assert.True(t, errdefs.IsNotFound(err))
 }

@@ -238,7 +238,7 @@ func assertNoSecrets(t *testing.T, what, s string, ids ...string) {
 	}
 }
 
-// Add, for the tests, makes the task's role of roleType (RoleTypeTaskApplication or RoleTypeTaskExecution) the role
+// Add, for the tests, makes the task's role of roleType (taskcreds.RoleTypeTaskApplication or taskcreds.RoleTypeTaskExecution) the role
 // roleArn and returns its credentials ID at once; the role is assumed in the background and kept
 // fresh until Remove. Adding the same role again returns the same ID; adding another roleArn for
 // the same task and role type replaces the old role (its ID is forgotten). It returns "" and does

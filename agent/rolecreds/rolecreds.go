@@ -24,7 +24,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -32,23 +31,15 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/berth-agent/berth/agent/awserr"
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
-	"github.com/berth-agent/berth/agent/taskendpoint"
-)
-
-// Role types, the same strings ACS uses for the two roles of a task.
-const (
-	RoleTypeTaskApplication = "TaskApplication" // the task definition's taskRoleArn
-	RoleTypeTaskExecution   = "TaskExecution"   // the task definition's executionRoleArn
+	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
 // Defaults for the zero-valued fields of Config, and the bounds of Duration.
@@ -110,22 +101,8 @@ type Config struct {
 	Clock clockwork.Clock
 }
 
-// Credentials are one role's temporary credentials.
-type Credentials struct {
-	RoleArn         string
-	AccessKeyID     string
-	SecretAccessKey string
-	SessionToken    string
-	Expiration      time.Time
-}
-
-// String hides the secret parts, so credentials printed by accident leak nothing.
-func (c Credentials) String() string {
-	return fmt.Sprintf("{RoleArn:%s AccessKeyID:%s Expiration:%s}", c.RoleArn, c.AccessKeyID, c.Expiration.UTC().Format(time.RFC3339))
-}
-
 // Provider assumes the roles of the tasks added to it and keeps their credentials fresh until
-// their tasks are removed. It is safe for concurrent use.
+// their tasks are removed. It is a taskcreds.Source, and safe for concurrent use.
 type Provider struct {
 	cfg Config
 	log *logger.Logger
@@ -143,6 +120,8 @@ type Provider struct {
 	wg     sync.WaitGroup
 }
 
+var _ taskcreds.Source = (*Provider)(nil)
+
 // role is one task role and the state of its goroutine.
 type role struct {
 	id, taskArn, roleType, roleArn string
@@ -153,9 +132,9 @@ type role struct {
 	settle  sync.Once
 
 	mu      sync.Mutex
-	creds   Credentials // zero until an attempt succeeds
-	err     error       // the last attempt's failure; nil after a success
-	warned  bool        // a failure has been logged
+	creds   taskcreds.Credentials // zero until an attempt succeeds
+	err     error                 // the last attempt's failure; nil after a success
+	warned  bool                  // a failure has been logged
 	removed bool
 }
 
@@ -187,13 +166,13 @@ func New(ctx context.Context, cfg Config, log *logger.Logger) *Provider {
 	return &Provider{cfg: cfg, log: log, ctx: ctx, byID: map[string]*role{}, byTask: map[string]map[string]*role{}}
 }
 
-// Provide makes the task's role of roleType (RoleTypeTaskApplication or RoleTypeTaskExecution) the
-// role roleArn, served under id, and returns at once; the role is assumed in the background and kept
-// fresh until Remove. The caller chooses the ID and keeps it with the task, so that after an agent
-// restart the containers already running, which carry it, keep getting credentials. Providing the
-// same role again changes nothing; another role or ID for the same task and role type replaces the
-// old one. It fails, adding nothing, for an ID that is not 32 hex
-// digits (errdefs.ErrInvalidArgument), an ID in use by another task or role
+// Provide makes the task's role of roleType (taskcreds.RoleTypeTaskApplication or
+// taskcreds.RoleTypeTaskExecution) the role roleArn, served under id, and returns at once; the role
+// is assumed in the background and kept fresh until Remove. The caller chooses the ID and keeps it
+// with the task, so that after an agent restart the containers already running, which carry it,
+// keep getting credentials. Providing the same role again changes nothing; another role or ID for
+// the same task and role type replaces the old one. It fails, adding nothing, for an ID that is not
+// 32 hex digits (errdefs.ErrInvalidArgument), an ID in use by another task or role
 // (errdefs.ErrConflict), or a closed Provider (errdefs.ErrFailedPrecondition).
 func (p *Provider) Provide(taskArn, roleType, roleArn, id string) error {
 	if roleArn == "" {
@@ -220,7 +199,7 @@ func (p *Provider) add(taskArn, roleType, roleArn, id string) (string, error) {
 	if id == "" {
 		id = newID()
 	} else if other := p.byID[id]; other != nil && other != old {
-		return "", fmt.Errorf("restore credentials %s of task %s (%s): %w: the ID is in use", short(id), taskArn, roleType, errdefs.ErrConflict)
+		return "", fmt.Errorf("restore credentials %s of task %s (%s): %w: the ID is in use", taskcreds.ShortID(id), taskArn, roleType, errdefs.ErrConflict)
 	}
 	if old != nil {
 		p.dropLocked(old)
@@ -298,75 +277,68 @@ func (p *Provider) Len() int {
 // them the error says why: ErrUnknownID, ErrNoHostCredentials or ErrRoleRefused (with STS's code
 // and message), ErrSTSUnavailable, ErrNotReady. Errors name the task, the role and the first 8
 // characters of the ID, never a secret.
-func (p *Provider) Get(ctx context.Context, id string) (Credentials, error) {
+func (p *Provider) Get(ctx context.Context, id string) (taskcreds.Credentials, error) {
 	p.mu.Lock()
 	r := p.byID[id]
 	p.mu.Unlock()
 	if r == nil {
-		return Credentials{}, fmt.Errorf("task role credentials %s: %w", short(id), ErrUnknownID)
+		return taskcreds.Credentials{}, fmt.Errorf("task role credentials %s: %w", taskcreds.ShortID(id), ErrUnknownID)
 	}
 	select {
 	case <-r.settled:
 	case <-ctx.Done():
-		return Credentials{}, fmt.Errorf("task role credentials %s of task %s (%s): %w: still assuming %s: %w",
-			short(id), r.taskArn, r.roleType, ErrNotReady, r.roleArn, context.Cause(ctx))
+		return taskcreds.Credentials{}, fmt.Errorf("task role credentials %s of task %s (%s): %w: still assuming %s: %w",
+			taskcreds.ShortID(id), r.taskArn, r.roleType, ErrNotReady, r.roleArn, context.Cause(ctx))
 	}
 	r.mu.Lock()
 	creds, err, removed := r.creds, r.err, r.removed
 	r.mu.Unlock()
 	switch {
 	case removed:
-		return Credentials{}, fmt.Errorf("task role credentials %s: %w", short(id), ErrUnknownID)
+		return taskcreds.Credentials{}, fmt.Errorf("task role credentials %s: %w", taskcreds.ShortID(id), ErrUnknownID)
 	case !creds.Expiration.IsZero() && p.cfg.Clock.Now().Before(creds.Expiration):
 		return creds, nil
 	case err != nil:
-		return Credentials{}, fmt.Errorf("task role credentials %s of task %s (%s): %w", short(id), r.taskArn, r.roleType, err)
+		return taskcreds.Credentials{}, fmt.Errorf("task role credentials %s of task %s (%s): %w", taskcreds.ShortID(id), r.taskArn, r.roleType, err)
 	default:
-		return Credentials{}, fmt.Errorf("task role credentials %s of task %s (%s): %w: they expired at %s and are being refreshed",
-			short(id), r.taskArn, r.roleType, ErrNotReady, creds.Expiration.UTC().Format(time.RFC3339))
+		return taskcreds.Credentials{}, fmt.Errorf("task role credentials %s of task %s (%s): %w: they expired at %s and are being refreshed",
+			taskcreds.ShortID(id), r.taskArn, r.roleType, ErrNotReady, creds.Expiration.UTC().Format(time.RFC3339))
 	}
 }
 
 // TaskCredentials serves the task endpoint: the credentials of the task role with this ID, as Get
 // returns them. Execution roles are the agent's own and are never served to containers: their IDs
 // are unknown here.
-func (p *Provider) TaskCredentials(ctx context.Context, id string) (taskendpoint.Credentials, error) {
-	p.mu.Lock()
-	r := p.byID[id]
-	p.mu.Unlock()
-	if r == nil || r.roleType != RoleTypeTaskApplication {
-		return taskendpoint.Credentials{}, fmt.Errorf("task role credentials %s: %w", short(id), ErrUnknownID)
-	}
-	c, err := p.Get(ctx, id)
-	if err != nil {
-		return taskendpoint.Credentials{}, err
-	}
-	return taskendpoint.Credentials{RoleArn: c.RoleArn, AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey,
-		SessionToken: c.SessionToken, Expiration: c.Expiration}, nil
+func (p *Provider) TaskCredentials(ctx context.Context, id string) (taskcreds.Credentials, error) {
+	return p.getOf(ctx, taskcreds.RoleTypeTaskApplication, id)
 }
 
-// ExecutionRoleCredentials serves the pulls of a task with its execution role
-// (registryauth.RoleCredentials): the credentials of the execution role with this ID, as Get returns
+// ExecutionRoleCredentials serves the agent's own calls for a task with its execution role (pulls,
+// secrets, the awslogs driver): the credentials of the execution role with this ID, as Get returns
 // them. Task roles' IDs are unknown here (ErrUnknownID).
-func (p *Provider) ExecutionRoleCredentials(ctx context.Context, id string) (aws.Credentials, error) {
+func (p *Provider) ExecutionRoleCredentials(ctx context.Context, id string) (taskcreds.Credentials, error) {
+	return p.getOf(ctx, taskcreds.RoleTypeTaskExecution, id)
+}
+
+// getOf is Get for a role of roleType; another role type's ID is unknown (ErrUnknownID).
+func (p *Provider) getOf(ctx context.Context, roleType, id string) (taskcreds.Credentials, error) {
 	p.mu.Lock()
 	r := p.byID[id]
 	p.mu.Unlock()
-	if r == nil || r.roleType != RoleTypeTaskExecution {
-		return aws.Credentials{}, fmt.Errorf("execution role credentials %s: %w", short(id), ErrUnknownID)
+	if r == nil || r.roleType != roleType {
+		what := "task role"
+		if roleType == taskcreds.RoleTypeTaskExecution {
+			what = "execution role"
+		}
+		return taskcreds.Credentials{}, fmt.Errorf("%s credentials %s: %w", what, taskcreds.ShortID(id), ErrUnknownID)
 	}
-	c, err := p.Get(ctx, id)
-	if err != nil {
-		return aws.Credentials{}, err
-	}
-	return aws.Credentials{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken,
-		Source: "sts:AssumeRole", CanExpire: true, Expires: c.Expiration}, nil
+	return p.Get(ctx, id)
 }
 
 // keepFresh assumes r's role, then again before each set of credentials expires, and after a
 // failure with backoff, until ctx ends.
 func (p *Provider) keepFresh(ctx context.Context, r *role) {
-	log := p.log.With("task_arn", r.taskArn, "role_type", r.roleType, "role_arn", r.roleArn, "credentials_id", short(r.id))
+	log := p.log.With("task_arn", r.taskArn, "role_type", r.roleType, "role_arn", r.roleArn, "credentials_id", taskcreds.ShortID(r.id))
 	backoff := p.cfg.Backoff()
 	for {
 		creds, err := p.assume(ctx, r)
@@ -422,18 +394,18 @@ func (p *Provider) refreshIn(now, exp time.Time) time.Duration {
 }
 
 // assume calls sts:AssumeRole for r with the host's credentials, within CallTimeout.
-func (p *Provider) assume(ctx context.Context, r *role) (Credentials, error) {
+func (p *Provider) assume(ctx context.Context, r *role) (taskcreds.Credentials, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
 	defer cancel()
 	client, awsCfg, err := p.stsClient(ctx)
 	if err != nil {
-		return Credentials{}, fmt.Errorf("assume role %s: %w: %w", r.roleArn, ErrNoHostCredentials, err)
+		return taskcreds.Credentials{}, fmt.Errorf("assume role %s: %w: %w", r.roleArn, ErrNoHostCredentials, err)
 	}
 	if awsCfg.Credentials == nil {
-		return Credentials{}, fmt.Errorf("assume role %s: %w: the SDK configuration has no credentials provider", r.roleArn, ErrNoHostCredentials)
+		return taskcreds.Credentials{}, fmt.Errorf("assume role %s: %w: the SDK configuration has no credentials provider", r.roleArn, ErrNoHostCredentials)
 	}
 	if _, err := awsCfg.Credentials.Retrieve(ctx); err != nil {
-		return Credentials{}, fmt.Errorf("assume role %s: %w: %w", r.roleArn, ErrNoHostCredentials, err)
+		return taskcreds.Credentials{}, fmt.Errorf("assume role %s: %w: %w", r.roleArn, ErrNoHostCredentials, err)
 	}
 	out, err := client.AssumeRole(ctx, &sts.AssumeRoleInput{
 		RoleArn:         aws.String(r.roleArn),
@@ -441,13 +413,13 @@ func (p *Provider) assume(ctx context.Context, r *role) (Credentials, error) {
 		DurationSeconds: aws.Int32(int32(p.cfg.Duration / time.Second)),
 	})
 	if err != nil {
-		return Credentials{}, fmt.Errorf("assume role %s: %w", r.roleArn, classify(err))
+		return taskcreds.Credentials{}, fmt.Errorf("assume role %s: %w", r.roleArn, classify(err))
 	}
 	c := out.Credentials
 	if c == nil || c.AccessKeyId == nil || c.SecretAccessKey == nil || c.Expiration == nil {
-		return Credentials{}, fmt.Errorf("assume role %s: %w: the answer has no credentials", r.roleArn, ErrSTSUnavailable)
+		return taskcreds.Credentials{}, fmt.Errorf("assume role %s: %w: the answer has no credentials", r.roleArn, ErrSTSUnavailable)
 	}
-	return Credentials{
+	return taskcreds.Credentials{
 		RoleArn:         r.roleArn,
 		AccessKeyID:     aws.ToString(c.AccessKeyId),
 		SecretAccessKey: aws.ToString(c.SecretAccessKey),
@@ -480,29 +452,15 @@ func (p *Provider) stsClient(ctx context.Context) (*sts.Client, aws.Config, erro
 	return p.sdkSTS, p.sdkCfg, nil
 }
 
-// classify turns an AssumeRole error into ErrRoleRefused (STS said no: a 4xx answer other than
-// throttling, shown as STS's code and message) or ErrSTSUnavailable (anything else), keeping the
-// SDK's error in the chain.
+// classify turns an AssumeRole error into ErrRoleRefused (STS said no: an answer awserr calls a
+// refusal, shown as STS's code and message) or ErrSTSUnavailable (anything else), keeping the SDK's
+// error in the chain.
 func classify(err error) error {
-	var apiErr smithy.APIError
-	isAPI := errors.As(err, &apiErr)
-	refused := false
-	if awsretry.IsErrorThrottles(awsretry.DefaultThrottles).IsErrorThrottle(err) != aws.TrueTernary {
-		var respErr *smithyhttp.ResponseError
-		if errors.As(err, &respErr) {
-			status := respErr.HTTPStatusCode()
-			refused = status >= 400 && status < 500 && status != 429
-		} else {
-			refused = isAPI
-		}
-	}
 	e := &stsError{class: ErrSTSUnavailable, err: err}
-	if refused {
+	if awserr.Refused(err) {
 		e.class = ErrRoleRefused
 	}
-	if isAPI {
-		e.code, e.message = apiErr.ErrorCode(), apiErr.ErrorMessage()
-	}
+	e.code, e.message = awserr.Code(err)
 	return e
 }
 
@@ -543,12 +501,4 @@ func newID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
 	return hex.EncodeToString(b)
-}
-
-// short returns the part of a credentials ID that may be logged.
-func short(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/retry"
+	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
 const (
@@ -56,7 +57,7 @@ func newProvider(t *testing.T, cfg Config) (*Provider, *fakeSTS, *clockwork.Fake
 }
 
 // get is Get with a deadline, so a test that goes wrong fails instead of hanging.
-func get(t *testing.T, p *Provider, id string) (Credentials, error) {
+func get(t *testing.T, p *Provider, id string) (taskcreds.Credentials, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -75,13 +76,13 @@ func TestAssumesTheTaskRolesWithTheHostCredentials(t *testing.T) {
 	p, f, _, buf := newProvider(t, Config{})
 	t.Setenv("AWS_REGION", "us-west-2")
 
-	appID := p.Add(taskArn, RoleTypeTaskApplication, taskRole)
-	execID := p.Add(taskArn, RoleTypeTaskExecution, execRole)
+	appID := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)
+	execID := p.Add(taskArn, taskcreds.RoleTypeTaskExecution, execRole)
 	assert.Regexp(t, idPattern, appID)
 	assert.Regexp(t, idPattern, execID)
 	assert.NotEqual(t, appID, execID)
-	assert.Equal(t, appID, p.Add(taskArn, RoleTypeTaskApplication, taskRole), "adding the same role again keeps its ID")
-	assert.Empty(t, p.Add(taskArn, RoleTypeTaskApplication, ""), "no role ARN, no ID")
+	assert.Equal(t, appID, p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole), "adding the same role again keeps its ID")
+	assert.Empty(t, p.Add(taskArn, taskcreds.RoleTypeTaskApplication, ""), "no role ARN, no ID")
 
 	app, err := get(t, p, appID)
 	require.NoError(t, err)
@@ -90,7 +91,7 @@ func TestAssumesTheTaskRolesWithTheHostCredentials(t *testing.T) {
 	assert.Equal(t, taskRole, app.RoleArn)
 	assert.Equal(t, execRole, exec.RoleArn)
 	assert.NotEqual(t, app.AccessKeyID, exec.AccessKeyID)
-	for _, c := range []Credentials{app, exec} {
+	for _, c := range []taskcreds.Credentials{app, exec} {
 		assert.Regexp(t, `^ASIAROLE[12]$`, c.AccessKeyID)
 		assert.Regexp(t, "^"+roleSecretPre+"[12]$", c.SecretAccessKey)
 		assert.Regexp(t, "^"+roleTokenPre+"[12]$", c.SessionToken)
@@ -105,8 +106,8 @@ func TestAssumesTheTaskRolesWithTheHostCredentials(t *testing.T) {
 	assert.Equal(t, exec.AccessKeyID, pull.AccessKeyID)
 	assert.Equal(t, exec.SecretAccessKey, pull.SecretAccessKey)
 	assert.Equal(t, exec.SessionToken, pull.SessionToken)
-	assert.True(t, pull.CanExpire)
-	assert.Equal(t, exec.Expiration, pull.Expires)
+	assert.True(t, pull.AWS().CanExpire)
+	assert.Equal(t, exec.Expiration, pull.Expiration)
 	_, err = p.ExecutionRoleCredentials(context.Background(), appID)
 	assert.ErrorIs(t, err, ErrUnknownID)
 
@@ -138,7 +139,7 @@ func TestNewIsLazy(t *testing.T) {
 
 	p := New(context.Background(), Config{Clock: clockwork.NewFakeClockAt(t0)}, log)
 	t.Cleanup(p.Close)
-	assert.Empty(t, p.Add(taskArn, RoleTypeTaskApplication, ""))
+	assert.Empty(t, p.Add(taskArn, taskcreds.RoleTypeTaskApplication, ""))
 	p.Remove(taskArn)
 	_, err := get(t, p, "0123456789abcdef0123456789abcdef")
 	assert.ErrorIs(t, err, ErrUnknownID)
@@ -150,7 +151,7 @@ func TestNewIsLazy(t *testing.T) {
 
 func TestRefreshesBeforeExpiry(t *testing.T) {
 	p, f, clock, _ := newProvider(t, Config{})
-	id := p.Add(taskArn, RoleTypeTaskApplication, taskRole)
+	id := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)
 	first, err := get(t, p, id)
 	require.NoError(t, err)
 	assert.Equal(t, "ASIAROLE1", first.AccessKeyID)
@@ -198,7 +199,7 @@ func TestAccessDeniedIsTheGetErrorAndLoggedOnce(t *testing.T) {
 	p, f, clock, buf := newProvider(t, Config{})
 	const msg = "User: arn:aws:iam::012345678901:user/host is not authorized to perform: sts:AssumeRole on resource: " + taskRole
 	f.fail(http.StatusForbidden, "AccessDenied", msg)
-	id := p.Add(taskArn, RoleTypeTaskApplication, taskRole)
+	id := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)
 
 	for i := 1; i <= 4; i++ {
 		_, err := get(t, p, id)
@@ -238,7 +239,7 @@ func TestNoHostCredentials(t *testing.T) {
 	p := New(context.Background(), Config{Clock: clock, Backoff: oneMinute}, log)
 	t.Cleanup(p.Close)
 
-	id := p.Add(taskArn, RoleTypeTaskApplication, taskRole)
+	id := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)
 	_, err := get(t, p, id)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrNoHostCredentials)
@@ -257,7 +258,7 @@ func TestNoHostCredentials(t *testing.T) {
 func TestRefreshFailureServesValidCredentialsUntilExpiry(t *testing.T) {
 	p, f, clock, buf := newProvider(t, Config{})
 	t.Setenv("AWS_MAX_ATTEMPTS", "1") // the SDK's own retries would wait on the wall clock
-	id := p.Add(taskArn, RoleTypeTaskApplication, taskRole)
+	id := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)
 	first, err := get(t, p, id)
 	require.NoError(t, err)
 	waitForTimers(t, clock, 1)
@@ -288,9 +289,9 @@ func TestRefreshFailureServesValidCredentialsUntilExpiry(t *testing.T) {
 func TestRemoveStopsRefreshesAndForgetsTheIDs(t *testing.T) {
 	p, f, clock, _ := newProvider(t, Config{})
 	const other = "arn:aws:ecs:us-west-2:012345678901:task/default/other"
-	appID := p.Add(taskArn, RoleTypeTaskApplication, taskRole)
-	execID := p.Add(taskArn, RoleTypeTaskExecution, execRole)
-	otherID := p.Add(other, RoleTypeTaskApplication, taskRole)
+	appID := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)
+	execID := p.Add(taskArn, taskcreds.RoleTypeTaskExecution, execRole)
+	otherID := p.Add(other, taskcreds.RoleTypeTaskApplication, taskRole)
 	for _, id := range []string{appID, execID, otherID} {
 		_, err := get(t, p, id)
 		require.NoError(t, err)
@@ -315,12 +316,12 @@ func TestRemoveStopsRefreshesAndForgetsTheIDs(t *testing.T) {
 
 func TestAddingAnotherRoleReplacesTheOld(t *testing.T) {
 	p, f, _, _ := newProvider(t, Config{})
-	oldID := p.Add(taskArn, RoleTypeTaskApplication, taskRole)
+	oldID := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)
 	_, err := get(t, p, oldID)
 	require.NoError(t, err)
 
 	const newRole = "arn:aws:iam::012345678901:role/other"
-	newID := p.Add(taskArn, RoleTypeTaskApplication, newRole)
+	newID := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, newRole)
 	assert.NotEqual(t, oldID, newID)
 	_, err = get(t, p, oldID)
 	assert.ErrorIs(t, err, ErrUnknownID)
@@ -334,20 +335,20 @@ func TestAddingAnotherRoleReplacesTheOld(t *testing.T) {
 func TestRestoreKeepsTheID(t *testing.T) {
 	p, _, _, _ := newProvider(t, Config{})
 	const id = "0123456789abcdef0123456789abcdef"
-	require.NoError(t, p.Provide(taskArn, RoleTypeTaskApplication, taskRole, id))
+	require.NoError(t, p.Provide(taskArn, taskcreds.RoleTypeTaskApplication, taskRole, id))
 	c, err := get(t, p, id)
 	require.NoError(t, err)
 	assert.Equal(t, taskRole, c.RoleArn)
-	assert.Equal(t, id, p.Add(taskArn, RoleTypeTaskApplication, taskRole), "Add finds the restored role")
+	assert.Equal(t, id, p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole), "Add finds the restored role")
 
 	for _, tt := range []struct {
 		name, task, roleType, roleArn, id string
 		class                             error
 	}{
-		{"short ID", taskArn, RoleTypeTaskExecution, execRole, "0123", errdefs.ErrInvalidArgument},
-		{"not hex", taskArn, RoleTypeTaskExecution, execRole, "0123456789abcdef0123456789abcdeg", errdefs.ErrInvalidArgument},
-		{"no role", taskArn, RoleTypeTaskExecution, "", "fedcba9876543210fedcba9876543210", errdefs.ErrInvalidArgument},
-		{"ID of another role", taskArn, RoleTypeTaskExecution, execRole, id, errdefs.ErrConflict},
+		{"short ID", taskArn, taskcreds.RoleTypeTaskExecution, execRole, "0123", errdefs.ErrInvalidArgument},
+		{"not hex", taskArn, taskcreds.RoleTypeTaskExecution, execRole, "0123456789abcdef0123456789abcdeg", errdefs.ErrInvalidArgument},
+		{"no role", taskArn, taskcreds.RoleTypeTaskExecution, "", "fedcba9876543210fedcba9876543210", errdefs.ErrInvalidArgument},
+		{"ID of another role", taskArn, taskcreds.RoleTypeTaskExecution, execRole, id, errdefs.ErrConflict},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := p.Provide(tt.task, tt.roleType, tt.roleArn, tt.id)
@@ -360,7 +361,7 @@ func TestRestoreKeepsTheID(t *testing.T) {
 func TestGetWaitsForTheFirstAttempt(t *testing.T) {
 	p, f, _, _ := newProvider(t, Config{})
 	f.gate = make(chan struct{})
-	id := p.Add(taskArn, RoleTypeTaskApplication, taskRole)
+	id := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -386,8 +387,8 @@ func TestManyAddRemoveCyclesLeaveNothingBehind(t *testing.T) {
 
 	for i := range 100 {
 		task := fmt.Sprintf("%s-%d", taskArn, i)
-		app := p.Add(task, RoleTypeTaskApplication, taskRole)
-		exec := p.Add(task, RoleTypeTaskExecution, execRole)
+		app := p.Add(task, taskcreds.RoleTypeTaskApplication, taskRole)
+		exec := p.Add(task, taskcreds.RoleTypeTaskExecution, execRole)
 		if i%2 == 0 { // half the tasks are removed while their first AssumeRole may still run
 			_, err := get(t, p, app)
 			require.NoError(t, err)
@@ -400,7 +401,7 @@ func TestManyAddRemoveCyclesLeaveNothingBehind(t *testing.T) {
 	for i := range 50 {
 		wg.Go(func() {
 			task := fmt.Sprintf("%s-batch-%d", taskArn, i)
-			_, err := get(t, p, p.Add(task, RoleTypeTaskApplication, taskRole))
+			_, err := get(t, p, p.Add(task, taskcreds.RoleTypeTaskApplication, taskRole))
 			assert.NoError(t, err)
 		})
 	}
@@ -443,17 +444,17 @@ func TestCloseStopsEverything(t *testing.T) {
 	newFakeSTS(t, clock)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := New(ctx, Config{Clock: clock}, nil)
-	id := p.Add(taskArn, RoleTypeTaskApplication, taskRole)
+	id := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)
 	_, err := get(t, p, id)
 	require.NoError(t, err)
 
 	cancel() // the owner's context ends: the goroutines stop
 	waitForTimers(t, clock, 0)
-	assert.Empty(t, p.Add("another", RoleTypeTaskApplication, taskRole), "nothing is added once the context ended")
+	assert.Empty(t, p.Add("another", taskcreds.RoleTypeTaskApplication, taskRole), "nothing is added once the context ended")
 	p.Close()
 	p.Close()
 	assert.Zero(t, p.Len())
-	assert.True(t, errdefs.IsFailedPrecondition(p.Provide(taskArn, RoleTypeTaskApplication, taskRole, id)))
+	assert.True(t, errdefs.IsFailedPrecondition(p.Provide(taskArn, taskcreds.RoleTypeTaskApplication, taskRole, id)))
 }
 
 func TestSessionName(t *testing.T) {

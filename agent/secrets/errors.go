@@ -1,14 +1,7 @@
 package secrets
 
 import (
-	"context"
-	"errors"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
-
+	"github.com/berth-agent/berth/agent/awserr"
 	"github.com/berth-agent/berth/agent/errdefs"
 )
 
@@ -52,7 +45,8 @@ type Error struct {
 	Secret string
 	// Code is AWS's error code (from smithy.APIError) or one of the Code constants.
 	Code string
-	// Err is the cause: the SDK's error, or a description of the local problem.
+	// Err is the cause: the SDK's error with its errdefs class (awserr.Classify), or a description
+	// of the local problem.
 	Err error
 
 	transient bool
@@ -82,28 +76,13 @@ func localError(secret, code string, err error) *Error {
 	return &Error{Secret: secret, Code: code, Err: err}
 }
 
-// awsError classifies an error of an SDK call.
+// awsError is the *Error of a failed SDK call: AWS's code, and the class (errdefs.ErrNotFound for
+// ParameterNotFound, errdefs.ErrUnauthorized for AccessDeniedException, …) and retry decision
+// awserr gives it.
 func awsError(secret string, err error) *Error {
-	e := &Error{Secret: secret, Code: CodeRequestFailed, Err: err}
-	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) {
-		e.Code = apiErr.ErrorCode()
-	}
-	status := 0 // 0: no answer
-	var respErr *smithyhttp.ResponseError
-	if errors.As(err, &respErr) {
-		status = respErr.HTTPStatusCode()
-	}
-	switch {
-	case errors.Is(err, context.Canceled):
-		e.transient = false
-	case awsretry.IsErrorThrottles(awsretry.DefaultThrottles).IsErrorThrottle(err) == aws.TrueTernary:
-		e.transient = true
-	case status != 0:
-		e.transient = status >= 500 || status == 429
-	default:
-		// An API error without a status is a refusal; anything else got no answer.
-		e.transient = apiErr == nil
+	e := &Error{Secret: secret, Code: CodeRequestFailed, Err: awserr.Classify(err), transient: awserr.Transient(err)}
+	if code, _ := awserr.Code(err); code != "" {
+		e.Code = code
 	}
 	return e
 }

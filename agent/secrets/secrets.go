@@ -8,9 +8,10 @@
 //
 // Nothing here logs, and no error holds a secret value. Failures are *Error, which names the
 // secret (`secret DB_PASS (valueFrom /app/db)`), the environment file or the credentials parameter,
-// with AWS's error code or one of this package's Code constants; Retry says whether asking again
-// may help. The SDK clients built here have their logger replaced by a no-op and request logging
-// off, so SDK logging configured elsewhere cannot print a value either.
+// with AWS's error code or one of this package's Code constants; a failure AWS answered also
+// matches its errdefs class (agent/awserr), and Retry says whether asking again may help. The SDK
+// clients built here have their logger replaced by a no-op and request logging off, so SDK logging
+// configured elsewhere cannot print a value either.
 //
 // # Endpoints
 //

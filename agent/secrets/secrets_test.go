@@ -335,6 +335,7 @@ func TestDenied(t *testing.T) {
 	_, err = f.EnvFiles(context.Background(), denied, []string{"arn:aws:s3:::bucket/f.env"})
 	e = secretErr(t, err, "AccessDenied")
 	assert.False(t, e.Retry())
+	assert.True(t, errdefs.IsUnauthorized(err), "the class comes with AWS's code")
 	assert.Len(t, srv.Calls(), 3, "refusals are not retried")
 
 	// The same fetcher still works with other credentials.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
 // The error codes of the credentials endpoints, as the ECS agent names them.
@@ -52,11 +53,11 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 	}
 	switch {
 	case errdefs.IsNotFound(err):
-		h.log.Debug("task credentials not found", "credentials_id", short(id), "api_version", version)
+		h.log.Debug("task credentials not found", "credentials_id", taskcreds.ShortID(id), "api_version", version)
 		fail(http.StatusBadRequest, codeInvalidID, "Credentials not found")
 		return
 	case err != nil:
-		h.log.Debug("task credentials unavailable", "credentials_id", short(id), "api_version", version, "error", err)
+		h.log.Debug("task credentials unavailable", "credentials_id", taskcreds.ShortID(id), "api_version", version, "error", err)
 		fail(http.StatusInternalServerError, codeInternalError, "Credentials unavailable: "+err.Error())
 		return
 	}
@@ -64,7 +65,7 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 	if !c.Expiration.IsZero() {
 		body.Expiration = c.Expiration.UTC().Truncate(time.Second).Format(time.RFC3339)
 	}
-	h.log.Debug("task credentials served", "credentials_id", short(id), "role_arn", c.RoleArn, "api_version", version)
+	h.log.Debug("task credentials served", "credentials_id", taskcreds.ShortID(id), "role_arn", c.RoleArn, "api_version", version)
 	writeJSON(w, http.StatusOK, body)
 }
 
@@ -95,9 +96,9 @@ func hostAddress(ip netip.Addr) bool {
 }
 
 // lookupCredentials asks the source, treating a missing source as one that knows no credentials.
-func (h *Handler) lookupCredentials(ctx context.Context, id string) (Credentials, error) {
+func (h *Handler) lookupCredentials(ctx context.Context, id string) (taskcreds.Credentials, error) {
 	if h.creds == nil {
-		return Credentials{}, fmt.Errorf("credentials %s: %w", short(id), errdefs.ErrNotFound)
+		return taskcreds.Credentials{}, fmt.Errorf("credentials %s: %w", taskcreds.ShortID(id), errdefs.ErrNotFound)
 	}
 	return h.creds.TaskCredentials(ctx, id)
 }

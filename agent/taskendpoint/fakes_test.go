@@ -16,6 +16,7 @@ import (
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskcreds"
 	"github.com/berth-agent/berth/agent/taskendpoint"
 )
 
@@ -51,19 +52,19 @@ func (f *fakeTasks) ByAddress(ip netip.Addr) (*task.Task, bool) {
 
 // fakeCredentials is a CredentialsSource: known IDs answer their credentials, IDs in errs their error.
 type fakeCredentials struct {
-	creds map[string]taskendpoint.Credentials
+	creds map[string]taskcreds.Credentials
 	errs  map[string]error
 }
 
 var _ taskendpoint.CredentialsSource = (*fakeCredentials)(nil)
 
-func (f *fakeCredentials) TaskCredentials(_ context.Context, id string) (taskendpoint.Credentials, error) {
+func (f *fakeCredentials) TaskCredentials(_ context.Context, id string) (taskcreds.Credentials, error) {
 	if err, ok := f.errs[id]; ok {
-		return taskendpoint.Credentials{}, err
+		return taskcreds.Credentials{}, err
 	}
 	c, ok := f.creds[id]
 	if !ok {
-		return taskendpoint.Credentials{}, fmt.Errorf("credentials %s: %w", id, errdefs.ErrNotFound)
+		return taskcreds.Credentials{}, fmt.Errorf("credentials %s: %w", id, errdefs.ErrNotFound)
 	}
 	return c, nil
 }
@@ -186,7 +187,7 @@ func newEnv(t *testing.T, mutate ...func(*taskendpoint.Config)) *env {
 		},
 	}
 	creds := &fakeCredentials{
-		creds: map[string]taskendpoint.Credentials{credsID: {
+		creds: map[string]taskcreds.Credentials{credsID: {
 			RoleArn: "arn:aws:iam::012345678901:role/web", AccessKeyID: accessKeyID, SecretAccessKey: secretKey,
 			SessionToken: sessionToken, Expiration: time.Date(2026, 11, 30, 20, 32, 25, 987654321, time.FixedZone("X", -5*3600)),
 		}},

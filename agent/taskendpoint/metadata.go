@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
 // The labels every container Berth creates carries (see the engine's labels); Docker shows them, and
@@ -283,7 +284,7 @@ func (h *Handler) serveToken(w http.ResponseWriter, r *http.Request, rt route, t
 		c = t.Container(name)
 	}
 	if c == nil {
-		h.log.Debug("task metadata token unknown", "token", short(rt.arg), "api_version", rt.version)
+		h.log.Debug("task metadata token unknown", "token", taskcreds.ShortID(rt.arg), "api_version", rt.version)
 		status, body := unknownToken(rt)
 		writeJSON(w, status, body)
 		return

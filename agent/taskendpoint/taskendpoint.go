@@ -36,7 +36,7 @@
 // must be too. It starts no goroutine and holds no resource beyond a bounded map of rate limiters.
 //
 // Secrets never reach the log: a credentials ID or metadata token is logged by its first 8
-// characters, and neither keys nor session tokens are logged at all.
+// characters (taskcreds.ShortID), and neither keys nor session tokens are logged at all.
 package taskendpoint
 
 import (
@@ -46,48 +46,23 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
-// Credentials are one task role's credentials as served to a container.
-type Credentials struct {
-	RoleArn         string
-	AccessKeyID     string
-	SecretAccessKey string
-	SessionToken    string
-	Expiration      time.Time // zero: none is served
-}
-
 // CredentialsSource finds task role credentials by their credentials ID (the ID a container has in
-// AWS_CONTAINER_CREDENTIALS_RELATIVE_URI). It must be safe for concurrent use.
+// AWS_CONTAINER_CREDENTIALS_RELATIVE_URI); *taskcreds.Chain is the agent's. It must be safe for
+// concurrent use.
 type CredentialsSource interface {
 	// TaskCredentials returns the credentials with this ID. An error of class errdefs.ErrNotFound
 	// means there are none (the container is told the ID is invalid); any other error means they
 	// cannot be had now, and its text, which must hold no secret, is shown to the container.
-	TaskCredentials(ctx context.Context, id string) (Credentials, error)
-}
-
-// Sources serves credentials from the first of its sources that knows the ID: the control plane's
-// (ecs mode) and the agent's own (roles it assumes itself).
-type Sources []CredentialsSource
-
-// TaskCredentials asks each source in turn; an ID none knows is errdefs.ErrNotFound.
-func (s Sources) TaskCredentials(ctx context.Context, id string) (Credentials, error) {
-	err := errdefs.New(errdefs.ErrNotFound, "no such task role credentials")
-	for _, src := range s {
-		c, serr := src.TaskCredentials(ctx, id)
-		if serr == nil || !errdefs.IsNotFound(serr) {
-			return c, serr
-		}
-		err = serr
-	}
-	return Credentials{}, err
+	TaskCredentials(ctx context.Context, id string) (taskcreds.Credentials, error)
 }
 
 // TaskSource finds the task a request comes from. It must be safe for concurrent use and return
@@ -352,12 +327,4 @@ func writeRaw(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
-}
-
-// short returns at most the first 8 characters of an ID or token, for logs.
-func short(id string) string {
-	if len(id) <= 8 {
-		return id
-	}
-	return id[:8]
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskcreds"
 	"github.com/berth-agent/berth/agent/taskendpoint"
 )
 
@@ -374,7 +375,7 @@ func TestCredentials(t *testing.T) {
 	})
 	t.Run("log driver credentials: the host only", func(t *testing.T) {
 		e := newEnv(t, func(c *taskendpoint.Config) {
-			c.LogDriverCredentials = &fakeCredentials{creds: map[string]taskendpoint.Credentials{"exec-id": {AccessKeyID: "exec-key"}}}
+			c.LogDriverCredentials = &fakeCredentials{creds: map[string]taskcreds.Credentials{"exec-id": {AccessKeyID: "exec-key"}}}
 			c.HostAddress = func(ip netip.Addr) bool { return ip == netip.MustParseAddr("10.0.0.1") }
 		})
 		rec := e.get("/v2/credentials/exec-id", "10.0.0.1:40000")
@@ -388,7 +389,7 @@ func TestCredentials(t *testing.T) {
 	})
 	t.Run("no expiration: the field is left out", func(t *testing.T) {
 		e := newEnv(t, func(c *taskendpoint.Config) {
-			c.Credentials = &fakeCredentials{creds: map[string]taskendpoint.Credentials{"x": {AccessKeyID: "a"}}}
+			c.Credentials = &fakeCredentials{creds: map[string]taskcreds.Credentials{"x": {AccessKeyID: "a"}}}
 		})
 		rec := e.get("/v2/credentials/x", fromWeb)
 		assert.JSONEq(t, `{"RoleArn":"","AccessKeyId":"a","SecretAccessKey":"","Token":""}`, rec.Body.String())
