@@ -4,13 +4,11 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -301,7 +299,7 @@ func logStart(res *config.Result, log *logger.Logger) {
 	for _, w := range res.Warnings {
 		log.Warn("configuration: "+w.Msg, "key", w.Key, "source", w.Origin.String(), "file", w.Origin.File)
 	}
-	values, sources := effectiveFields(res.Show())
+	values, sources := res.Show().LogFields()
 	log.Info("effective configuration", values...)
 	log.Info("configuration sources (the rest are defaults)", sources...)
 	log.Info("control plane mode selected", "mode", string(cfg.Mode), "reason", cfg.ModeReason)
@@ -310,10 +308,8 @@ func logStart(res *config.Result, log *logger.Logger) {
 // closeState closes the state store, logging a failure. A state file gets its last good copy first:
 // a clean stop is a moment it is known to be whole.
 func closeState(store state.Store, log *logger.Logger) {
-	if b, ok := store.(interface{ SaveLastGood() error }); ok {
-		if err := b.SaveLastGood(); err != nil {
-			log.Warn("the last good copy of the state file could not be written", "error", err)
-		}
+	if err := store.SaveLastGood(); err != nil {
+		log.Warn("the last good copy of the state file could not be written", "error", err)
 	}
 	if err := store.Close(); err != nil {
 		log.Warn("closing the state file failed", "error", err)
@@ -382,40 +378,6 @@ func stopAllTasks(eng *engine.Engine, log *logger.Logger) {
 		return
 	}
 	log.Info("every task stopped")
-}
-
-// effectiveFields renders the redacted effective configuration as logger fields: every key with its
-// value as JSON text, and, separately, every key that did not come from its default with its source.
-func effectiveFields(eff config.Effective) (values, sources []any) {
-	names := make([]string, 0, len(eff.Keys))
-	for name := range eff.Keys {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		k := eff.Keys[name]
-		values = append(values, name, valueText(k.Value))
-		if k.Source != string(config.SourceDefault) && k.Source != "unset" {
-			sources = append(sources, name, k.Source)
-		}
-	}
-	return values, sources
-}
-
-// valueText renders a shown value: strings as they are, Stringers (such as a redacted secret) through
-// String, anything else as JSON.
-func valueText(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case fmt.Stringer:
-		return v.String()
-	}
-	text, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprintf("(%T)", v)
-	}
-	return string(text)
 }
 
 // agentMetadata answers /v1/metadata.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -78,7 +79,7 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 	if s.introspection, err = net.Listen("tcp", cfg.IntrospectionAddr); err != nil {
 		return nil, fmt.Errorf("introspection API on %s: %w", cfg.IntrospectionAddr, err)
 	}
-	if a, ok := s.introspection.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+	if a, err := netip.ParseAddrPort(s.introspection.Addr().String()); err == nil && !a.Addr().IsLoopback() {
 		log.Warn("the introspection API answers other hosts, without authentication (ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS=true)",
 			"addr", s.introspection.Addr().String())
 	}

@@ -1,13 +1,16 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -370,4 +373,33 @@ func (r *Result) Show() Effective {
 		out.Keys[k.name] = Shown{Value: k.field(r.Config).show(), Source: source, Berth: k.berth}
 	}
 	return out
+}
+
+// LogFields renders the configuration as logger fields: every key with its value as text (strings as
+// they are, Stringers such as a redacted secret through String, anything else as JSON), ordered by
+// name, and, separately, every key that did not come from its default with its source.
+func (e Effective) LogFields() (values, sources []any) {
+	for _, name := range slices.Sorted(maps.Keys(e.Keys)) {
+		k := e.Keys[name]
+		values = append(values, name, shownText(k.Value))
+		if k.Source != string(SourceDefault) && k.Source != "unset" {
+			sources = append(sources, name, k.Source)
+		}
+	}
+	return values, sources
+}
+
+// shownText renders one shown value for LogFields.
+func shownText(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case fmt.Stringer:
+		return v.String()
+	}
+	text, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("(%T)", v)
+	}
+	return string(text)
 }

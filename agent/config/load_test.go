@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -1364,4 +1365,20 @@ func TestLogFileSizeWhoseBytesOverflow(t *testing.T) {
 	res, err := f.load(nil, "ECS_LOG_MAX_FILE_SIZE_MB=8796093022207")
 	require.NoError(t, err)
 	assert.Equal(t, float64(8796093022207), res.Config.Log.MaxFileSizeMB)
+}
+
+// TestLogFields: the logged configuration names every key in order with its value as text, a
+// redacted secret as its mask, and lists the sources of only the keys not at their defaults.
+func TestLogFields(t *testing.T) {
+	eff := Effective{Keys: map[string]Shown{
+		"ECS_CLUSTER":          {Value: "prod", Source: "environment"},
+		"ECS_ENGINE_AUTH_DATA": {Value: Secret("hunter2"), Source: "/etc/ecs/ecs.config:3"},
+		"ECS_RESERVED_PORTS":   {Value: []int{22, 2375}, Source: string(SourceDefault)},
+		"ECS_LOGFILE":          {Value: "", Source: "unset"},
+	}}
+	values, sources := eff.LogFields()
+	assert.Equal(t, []any{"ECS_CLUSTER", "prod", "ECS_ENGINE_AUTH_DATA", Secret("hunter2").String(),
+		"ECS_LOGFILE", "", "ECS_RESERVED_PORTS", "[22,2375]"}, values)
+	assert.NotContains(t, fmt.Sprint(values...), "hunter2")
+	assert.Equal(t, []any{"ECS_CLUSTER", "environment", "ECS_ENGINE_AUTH_DATA", "/etc/ecs/ecs.config:3"}, sources)
 }

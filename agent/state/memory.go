@@ -193,6 +193,9 @@ func (m *Memory) SentRecords(ctx context.Context) ([]SentRecord, error) {
 	return memList(ctx, m, "list sent records", func(m *Memory) map[string][]byte { return m.sent }, decodeSent)
 }
 
+// SaveLastGood does nothing: memory holds nothing to restore after a restart.
+func (m *Memory) SaveLastGood() error { return nil }
+
 // Close marks the store closed; later calls fail with ErrClosed. Calling it again is a no-op.
 func (m *Memory) Close() error {
 	m.mu.Lock()

@@ -44,6 +44,9 @@ type Store interface {
 	// SentRecords returns every record of what the control plane was told, ordered by TaskArn,
 	// reporting bad records as Tasks does.
 	SentRecords(ctx context.Context) ([]SentRecord, error)
+	// SaveLastGood keeps a copy of the store as it is now, known to be whole, for an operator to
+	// restore when the store is later found damaged; a store with nothing on disk keeps none.
+	SaveLastGood() error
 	// Close releases the store; calling it again is a no-op.
 	Close() error
 }
