@@ -242,7 +242,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, CleanupJitter: cfg.TaskCleanupWaitJitter,
 		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Resources: resources, AWSVPC: awsvpc, Probe: probe, DisablePrivileged: cfg.PrivilegedDisabled,
-		TaskEndpoint: endpoint, ExecutionRoleAuth: executionRoleAuth{auth.ExecutionRoles(creds)},
+		TaskEndpoint: endpoint, ExecutionRoleAuth: auth.ExecutionRoles(creds),
 		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
 			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: instanceARN}},
@@ -251,16 +251,6 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	m.CountTasks(eng.Tasks)
 	m.CountUnknownContainers(eng.UnknownContainers)
 	return eng, resources, nil
-}
-
-// executionRoleAuth gives the engine registryauth's pulls with execution roles.
-type executionRoleAuth struct{ *registryauth.ExecutionRoles }
-
-var _ engine.ExecutionRoleAuth = executionRoleAuth{}
-
-// AuthSource returns registryauth's source for the role.
-func (a executionRoleAuth) AuthSource(r engine.ExecutionRole) dockerclient.AuthSource {
-	return a.For(registryauth.ExecutionRole(r))
 }
 
 // newControlPlane builds the agent's side of the control plane the configuration chose.

@@ -2,30 +2,21 @@ package engine
 
 import (
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/registryauth"
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// ExecutionRole is what a pull with a task's execution role needs: the task, its role and the ID
-// its credentials are kept under, and what the control plane said of the image's ECR registry
-// (task.ECRAuth). Its fields are registryauth.ExecutionRole's.
-type ExecutionRole struct {
-	TaskArn          string
-	RoleArn          string
-	CredentialsID    string
-	Region           string
-	RegistryID       string
-	EndpointOverride string
-}
-
-// ExecutionRoleAuth supplies the credentials of pulls made with a task's execution role
-// (registryauth.ExecutionRoles, through the agent's wiring).
+// ExecutionRoleAuth supplies the credentials of pulls made with a task's execution role;
+// *registryauth.ExecutionRoles satisfies it.
 type ExecutionRoleAuth interface {
-	// AuthSource returns the credentials source of a container's pulls with role. It does no I/O;
-	// the source's errors name the image and the role.
-	AuthSource(role ExecutionRole) dockerclient.AuthSource
+	// For returns the credentials source of a container's pulls with role. It does no I/O; the
+	// source's errors name the image and the role.
+	For(role registryauth.ExecutionRole) registryauth.AuthSource
 	// TaskRemoved forgets whatever was cached for the task; it is called once the task is cleaned up.
 	TaskRemoved(taskArn string)
 }
+
+var _ ExecutionRoleAuth = (*registryauth.ExecutionRoles)(nil)
 
 // pullAuth returns the credentials source of c's image: its repositoryCredentials' secret; the
 // task's execution role's ECR token when the container asks for it (and the engine has
@@ -41,6 +32,6 @@ func (e *Engine) pullAuth(t *task.Task, c *task.Container) dockerclient.AuthSour
 	if a == nil || !a.UseExecutionRole || e.cfg.ExecutionRoleAuth == nil {
 		return e.auth
 	}
-	return e.cfg.ExecutionRoleAuth.AuthSource(ExecutionRole{TaskArn: t.Arn, RoleArn: t.ExecutionRoleArn,
+	return e.cfg.ExecutionRoleAuth.For(registryauth.ExecutionRole{TaskArn: t.Arn, RoleArn: t.ExecutionRoleArn,
 		CredentialsID: t.ExecutionCredentialsID, Region: a.Region, RegistryID: a.RegistryID, EndpointOverride: a.EndpointOverride})
 }

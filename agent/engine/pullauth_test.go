@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/registryauth"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -36,13 +37,13 @@ type fakeExecutionRoleAuth struct {
 	refuse bool // sources refuse, as when the role's credentials are missing
 
 	mu      sync.Mutex
-	roles   []ExecutionRole
+	roles   []registryauth.ExecutionRole
 	removed []string
 }
 
 var _ ExecutionRoleAuth = (*fakeExecutionRoleAuth)(nil)
 
-func (f *fakeExecutionRoleAuth) AuthSource(role ExecutionRole) dockerclient.AuthSource {
+func (f *fakeExecutionRoleAuth) For(role registryauth.ExecutionRole) registryauth.AuthSource {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.roles = append(f.roles, role)
@@ -59,7 +60,7 @@ func (f *fakeExecutionRoleAuth) TaskRemoved(taskArn string) {
 	f.removed = append(f.removed, taskArn)
 }
 
-func (f *fakeExecutionRoleAuth) state() ([]ExecutionRole, []string) {
+func (f *fakeExecutionRoleAuth) state() ([]registryauth.ExecutionRole, []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.roles), slices.Clone(f.removed)
@@ -99,7 +100,7 @@ func TestPullWithExecutionRole(t *testing.T) {
 	assert.Equal(t, namedAuth{name: "execution-role " + execRole}, h.puller.authOf(ecrImage))
 	assert.Equal(t, namedAuth{name: "host"}, h.puller.authOf(ctr("side").Image))
 	asked, _ := roles.state()
-	assert.Equal(t, []ExecutionRole{{TaskArn: tk.Arn, RoleArn: execRole, CredentialsID: tk.ExecutionCredentialsID,
+	assert.Equal(t, []registryauth.ExecutionRole{{TaskArn: tk.Arn, RoleArn: execRole, CredentialsID: tk.ExecutionCredentialsID,
 		Region: "us-west-2", RegistryID: "012345678901", EndpointOverride: "https://ecr.example"}}, asked)
 
 	require.NoError(t, h.engine.StopTask(context.Background(), tk.Arn, "done"))
