@@ -49,9 +49,12 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		log.Close()
 	}()
 	logStart(res, log)
+	plan := planOf(cfg)
 	imds := ec2identity.New(ec2identity.Options{Logger: log})
-	if err := resolveRegion(ctx, cfg, imds, log); err != nil {
-		return err
+	if plan.regionFromIMDS {
+		if err := resolveRegion(ctx, cfg, imds, log); err != nil {
+			return err
+		}
 	}
 
 	auth, err := NewRegistryAuth(ctx, cfg, log)
@@ -63,7 +66,9 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	defer closeState(store, log)
-	adoptECSAgentInstance(ctx, cfg, store, log)
+	if plan.takesOverECSAgent {
+		adoptECSAgentInstance(ctx, cfg, store, log)
+	}
 	client, err := NewDockerClient(cfg, log)
 	if err != nil {
 		return fmt.Errorf("docker client: %w", err)
@@ -74,17 +79,15 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err // nil when stopped while waiting: nothing was started
 	}
 	m := metrics.New()
-	// In local mode the agent assumes task roles itself (sts:AssumeRole with the host's credentials);
-	// in ecs mode ACS sends their credentials.
-	var roles *rolecreds.Provider
-	if cfg.Mode == config.ModeLocal {
+	var roles *rolecreds.Provider // sts:AssumeRole with the host's credentials, when ACS sends none
+	if plan.assumesRoles {
 		roles = rolecreds.New(ctx, rolecreds.Config{Region: cfg.AWSRegion}, log.With("component", "role_credentials"))
 		defer roles.Close()
 	}
 	// The control plane's task credentials, then the roles the agent assumes: the one chain the
 	// task endpoint, pulls with execution roles and secrets read.
 	credentials := taskcreds.NewStore(nil)
-	chain := taskcreds.ChainConfig{Store: credentials, Local: cfg.Mode == config.ModeLocal}
+	chain := taskcreds.ChainConfig{Store: credentials, Local: plan.assumesRoles}
 	if roles != nil {
 		chain.Roles = roles
 	}
@@ -97,7 +100,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err != nil {
 		return err
 	}
-	servers, err := listen(cfg, log)
+	servers, err := listen(cfg, plan.embedded, log)
 	if err != nil {
 		return err
 	}
@@ -110,7 +113,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	tel := telemetry.New(eng, stats, telemetry.Config{SampleInterval: telSettings.sampleInterval(),
 		Runtime: func(ctx context.Context) error { _, err := client.Version(ctx); return err }, Logger: log.With("component", "telemetry")})
 	var identity ec2identity.Identity
-	cp, identity, err = newControlPlane(ctx, cfg, resources, dockerVersion, eng, store, credentials, imds,
+	cp, identity, err = newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, store, credentials, imds,
 		controlplane.TelemetryConfig{Source: tel, DisableMetrics: telSettings.DisableMetrics, DisableHealth: cfg.DockerHealthCheckDisabled},
 		opts.Probe, log)
 	if err != nil {
@@ -149,7 +152,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		g.Go(func() error { tel.Run(gctx); return nil })
 	}
 	g.Go(func() error {
-		if cfg.Mode == config.ModeECS && cfg.WarmPoolsCheck {
+		if plan.onEC2 && cfg.WarmPoolsCheck {
 			if err := waitInService(gctx, imds, log); err != nil {
 				if gctx.Err() == nil {
 					log.Error("no control plane: tasks from it will not arrive", "error", err)
@@ -160,7 +163,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		connect(gctx, cp, log)
 		return nil
 	})
-	if cfg.Mode == config.ModeECS && cfg.SpotInstanceDrainingEnabled {
+	if plan.onEC2 && cfg.SpotInstanceDrainingEnabled {
 		g.Go(func() error { watchSpot(gctx, imds, cp.DrainInstance, log); return nil })
 	}
 	g.Go(func() error {
@@ -254,17 +257,17 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 }
 
 // newControlPlane builds the agent's side of the control plane the configuration chose.
-func newControlPlane(ctx context.Context, cfg *config.Config, resources engine.Resources, docker dockerclient.VersionInfo,
+func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, resources engine.Resources, docker dockerclient.VersionInfo,
 	eng *engine.Engine, store state.Store, credentials *taskcreds.Store, imds *ec2identity.Client,
 	tel controlplane.TelemetryConfig, probe engine.Probe, log *logger.Logger) (*controlplane.ControlPlane, ec2identity.Identity, error) {
 	var identity ec2identity.Identity
-	ecs, creds, region, err := controlplane.NewECSClient(ctx, cfg, log)
+	ecs, creds, region, err := NewECSClient(ctx, cfg, log)
 	if err != nil {
 		return nil, identity, err
 	}
 	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
 	reg.PIDIPCSharing = eng.SharesNamespaces()
-	if cfg.Mode == config.ModeECS && !cfg.External {
+	if plan.onEC2 {
 		identity = ec2Registration(ctx, imds, &reg, log)
 		if cfg.ContainerInstancePropagateTagsFrom == config.PropagateTagsEC2Instance {
 			propagateEC2Tags(ctx, imds, &reg, log)

@@ -16,9 +16,6 @@ import (
 // instance metadata service, as the ECS agent does; an external instance (ECS_EXTERNAL) must be
 // given one. Local mode never gets here: it never asks IMDS.
 func resolveRegion(ctx context.Context, cfg *config.Config, imds *ec2identity.Client, log *logger.Logger) error {
-	if cfg.Mode != config.ModeECS || cfg.AWSRegion != "" {
-		return nil
-	}
 	if cfg.External {
 		return errors.New("ECS_EXTERNAL=true but no AWS region is configured: set AWS_DEFAULT_REGION (or AWS_REGION) in /etc/ecs/ecs.config or the environment")
 	}

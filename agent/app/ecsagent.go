@@ -9,15 +9,12 @@ import (
 	"github.com/berth-agent/berth/agent/state"
 )
 
-// adoptECSAgentInstance keeps the container instance of an Amazon ECS agent this host ran before: in
-// ecs mode, when Berth's own state has no registration yet, the instance ARN the ECS agent saved in
+// adoptECSAgentInstance keeps the container instance of an Amazon ECS agent this host ran before: when
+// Berth's own state has no registration yet, the instance ARN the ECS agent saved in
 // the shared data directory (for the same cluster) becomes Berth's, so the next registration re-uses
 // it. A file that cannot be read is reported and skipped: the instance then registers anew. The ECS
 // agent's containers are not touched: Berth only ever manages containers with its own label.
 func adoptECSAgentInstance(ctx context.Context, cfg *config.Config, store state.Store, log *logger.Logger) {
-	if cfg.Mode != config.ModeECS {
-		return
-	}
 	if _, ok, err := store.Registration(ctx); err != nil || ok {
 		return
 	}

@@ -71,9 +71,9 @@ var taskEndpointAddr = fmt.Sprintf("127.0.0.1:%d", hostnat.ListenPort)
 // taskEndpointURL is the task endpoint as containers reach it.
 const taskEndpointURL = "http://" + hostnat.EndpointIP
 
-// listen opens the introspection port, the task endpoint's and, in local mode, the embedded control
+// listen opens the introspection port, the task endpoint's and, when embedded, the embedded control
 // plane's.
-func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
+func listen(cfg *config.Config, embedded bool, log *logger.Logger) (*servers, error) {
 	s := &servers{log: log}
 	var err error
 	if s.introspection, err = net.Listen("tcp", cfg.IntrospectionAddr); err != nil {
@@ -87,7 +87,7 @@ func listen(cfg *config.Config, log *logger.Logger) (*servers, error) {
 		s.close()
 		return nil, fmt.Errorf("task endpoint on %s: %w", taskEndpointAddr, err)
 	}
-	if cfg.Mode != config.ModeLocal {
+	if !embedded {
 		return s, nil
 	}
 	keysFile := localauth.Path(cfg.DataDir)

@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/berth-agent/berth/agent/app"
 	"github.com/berth-agent/berth/agent/config"
-	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/logger"
 )
@@ -33,7 +33,7 @@ func drain(ctx context.Context, cfg *config.Config, out io.Writer) error {
 	if meta.ContainerInstanceArn == nil {
 		return fmt.Errorf("the agent has not registered a container instance yet")
 	}
-	client, _, _, err := controlplane.NewECSClient(ctx, cfg, logger.Nop())
+	client, _, _, err := app.NewECSClient(ctx, cfg, logger.Nop())
 	if err != nil {
 		return err
 	}
