@@ -30,6 +30,7 @@ import (
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/statictasks"
 	"github.com/berth-agent/berth/agent/taskcreds"
+	"github.com/berth-agent/berth/agent/tasksecrets"
 	"github.com/berth-agent/berth/agent/telemetry"
 	"github.com/berth-agent/berth/agent/version"
 )
@@ -238,7 +239,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	if roles != nil {
 		endpoint.Roles = roles
 	}
-	secretSource, err := newTaskSecrets(cfg, creds)
+	secretSource, err := tasksecrets.New(cfg.AWSRegion, creds)
 	if err != nil {
 		return nil, resources, err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/berth-agent/berth/agent/metrics"
 	"github.com/berth-agent/berth/agent/taskcreds"
 	"github.com/berth-agent/berth/agent/taskendpoint"
+	"github.com/berth-agent/berth/agent/tasksecrets"
 	"github.com/berth-agent/berth/agent/telemetry"
 )
 
@@ -116,7 +117,7 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: endpointInstance(cfg, identity),
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
 		Tasks:     eng, Credentials: creds, Stats: stats, Logger: s.log.With("component", "task_endpoint"),
-		LogDriverCredentials: logDriverCredentials{eng: eng, creds: creds}})
+		LogDriverCredentials: tasksecrets.LogDriverCredentials{Engine: eng, Creds: creds}})
 	if err != nil {
 		return fmt.Errorf("task endpoint: %w", err)
 	}

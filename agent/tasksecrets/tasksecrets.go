@@ -1,4 +1,9 @@
-package app
+// Package tasksecrets is what a task's execution role fetches for its containers, as the engine and
+// the task endpoint ask for it: secrets, environment files and log driver secret options at create
+// time, private registry credentials at pull time (engine.SecretSource), and the role's credentials
+// for the Docker daemon's awslogs driver. Which credentials each fetch uses is taskcreds.Chain's
+// decision (ForSecrets).
+package tasksecrets
 
 import (
 	"context"
@@ -6,7 +11,6 @@ import (
 
 	docker "github.com/fsouza/go-dockerclient"
 
-	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/errdefs"
@@ -16,21 +20,23 @@ import (
 	"github.com/berth-agent/berth/agent/taskendpoint"
 )
 
-// taskSecrets fetches what containers get from AWS when they are created, with the credentials
-// taskcreds.Chain.ForSecrets chooses for the task.
-type taskSecrets struct {
+// Source fetches what containers get from AWS when they are created, with the credentials
+// taskcreds.Chain.ForSecrets chooses for the task. It is safe for concurrent use.
+type Source struct {
 	fetcher *secrets.Fetcher
 	creds   *taskcreds.Chain
 }
 
-var _ engine.SecretSource = (*taskSecrets)(nil)
+var _ engine.SecretSource = (*Source)(nil)
 
-func newTaskSecrets(cfg *config.Config, creds *taskcreds.Chain) (*taskSecrets, error) {
-	f, err := secrets.New(secrets.Config{Region: cfg.AWSRegion})
+// New returns a Source fetching from region (a secret's own region, when its ARN names one, wins)
+// with the credentials creds gives. It does no AWS work.
+func New(region string, creds *taskcreds.Chain) (*Source, error) {
+	f, err := secrets.New(secrets.Config{Region: region})
 	if err != nil {
 		return nil, fmt.Errorf("secrets: %w", err)
 	}
-	return &taskSecrets{fetcher: f, creds: creds}, nil
+	return &Source{fetcher: f, creds: creds}, nil
 }
 
 func refs(in []task.Secret) []secrets.Ref {
@@ -42,7 +48,7 @@ func refs(in []task.Secret) []secrets.Ref {
 }
 
 // ContainerSecrets fetches c's environment files, secrets and log driver secret options.
-func (s *taskSecrets) ContainerSecrets(ctx context.Context, t *task.Task, c *task.Container) (engine.ContainerSecrets, error) {
+func (s *Source) ContainerSecrets(ctx context.Context, t *task.Task, c *task.Container) (engine.ContainerSecrets, error) {
 	var out engine.ContainerSecrets
 	creds, err := s.creds.ForSecrets(t)
 	if err != nil {
@@ -82,12 +88,12 @@ func (s *taskSecrets) ContainerSecrets(ctx context.Context, t *task.Task, c *tas
 
 // RepositoryAuth returns the pull credentials of a container with repositoryCredentials: the
 // username and password in its Secrets Manager secret.
-func (s *taskSecrets) RepositoryAuth(t *task.Task, c *task.Container) dockerclient.AuthSource {
+func (s *Source) RepositoryAuth(t *task.Task, c *task.Container) dockerclient.AuthSource {
 	return &repositoryAuth{s: s, t: t, rc: *c.RepositoryCredentials}
 }
 
 type repositoryAuth struct {
-	s  *taskSecrets
+	s  *Source
 	t  *task.Task
 	rc task.RepositoryCredentials
 }
@@ -107,22 +113,24 @@ func (a *repositoryAuth) Auth(ctx context.Context, image string) (docker.AuthCon
 // Invalidate has nothing to drop: the secret is fetched for every pull.
 func (a *repositoryAuth) Invalidate(string) {}
 
-// logDriverCredentials serves the execution-role credentials of a task with an awslogs container
+// LogDriverCredentials serves the execution-role credentials of a task with an awslogs container
 // that uses them (logsAuthStrategy ExecutionRole) to the Docker daemon's awslogs driver. Other IDs
 // are unknown.
-type logDriverCredentials struct {
-	eng   *engine.Engine
-	creds *taskcreds.Chain
+type LogDriverCredentials struct {
+	Engine *engine.Engine
+	Creds  *taskcreds.Chain
 }
 
-var _ taskendpoint.CredentialsSource = logDriverCredentials{}
+var _ taskendpoint.CredentialsSource = LogDriverCredentials{}
 
-func (l logDriverCredentials) TaskCredentials(ctx context.Context, id string) (taskcreds.Credentials, error) {
-	role, ok := l.eng.LogDriverRole(id)
+// TaskCredentials returns the execution role's credentials under id, with the role's ARN, when a
+// task's awslogs driver uses them; any other ID matches errdefs.ErrNotFound.
+func (l LogDriverCredentials) TaskCredentials(ctx context.Context, id string) (taskcreds.Credentials, error) {
+	role, ok := l.Engine.LogDriverRole(id)
 	if !ok {
 		return taskcreds.Credentials{}, errdefs.New(errdefs.ErrNotFound, "no log driver credentials with this ID")
 	}
-	c, err := l.creds.ExecutionRoleCredentials(ctx, id)
+	c, err := l.Creds.ExecutionRoleCredentials(ctx, id)
 	if err != nil {
 		return taskcreds.Credentials{}, err
 	}
