@@ -110,12 +110,15 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	// One stats stream per container, shared by the task endpoint's /stats and the telemetry source.
 	stats := containerstats.New(client, containerstats.Config{Logger: log.With("component", "container_stats")})
 	defer stats.Close()
-	telSettings := telemetrySettingsOf(cfg)
-	tel := telemetry.New(eng, stats, telemetry.Config{SampleInterval: telSettings.sampleInterval(),
+	var sampleEvery time.Duration // the telemetry source's default: about once a second
+	if cfg.PollMetrics {
+		sampleEvery = cfg.PollingMetricsWaitDuration
+	}
+	tel := telemetry.New(eng, stats, telemetry.Config{SampleInterval: sampleEvery,
 		Runtime: func(ctx context.Context) error { _, err := client.Version(ctx); return err }, Logger: log.With("component", "telemetry")})
 	var identity ec2identity.Identity
 	cp, identity, err = newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, store, credentials, imds,
-		controlplane.TelemetryConfig{Source: tel, DisableMetrics: telSettings.DisableMetrics, DisableHealth: cfg.DockerHealthCheckDisabled},
+		controlplane.TelemetryConfig{Source: tel, DisableMetrics: cfg.MetricsDisabled, DisableHealth: cfg.DockerHealthCheckDisabled},
 		opts.Probe, log)
 	if err != nil {
 		return err
@@ -149,7 +152,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	g.Go(func() error { tel.WatchRuntime(gctx); return nil })
-	if !telSettings.DisableMetrics {
+	if !cfg.MetricsDisabled {
 		g.Go(func() error { tel.Run(gctx); return nil })
 	}
 	g.Go(func() error {
@@ -269,9 +272,9 @@ func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, res
 	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
 	reg.PIDIPCSharing = eng.SharesNamespaces()
 	if plan.onEC2 {
-		identity = ec2Registration(ctx, imds, &reg, log)
+		identity = controlplane.AddEC2Identity(ctx, imds, &reg, log)
 		if cfg.ContainerInstancePropagateTagsFrom == config.PropagateTagsEC2Instance {
-			propagateEC2Tags(ctx, imds, &reg, log)
+			controlplane.AddEC2Tags(ctx, imds, &reg, log)
 		}
 	}
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Probe: probe,

@@ -1,11 +1,15 @@
 package controlplane
 
 import (
+	"context"
+	"errors"
 	"maps"
 
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/version"
 )
 
@@ -21,4 +25,58 @@ func NewRegistration(cfg *config.Config, resources engine.Resources, dockerVersi
 		TaskIAMRole: cfg.TaskIAMRoleEnabled, TaskIAMRoleNetworkHost: cfg.TaskIAMRoleNetworkHost,
 		TaskCPUMemLimit: cfg.TaskCPUMemLimit, SELinux: cfg.SELinuxCapable, AppArmor: cfg.AppArmorCapable,
 		Tags: maps.Clone(cfg.ContainerInstanceTags)}
+}
+
+// EC2Identity is what registration asks the instance metadata service (*ec2identity.Client).
+type EC2Identity interface {
+	Identity(ctx context.Context) (ec2identity.Identity, error)
+	Attributes(ctx context.Context, id ec2identity.Identity) (map[string]string, error)
+	InstanceTags(ctx context.Context) (map[string]string, error)
+}
+
+var _ EC2Identity = (*ec2identity.Client)(nil)
+
+// AddEC2Identity adds this EC2 instance's identity to reg, as the ECS agent registers it: the
+// signed instance identity document and the EC2 attributes (ecs.instance-type, ecs.availability-zone,
+// ecs.ami-id, ecs.vpc-id, ecs.subnet-id, …), the operator's ECS_INSTANCE_ATTRIBUTES winning on a
+// clash. With the instance metadata service turned off (AWS_EC2_METADATA_DISABLED) nothing is
+// asked; when it does not answer, the instance registers without them and the agent says so. It
+// returns the identity, zero when there is none.
+func AddEC2Identity(ctx context.Context, imds EC2Identity, reg *ecsclient.Registration, log *logger.Logger) ec2identity.Identity {
+	id, err := imds.Identity(ctx)
+	switch {
+	case errors.Is(err, ec2identity.ErrDisabled):
+		log.Info("the instance metadata service is turned off; registering without an EC2 identity")
+		return ec2identity.Identity{}
+	case err != nil:
+		log.Warn("registering without an EC2 identity: Amazon ECS cannot tie this container instance to its EC2 instance", "error", err)
+		return ec2identity.Identity{}
+	}
+	reg.InstanceIdentityDocument, reg.InstanceIdentityDocumentSignature = id.Document, id.Signature
+	attrs, err := imds.Attributes(ctx, id)
+	if err != nil {
+		log.Warn("some EC2 attributes could not be read", "error", err)
+	}
+	operator := reg.Attributes
+	reg.Attributes = make(map[string]string, len(attrs)+len(operator))
+	maps.Copy(reg.Attributes, attrs)
+	maps.Copy(reg.Attributes, operator)
+	log.Info("EC2 identity read", "instance_id", id.InstanceID, "availability_zone", id.AvailabilityZone, "instance_type", id.InstanceType)
+	return id
+}
+
+// AddEC2Tags adds the EC2 instance's tags to the registration
+// (ECS_CONTAINER_INSTANCE_PROPAGATE_TAGS_FROM=ec2_instance); ECS_CONTAINER_INSTANCE_TAGS win on a
+// clash. The tags come from IMDS (instance metadata tags, which the instance must allow): the ECS
+// agent calls ec2:DescribeTags instead, which needs an EC2 client and an instance role permission.
+func AddEC2Tags(ctx context.Context, imds EC2Identity, reg *ecsclient.Registration, log *logger.Logger) {
+	tags, err := imds.InstanceTags(ctx)
+	if err != nil {
+		log.Warn("the EC2 instance's tags cannot be read from IMDS (are instance metadata tags allowed?); registering without them", "error", err)
+		return
+	}
+	own := reg.Tags
+	reg.Tags = make(map[string]string, len(tags)+len(own))
+	maps.Copy(reg.Tags, tags)
+	maps.Copy(reg.Tags, own)
 }
