@@ -21,29 +21,12 @@ func taskCgroups(cfg *config.Config) (engine.TaskCgroups, error) {
 	if !cfg.TaskCPUMemLimit {
 		return nil, nil
 	}
-	m, err := taskcgroup.New(taskcgroup.Config{Root: taskCgroupRoot, CPUPeriod: cfg.CgroupCPUPeriod, FS: cfg.CgroupPath})
+	m, err := taskcgroup.New(taskcgroup.Config{Root: taskCgroupRoot, CPUPeriod: cfg.CgroupCPUPeriod, FS: cfg.CgroupPath, PIDs: cfg.TaskPidsLimit})
 	if err != nil {
 		return nil, fmt.Errorf("ECS_ENABLE_TASK_CPU_MEM_LIMIT=true but task cgroups cannot be made in %s (ECS_CGROUP_PATH): %w; set ECS_ENABLE_TASK_CPU_MEM_LIMIT=false to run tasks without task-level limits", cfg.CgroupPath, err)
 	}
-	return cgroupAdapter{m: m, pids: cfg.TaskPidsLimit}, nil
+	return m, nil
 }
-
-// cgroupAdapter gives the engine a *taskcgroup.Manager, with every task's pids limit.
-type cgroupAdapter struct {
-	m    *taskcgroup.Manager
-	pids int // ECS_TASK_PIDS_LIMIT; 0: none
-}
-
-func (a cgroupAdapter) Create(taskID string, cpuUnits, memoryMiB, containerCPUUnits int) (string, error) {
-	return a.m.Create(taskID, taskcgroup.Limits{CPUUnits: cpuUnits, MemoryMiB: memoryMiB, ContainerCPUUnits: containerCPUUnits, PIDs: a.pids})
-}
-
-// EveryTask: a pids limit applies to every task, so every task gets a cgroup.
-func (a cgroupAdapter) EveryTask() bool { return a.pids > 0 }
-
-func (a cgroupAdapter) Remove(taskID string) error { return a.m.Remove(taskID) }
-
-func (a cgroupAdapter) TaskIDs() ([]string, error) { return a.m.TaskIDs() }
 
 // dynamicHostPorts returns ECS_DYNAMIC_HOST_PORT_RANGE, else the kernel's ephemeral port range,
 // else 49153-65535, as the ECS agent chooses it.

@@ -8,14 +8,14 @@ import (
 
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskcgroup"
 )
 
-// TaskCgroups manages the cgroups of tasks with task-level limits; *taskcgroup.Manager satisfies it
-// through a small adapter in app.
+// TaskCgroups manages the cgroups of tasks with task-level limits; *taskcgroup.Manager satisfies it.
 type TaskCgroups interface {
 	// Create makes (or reuses) the task's cgroup with its limits and returns the cgroup parent
 	// Docker takes.
-	Create(taskID string, cpuUnits, memoryMiB, containerCPUUnits int) (string, error)
+	Create(taskID string, l taskcgroup.Limits) (string, error)
 	// Remove deletes the task's cgroup; one already gone is fine.
 	Remove(taskID string) error
 	// TaskIDs lists the task cgroups that exist.
@@ -24,6 +24,8 @@ type TaskCgroups interface {
 	// memory: a limit applies to all of them (ECS_TASK_PIDS_LIMIT).
 	EveryTask() bool
 }
+
+var _ TaskCgroups = (*taskcgroup.Manager)(nil)
 
 // cgroupFeature gives a task its own cgroup, the parent of its containers' (see hooks.go). Without
 // TaskCgroups it does nothing.
@@ -92,7 +94,7 @@ func (h *cgroupHook) BeforeCreate(_ context.Context, r *Run, _ *task.Container, 
 		for _, c := range t.Containers {
 			sum += c.CPU
 		}
-		parent, err := h.cgroups.Create(CNITaskID(t.Arn), t.CPU, t.Memory, sum)
+		parent, err := h.cgroups.Create(CNITaskID(t.Arn), taskcgroup.Limits{CPUUnits: t.CPU, MemoryMiB: t.Memory, ContainerCPUUnits: sum})
 		if err != nil {
 			return fmt.Errorf("task cgroup: %w", err)
 		}

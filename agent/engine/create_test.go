@@ -15,6 +15,7 @@ import (
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskcgroup"
 )
 
 // fakeSecrets is a SecretSource with fixed values per container name, or an error for every fetch.
@@ -228,10 +229,10 @@ type cgroupCreate struct {
 
 var _ TaskCgroups = (*fakeCgroups)(nil)
 
-func (f *fakeCgroups) Create(taskID string, cpuUnits, memoryMiB, containerCPUUnits int) (string, error) {
+func (f *fakeCgroups) Create(taskID string, l taskcgroup.Limits) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.creates = append(f.creates, cgroupCreate{taskID, cpuUnits, memoryMiB, containerCPUUnits})
+	f.creates = append(f.creates, cgroupCreate{taskID, l.CPUUnits, l.MemoryMiB, l.ContainerCPUUnits})
 	if f.createErr != nil {
 		return "", f.createErr
 	}

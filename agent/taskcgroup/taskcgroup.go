@@ -90,6 +90,9 @@ type Config struct {
 	// FS is where the cgroup filesystem is mounted (the ECS agent's ECS_CGROUP_PATH); "":
 	// DefaultFS.
 	FS string
+	// PIDs is the pids limit of every task (ECS_TASK_PIDS_LIMIT), used where Limits.PIDs is 0; 0:
+	// none. With it every task gets a cgroup (EveryTask).
+	PIDs int
 }
 
 // Manager creates and removes task cgroups. It holds no mutable state: its methods may be called
@@ -98,6 +101,7 @@ type Manager struct {
 	root     string // Config.Root
 	periodUS int64  // CFS period in µs
 	fs       string // Config.FS
+	pids     int    // Config.PIDs
 	version  int    // 1 or 2
 	// hierarchies are, on v1, the directories under fs of every mounted hierarchy Docker's cgroupfs
 	// driver joins (hybrid mode's cgroup2 one too), sorted; on v2, just fs.
@@ -167,7 +171,7 @@ func newManager(cfg Config, o ops) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("taskcgroup Config.FS (ECS_CGROUP_PATH): %w", err)
 	}
-	m := &Manager{root: cfg.Root, periodUS: period.Microseconds(), fs: fs, ops: o}
+	m := &Manager{root: cfg.Root, periodUS: period.Microseconds(), fs: fs, pids: cfg.PIDs, ops: o}
 
 	magic, err := o.fsType(fs)
 	if err != nil {
@@ -225,6 +229,10 @@ func newManager(cfg Config, o ops) (*Manager, error) {
 // Version returns the cgroup version in use, 1 or 2.
 func (m *Manager) Version() int { return m.version }
 
+// EveryTask reports whether every task gets a cgroup, not only those with task-level cpu or memory:
+// a pids limit (Config.PIDs) applies to all of them.
+func (m *Manager) EveryTask() bool { return m.pids > 0 }
+
 // taskIDPattern is what a task ID may be: ECS task IDs are 32 hex digits or UUID-like.
 var taskIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -262,6 +270,9 @@ type write struct {
 func (m *Manager) Create(taskID string, l Limits) (parent string, err error) {
 	if err := checkTaskID(taskID); err != nil {
 		return "", err
+	}
+	if l.PIDs == 0 {
+		l.PIDs = m.pids
 	}
 	if err := checkLimits(l); err != nil {
 		return "", fmt.Errorf("task %s: %w", taskID, err)

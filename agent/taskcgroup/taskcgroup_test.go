@@ -405,3 +405,23 @@ func TestBadLimitsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryTaskPIDs: with Config.PIDs every task gets a cgroup and that pids limit, unless its own
+// limits name another; without it only the task's own limits apply.
+func TestEveryTaskPIDs(t *testing.T) {
+	l := v1Layout(t)
+	m, err := newManager(Config{Root: "/ecs", FS: l.fs, PIDs: 300}, l.ops)
+	require.NoError(t, err)
+	assert.True(t, m.EveryTask())
+	_, err = m.Create(taskID, Limits{})
+	require.NoError(t, err)
+	assert.Equal(t, "300", l.read(t, filepath.Join("pids", "ecs", taskID, "pids.max")))
+	_, err = m.Create(taskID, Limits{PIDs: 40})
+	require.NoError(t, err)
+	assert.Equal(t, "40", l.read(t, filepath.Join("pids", "ecs", taskID, "pids.max")))
+
+	l = v1Layout(t)
+	m, err = newManager(Config{Root: "/ecs", FS: l.fs}, l.ops)
+	require.NoError(t, err)
+	assert.False(t, m.EveryTask())
+}
