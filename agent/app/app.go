@@ -93,11 +93,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		chain.Roles = roles
 	}
 	creds := taskcreds.NewChain(chain)
-	// The control plane needs the engine, and the engine asks it for the instance ARN only once tasks
-	// run, after Start below, by which time cp is set.
-	var cp *controlplane.ControlPlane
-	instanceARN := func() string { return cp.ContainerInstanceARN() }
-	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, creds, instanceARN, opts.Probe, log)
+	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, creds, opts.Probe, log)
 	if err != nil {
 		return err
 	}
@@ -116,8 +112,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	tel := telemetry.New(eng, stats, telemetry.Config{SampleInterval: sampleEvery,
 		Runtime: func(ctx context.Context) error { _, err := client.Version(ctx); return err }, Logger: log.With("component", "telemetry")})
-	var identity ec2identity.Identity
-	cp, identity, err = newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, store, credentials, imds,
+	cp, identity, err := newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, store, credentials, imds,
 		controlplane.TelemetryConfig{Source: tel, DisableMetrics: cfg.MetricsDisabled, DisableHealth: cfg.DockerHealthCheckDisabled},
 		opts.Probe, log)
 	if err != nil {
@@ -210,7 +205,7 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 // newEngine builds the task engine with the host's resources and, with ECS_ENABLE_TASK_ENI, awsvpc
 // support (without it the engine refuses awsvpc tasks, saying how to enable them).
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
-	m *metrics.Metrics, roles *rolecreds.Provider, creds *taskcreds.Chain, instanceARN func() string,
+	m *metrics.Metrics, roles *rolecreds.Provider, creds *taskcreds.Chain,
 	probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
 	resources, err := hostResources(cfg)
 	if err != nil {
@@ -252,7 +247,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		TaskEndpoint: endpoint, ExecutionRoleAuth: auth.ExecutionRoles(creds),
 		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
-			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: instanceARN}},
+			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: func() string { return state.InstanceARN(ctx, store, cfg.Cluster) }}},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
 		auth, store, log)
 	m.CountTasks(eng.Tasks)

@@ -212,6 +212,14 @@ func testStoreContract(t *testing.T, open func(t *testing.T) Store) {
 		assert.Equal(t, second, got)
 	})
 
+	t.Run("instance ARN", func(t *testing.T) {
+		s := open(t)
+		assert.Empty(t, InstanceARN(ctx, s, "prod"), "not registered yet")
+		require.NoError(t, s.SaveRegistration(ctx, Registration{Cluster: "prod", ContainerInstanceArn: "arn:aws:ecs:r:1:container-instance/prod/2"}))
+		assert.Equal(t, "arn:aws:ecs:r:1:container-instance/prod/2", InstanceARN(ctx, s, "prod"))
+		assert.Empty(t, InstanceARN(ctx, s, "default"), "another cluster's registration is not this one's")
+	})
+
 	t.Run("images save list delete", func(t *testing.T) {
 		s := open(t)
 		got, err := s.Images(ctx)

@@ -57,6 +57,17 @@ type Registration struct {
 	ContainerInstanceArn string `json:"containerInstanceArn"`
 }
 
+// InstanceARN returns the container instance ARN saved for cluster: the ARN this host registered
+// under, which the next registration in that cluster keeps. It is "" before the first registration,
+// for another cluster's, and when the registration cannot be read.
+func InstanceARN(ctx context.Context, s Store, cluster string) string {
+	r, ok, err := s.Registration(ctx)
+	if err != nil || !ok || r.Cluster != cluster {
+		return ""
+	}
+	return r.ContainerInstanceArn
+}
+
 // ImageRecord is what the agent knows of one image it pulled, keyed by Ref.
 type ImageRecord struct {
 	Ref        string    `json:"ref"`
