@@ -32,6 +32,7 @@ import (
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/retry"
 	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
@@ -242,16 +243,13 @@ func (c *ControlPlane) Connect(ctx context.Context) error {
 		defer wg.Wait()
 		wg.Go(func() { c.runTelemetry(ctx, arn) })
 	}
-	backoffWait := time.Second
+	backoff := newDiscoveryBackoff()
 	for ctx.Err() == nil {
 		endpoint, err := c.client.DiscoverPollEndpoint(ctx, arn)
 		if err != nil {
-			c.log.Warn("cannot discover the ACS endpoint; retrying", "error", err, "retry_in", backoffWait)
-			select {
-			case <-ctx.Done():
-			case <-c.cfg.Clock.After(backoffWait):
-			}
-			backoffWait = min(2*backoffWait, time.Minute)
+			delay := backoff.Duration()
+			c.log.Warn("cannot discover the ACS endpoint; retrying", "error", err, "retry_in", delay)
+			_ = retry.Sleep(ctx, c.cfg.Clock, delay) // a done ctx ends the loop
 			continue
 		}
 		reg := c.cfg.Registration
@@ -273,20 +271,18 @@ func (c *ControlPlane) Connect(ctx context.Context) error {
 // runTelemetry keeps the TCS session of instance arn open until ctx ends: it discovers the
 // telemetry endpoint (retrying with backoff) and publishes there, reconnecting as tcs.Client does.
 func (c *ControlPlane) runTelemetry(ctx context.Context, arn string) {
-	backoffWait := time.Second
+	backoff := newDiscoveryBackoff()
 	var endpoint string
 	for {
 		var err error
 		if endpoint, err = c.client.TelemetryEndpoint(ctx, arn); err == nil {
 			break
 		}
-		c.log.Warn("cannot discover the TCS endpoint; retrying", "error", err, "retry_in", backoffWait)
-		select {
-		case <-ctx.Done():
+		delay := backoff.Duration()
+		c.log.Warn("cannot discover the TCS endpoint; retrying", "error", err, "retry_in", delay)
+		if retry.Sleep(ctx, c.cfg.Clock, delay) != nil {
 			return
-		case <-c.cfg.Clock.After(backoffWait):
 		}
-		backoffWait = min(2*backoffWait, time.Minute)
 	}
 	reg, tel := c.cfg.Registration, c.cfg.Telemetry
 	client, err := tcs.New(tcs.Config{Endpoint: endpoint, Cluster: c.cfg.Cluster, ContainerInstanceArn: arn,
@@ -298,6 +294,12 @@ func (c *ControlPlane) runTelemetry(ctx context.Context, arn string) {
 		return
 	}
 	_ = client.Run(ctx) // returns only when ctx ends
+}
+
+// newDiscoveryBackoff returns the delays between attempts to discover the ACS or TCS endpoint: 1 s,
+// doubling up to a minute, without jitter. Every failure is retried: the endpoint is needed to go on.
+func newDiscoveryBackoff() retry.Backoff {
+	return retry.NewExponentialBackoff(time.Second, time.Minute, 0, 2)
 }
 
 // register registers this host and saves the registration before anything uses it; it retries until

@@ -31,9 +31,10 @@ import (
 // fakeControl is the ECS API as the control plane calls it.
 type fakeControl struct {
 	*fakeECS
-	forgotten int
-	drained   []string // instance ARNs set DRAINING
-	telemetry string   // the TCS endpoint; empty: an unreachable one
+	forgotten      int
+	drained        []string // instance ARNs set DRAINING
+	telemetry      string   // the TCS endpoint; empty: an unreachable one
+	undiscoverable bool     // DiscoverPollEndpoint and TelemetryEndpoint fail
 	// polls and telemetryAsks count DiscoverPollEndpoint and TelemetryEndpoint calls.
 	polls, telemetryAsks atomic.Int32
 }
@@ -49,11 +50,17 @@ func (f *fakeControl) RegisterContainerInstance(context.Context, ecsclient.Regis
 
 func (f *fakeControl) DiscoverPollEndpoint(context.Context, string) (string, error) {
 	f.polls.Add(1)
+	if f.undiscoverable {
+		return "", errors.New("no endpoint")
+	}
 	return "http://127.0.0.1:1/", nil
 }
 
 func (f *fakeControl) TelemetryEndpoint(context.Context, string) (string, error) {
 	f.telemetryAsks.Add(1)
+	if f.undiscoverable {
+		return "", errors.New("no endpoint")
+	}
 	if f.telemetry != "" {
 		return f.telemetry, nil
 	}
@@ -376,4 +383,42 @@ func TestNoTCSWithoutMetricsOrHealth(t *testing.T) {
 	require.NoError(t, <-done)
 	assert.Zero(t, control.telemetryAsks.Load(), "the TCS endpoint is not even discovered")
 	assert.Empty(t, srv.Upgrades())
+}
+
+// TestDiscoveryRetries: a failed discovery of the ACS or the TCS endpoint is tried again after 1 s,
+// then 2 s, then 4 s, and a done ctx ends the retries.
+func TestDiscoveryRetries(t *testing.T) {
+	tests := []struct {
+		name  string
+		run   func(ctx context.Context, cp *ControlPlane)
+		calls func(*fakeControl) int32
+	}{
+		{"ACS", func(ctx context.Context, cp *ControlPlane) { _ = cp.Connect(ctx) }, func(f *fakeControl) int32 { return f.polls.Load() }},
+		{"TCS", func(ctx context.Context, cp *ControlPlane) { cp.runTelemetry(ctx, "arn:instance") }, func(f *fakeControl) int32 { return f.telemetryAsks.Load() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := clockwork.NewFakeClock()
+			control := &fakeControl{fakeECS: newFakeECS(), undiscoverable: true}
+			cp := New(Config{Clock: clock}, control, &fakeEngine{}, state.NewMemory(), logger.Nop())
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				tt.run(ctx, cp)
+			}()
+			for want, wait := int32(1), time.Second; want <= 3; want, wait = want+1, 2*wait {
+				require.NoError(t, clock.BlockUntilContext(ctx, 1), "it waits after attempt %d", want)
+				assert.Equal(t, want, tt.calls(control))
+				clock.Advance(wait - time.Millisecond)
+				assert.Equal(t, want, tt.calls(control), "not retried before %v", wait)
+				clock.Advance(time.Millisecond)
+				require.Eventually(t, func() bool { return tt.calls(control) == want+1 }, 5*time.Second, time.Millisecond,
+					"retried after %v", wait)
+			}
+			cancel()
+			<-done
+			assert.Equal(t, int32(4), tt.calls(control), "no attempt once ctx is done")
+		})
+	}
 }
