@@ -69,13 +69,15 @@ func (f *fakeControl) TelemetryEndpoint(context.Context, string) (string, error)
 
 func (f *fakeControl) ForgetPollEndpoint(string) { f.forgotten++ }
 
-// fakeEngine accepts tasks; refuse makes AddTask fail for one ARN.
+// fakeEngine accepts tasks; refuse makes AddTask fail for one ARN, and refusePrivileged refuses
+// privileged tasks as the engine does with ECS_DISABLE_PRIVILEGED.
 type fakeEngine struct {
-	mu      sync.Mutex
-	added   []*task.Task
-	refuse  string
-	held    []*task.Task      // what Tasks returns
-	stopped map[string]string // task ARN → the reason StopTask was given
+	mu               sync.Mutex
+	added            []*task.Task
+	refuse           string
+	refusePrivileged bool
+	held             []*task.Task      // what Tasks returns
+	stopped          map[string]string // task ARN → the reason StopTask was given
 }
 
 func (e *fakeEngine) Tasks() []*task.Task {
@@ -99,6 +101,9 @@ func (e *fakeEngine) AddTask(_ context.Context, t *task.Task) error {
 	defer e.mu.Unlock()
 	if t.Arn == e.refuse {
 		return errors.New("disk full")
+	}
+	if err := t.RefusePrivileged(); err != nil && e.refusePrivileged {
+		return fmt.Errorf("task %s: %w", t.Arn, err)
 	}
 	e.added = append(e.added, t)
 	return nil
@@ -259,17 +264,20 @@ func TestThousandTasksLeaveNothingBehind(t *testing.T) {
 	assert.Equal(t, n, stoppedSent, "every task's STOPPED was delivered")
 }
 
-// With ECS_DISABLE_PRIVILEGED a payload's privileged task is rejected when it arrives: its STOPPED
-// report, naming the container and the field, is saved before the ack, and the engine never sees it.
-// Registration advertises the privileged-container capability only when privileged containers run.
+// With ECS_DISABLE_PRIVILEGED a payload's privileged task, which the engine refuses, is rejected: its
+// STOPPED report, naming the container and the field, is saved before the ack, the engine holds only
+// the others, and the refused task's credentials are not kept. Registration advertises the
+// privileged-container capability only when privileged containers run.
 func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
 	ctx := context.Background()
 	store := state.NewMemory()
-	eng := &fakeEngine{}
-	cp := New(Config{DisablePrivileged: true}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
+	clock := clockwork.NewFakeClock()
+	eng := &fakeEngine{refusePrivileged: true}
+	cp := New(Config{Clock: clock}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
 	priv := &task.Task{Arn: "arn:priv", Containers: []*task.Container{{Name: "root", Privileged: true}}}
 	plain := &task.Task{Arn: "arn:plain", Containers: []*task.Container{{Name: "app"}}}
-	require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: 1, Tasks: []acstranslate.Accepted{{Task: priv}, {Task: plain}}}))
+	require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: 1, Tasks: []acstranslate.Accepted{
+		{Task: priv, RoleCredentials: creds("c-priv", clock.Now().Add(time.Hour))}, {Task: plain}}}))
 	require.Len(t, eng.added, 1)
 	assert.Equal(t, "arn:plain", eng.added[0].Arn)
 	records, err := store.SentRecords(ctx)
@@ -277,6 +285,12 @@ func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
 	require.Len(t, records, 1)
 	assert.Equal(t, "arn:priv", records[0].TaskArn)
 	assert.Contains(t, records[0].Report.StoppedReason, "container root: privileged")
+	assert.Equal(t, "TaskDefinitionError: container root: privileged: "+task.ErrPrivilegedRefused.Error(), records[0].Report.StoppedReason)
+	_, ok := cp.Credentials().Get("c-priv")
+	assert.False(t, ok, "a refused task's credentials are dropped")
+	seq, err := store.SeqNum(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), seq)
 
 	for _, disabled := range []bool{false, true} {
 		cfg := &config.Config{PrivilegedDisabled: disabled}
