@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
@@ -467,7 +468,7 @@ func applyHostConfig(p string, cd *taskdef.ContainerDefinition, hc *DockerHostCo
 		}
 		cd.ExtraHosts = append(cd.ExtraHosts, taskdef.HostEntry{Hostname: name, IPAddress: ip})
 	}
-	for _, k := range sortedKeys(hc.Sysctls) {
+	for _, k := range slices.Sorted(maps.Keys(hc.Sysctls)) {
 		cd.SystemControls = append(cd.SystemControls, taskdef.SystemControl{Namespace: k, Value: hc.Sysctls[k]})
 	}
 	if hc.Init != nil && *hc.Init {
@@ -487,7 +488,7 @@ func applyHostConfig(p string, cd *taskdef.ContainerDefinition, hc *DockerHostCo
 	if hc.ShmSize > 0 {
 		linuxOf(cd).SharedMemorySize = new(errs.int32(p+".ShmSize", hc.ShmSize>>20, "MiB"))
 	}
-	for _, path := range sortedKeys(hc.Tmpfs) {
+	for _, path := range slices.Sorted(maps.Keys(hc.Tmpfs)) {
 		size, opts, err := tmpfsOptions(hc.Tmpfs[path])
 		if err != nil {
 			errs.add(fmt.Sprintf("%s.Tmpfs[%q]", p, path), "%v", err)
@@ -509,15 +510,6 @@ func applyHostConfig(p string, cd *taskdef.ContainerDefinition, hc *DockerHostCo
 	if hc.MemorySwappiness != nil {
 		linuxOf(cd).Swappiness = new(errs.int32(p+".MemorySwappiness", *hc.MemorySwappiness, ""))
 	}
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // nsToSeconds converts a Docker duration in nanoseconds to whole seconds, rounding up; 0 (Docker's

@@ -170,8 +170,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return nil
 	})
 	if cfg.StaticTasksDir != "" {
-		watcher := statictasks.New(statictasks.Config{Dir: cfg.StaticTasksDir, Cluster: cfg.Cluster, Region: cfg.AWSRegion,
-			DisablePrivileged: cfg.PrivilegedDisabled}, eng, log)
+		watcher := statictasks.New(statictasks.Config{Dir: cfg.StaticTasksDir, Cluster: cfg.Cluster, Region: cfg.AWSRegion}, eng, log)
 		watcher.Adopt(restored)
 		g.Go(func() error { watcher.Run(gctx); return nil })
 	}
@@ -273,7 +272,7 @@ func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, res
 		}
 	}
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Probe: probe,
-		DisablePrivileged: cfg.PrivilegedDisabled, CredentialsStore: credentials, Telemetry: tel},
+		CredentialsStore: credentials, Telemetry: tel},
 		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), identity, nil
 }
 

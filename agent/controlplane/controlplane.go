@@ -3,7 +3,7 @@
 // sends, keeps task role credentials, and reports every state change the control plane must hear.
 //
 //	ACS ──payload──▶ HandlePayload ──accepted──▶ Engine.AddTask (saved) ──▶ ack
-//	                      └─rejected──▶ Reporter.ReportRejected (saved) ──▶ ack
+//	                      └─rejected, or refused by the engine──▶ Reporter.ReportRejected (saved) ──▶ ack
 //	ACS ──credentials──▶ taskcreds.Store (per task, with expiry)
 //	Engine ──TaskChanged──▶ Reporter ──▶ SubmitTaskStateChange ──▶ sent record saved
 //	       └─────────────▶ AttachmentReporter ──▶ SubmitAttachmentStateChanges
@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,7 @@ import (
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/retry"
 	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/task"
@@ -41,7 +43,8 @@ import (
 
 // Engine is the part of the task engine the control plane drives.
 type Engine interface {
-	// AddTask returns once the task (or, for a known task, its stop) is saved.
+	// AddTask returns once the task (or, for a known task, its stop) is saved. A new task the
+	// engine refuses (ECS_DISABLE_PRIVILEGED) fails with a *task.PrivilegedError and is not saved.
 	AddTask(ctx context.Context, t *task.Task) error
 	// Tasks returns a copy of every task the engine holds.
 	Tasks() []*task.Task
@@ -87,9 +90,6 @@ type Config struct {
 	Reporter ReporterConfig
 	// Clock is the time source; nil means the real clock.
 	Clock clockwork.Clock
-	// DisablePrivileged rejects tasks with a privileged container (ECS_DISABLE_PRIVILEGED) when they
-	// arrive.
-	DisablePrivileged bool
 	// Probe, if set, is called at ProbeRejectedSaved with the saved report; the crash-recovery tests
 	// kill the agent there.
 	Probe engine.Probe
@@ -242,16 +242,13 @@ func (c *ControlPlane) Connect(ctx context.Context) error {
 		defer wg.Wait()
 		wg.Go(func() { c.runTelemetry(ctx, arn) })
 	}
-	backoffWait := time.Second
+	backoff := newDiscoveryBackoff()
 	for ctx.Err() == nil {
 		endpoint, err := c.client.DiscoverPollEndpoint(ctx, arn)
 		if err != nil {
-			c.log.Warn("cannot discover the ACS endpoint; retrying", "error", err, "retry_in", backoffWait)
-			select {
-			case <-ctx.Done():
-			case <-c.cfg.Clock.After(backoffWait):
-			}
-			backoffWait = min(2*backoffWait, time.Minute)
+			delay := backoff.Duration()
+			c.log.Warn("cannot discover the ACS endpoint; retrying", "error", err, "retry_in", delay)
+			_ = retry.Sleep(ctx, c.cfg.Clock, delay) // a done ctx ends the loop
 			continue
 		}
 		reg := c.cfg.Registration
@@ -273,20 +270,18 @@ func (c *ControlPlane) Connect(ctx context.Context) error {
 // runTelemetry keeps the TCS session of instance arn open until ctx ends: it discovers the
 // telemetry endpoint (retrying with backoff) and publishes there, reconnecting as tcs.Client does.
 func (c *ControlPlane) runTelemetry(ctx context.Context, arn string) {
-	backoffWait := time.Second
+	backoff := newDiscoveryBackoff()
 	var endpoint string
 	for {
 		var err error
 		if endpoint, err = c.client.TelemetryEndpoint(ctx, arn); err == nil {
 			break
 		}
-		c.log.Warn("cannot discover the TCS endpoint; retrying", "error", err, "retry_in", backoffWait)
-		select {
-		case <-ctx.Done():
+		delay := backoff.Duration()
+		c.log.Warn("cannot discover the TCS endpoint; retrying", "error", err, "retry_in", delay)
+		if retry.Sleep(ctx, c.cfg.Clock, delay) != nil {
 			return
-		case <-c.cfg.Clock.After(backoffWait):
 		}
-		backoffWait = min(2*backoffWait, time.Minute)
 	}
 	reg, tel := c.cfg.Registration, c.cfg.Telemetry
 	client, err := tcs.New(tcs.Config{Endpoint: endpoint, Cluster: c.cfg.Cluster, ContainerInstanceArn: arn,
@@ -298,6 +293,12 @@ func (c *ControlPlane) runTelemetry(ctx context.Context, arn string) {
 		return
 	}
 	_ = client.Run(ctx) // returns only when ctx ends
+}
+
+// newDiscoveryBackoff returns the delays between attempts to discover the ACS or TCS endpoint: 1 s,
+// doubling up to a minute, without jitter. Every failure is retried: the endpoint is needed to go on.
+func newDiscoveryBackoff() retry.Backoff {
+	return retry.NewExponentialBackoff(time.Second, time.Minute, 0, 2)
 }
 
 // register registers this host and saves the registration before anything uses it; it retries until
@@ -323,12 +324,10 @@ func (c *ControlPlane) register(ctx context.Context) (string, error) {
 }
 
 // HandlePayload gives every accepted task to the engine, which returns once it is saved (and, for a
-// stop, once the stop is saved), and saves a STOPPED report for every rejected one; the sequence
-// number is saved last. Only then does the ACS client acknowledge the payload.
+// stop, once the stop is saved), and saves a STOPPED report for every rejected one and every one the
+// engine refuses; the sequence number is saved last. Only then does the ACS client acknowledge the
+// payload.
 func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
-	if c.cfg.DisablePrivileged {
-		p = refusePrivileged(p)
-	}
 	// Tasks are accepted concurrently so that their saves share transactions; deliveries of one ARN
 	// keep their order.
 	byArn := map[string][]acstranslate.Accepted{}
@@ -339,12 +338,19 @@ func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
 		}
 		byArn[a.Task.Arn] = append(byArn[a.Task.Arn], a)
 	}
+	refused := make([][]acstranslate.Rejected, len(order)) // by ARN, in the payload's order
 	var g errgroup.Group
 	g.SetLimit(acceptConcurrency)
-	for _, arn := range order {
+	for i, arn := range order {
 		g.Go(func() error {
 			for _, a := range byArn[arn] {
-				if err := c.accept(ctx, a); err != nil {
+				err := c.accept(ctx, a)
+				var pe *task.PrivilegedError
+				if errors.As(err, &pe) {
+					refused[i] = append(refused[i], acstranslate.Rejected{Arn: arn, Err: pe})
+					continue
+				}
+				if err != nil {
 					return err
 				}
 			}
@@ -354,7 +360,11 @@ func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	for _, r := range p.Rejected {
+	rejected := slices.Clone(p.Rejected)
+	for _, r := range refused {
+		rejected = append(rejected, r...)
+	}
+	for _, r := range rejected {
 		if r.Arn == "" {
 			c.log.Warn("a task without an ARN was rejected; it cannot be reported", "error", r.Err)
 			continue
@@ -375,24 +385,11 @@ func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
 	return nil
 }
 
-// refusePrivileged moves the tasks that ask for a privileged container to the payload's rejected ones.
-func refusePrivileged(p acs.Payload) acs.Payload {
-	accepted := p.Tasks[:0:0]
-	for _, a := range p.Tasks {
-		if err := a.Task.RefusePrivileged(); err != nil {
-			p.Rejected = append(p.Rejected, acstranslate.Rejected{Arn: a.Task.Arn, Err: err})
-			continue
-		}
-		accepted = append(accepted, a)
-	}
-	p.Tasks = accepted
-	return p
-}
-
 // acceptConcurrency bounds the tasks of one payload accepted at once.
 const acceptConcurrency = 64
 
-// accept hands one task of a payload to the engine, with its credentials stored first.
+// accept hands one task of a payload to the engine, with its credentials stored first; they are
+// dropped again when the engine refuses the task.
 func (c *ControlPlane) accept(ctx context.Context, a acstranslate.Accepted) error {
 	t := a.Task
 	if rc := a.RoleCredentials; rc != nil {
@@ -404,6 +401,9 @@ func (c *ControlPlane) accept(ctx context.Context, a acstranslate.Accepted) erro
 	c.putCredentials(t.Arn, acswire.RoleTypeTaskApplication, a.RoleCredentials)
 	c.putCredentials(t.Arn, acswire.RoleTypeTaskExecution, a.ExecutionRoleCredentials)
 	if err := c.eng.AddTask(ctx, t); err != nil {
+		if errors.Is(err, task.ErrPrivilegedRefused) {
+			c.creds.TaskRemoved(t.Arn)
+		}
 		return fmt.Errorf("accept task %s: %w", t.Arn, err)
 	}
 	return nil

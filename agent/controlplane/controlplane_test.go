@@ -31,9 +31,10 @@ import (
 // fakeControl is the ECS API as the control plane calls it.
 type fakeControl struct {
 	*fakeECS
-	forgotten int
-	drained   []string // instance ARNs set DRAINING
-	telemetry string   // the TCS endpoint; empty: an unreachable one
+	forgotten      int
+	drained        []string // instance ARNs set DRAINING
+	telemetry      string   // the TCS endpoint; empty: an unreachable one
+	undiscoverable bool     // DiscoverPollEndpoint and TelemetryEndpoint fail
 	// polls and telemetryAsks count DiscoverPollEndpoint and TelemetryEndpoint calls.
 	polls, telemetryAsks atomic.Int32
 }
@@ -49,11 +50,17 @@ func (f *fakeControl) RegisterContainerInstance(context.Context, ecsclient.Regis
 
 func (f *fakeControl) DiscoverPollEndpoint(context.Context, string) (string, error) {
 	f.polls.Add(1)
+	if f.undiscoverable {
+		return "", errors.New("no endpoint")
+	}
 	return "http://127.0.0.1:1/", nil
 }
 
 func (f *fakeControl) TelemetryEndpoint(context.Context, string) (string, error) {
 	f.telemetryAsks.Add(1)
+	if f.undiscoverable {
+		return "", errors.New("no endpoint")
+	}
 	if f.telemetry != "" {
 		return f.telemetry, nil
 	}
@@ -62,13 +69,15 @@ func (f *fakeControl) TelemetryEndpoint(context.Context, string) (string, error)
 
 func (f *fakeControl) ForgetPollEndpoint(string) { f.forgotten++ }
 
-// fakeEngine accepts tasks; refuse makes AddTask fail for one ARN.
+// fakeEngine accepts tasks; refuse makes AddTask fail for one ARN, and refusePrivileged refuses
+// privileged tasks as the engine does with ECS_DISABLE_PRIVILEGED.
 type fakeEngine struct {
-	mu      sync.Mutex
-	added   []*task.Task
-	refuse  string
-	held    []*task.Task      // what Tasks returns
-	stopped map[string]string // task ARN → the reason StopTask was given
+	mu               sync.Mutex
+	added            []*task.Task
+	refuse           string
+	refusePrivileged bool
+	held             []*task.Task      // what Tasks returns
+	stopped          map[string]string // task ARN → the reason StopTask was given
 }
 
 func (e *fakeEngine) Tasks() []*task.Task {
@@ -92,6 +101,9 @@ func (e *fakeEngine) AddTask(_ context.Context, t *task.Task) error {
 	defer e.mu.Unlock()
 	if t.Arn == e.refuse {
 		return errors.New("disk full")
+	}
+	if err := t.RefusePrivileged(); err != nil && e.refusePrivileged {
+		return fmt.Errorf("task %s: %w", t.Arn, err)
 	}
 	e.added = append(e.added, t)
 	return nil
@@ -252,17 +264,20 @@ func TestThousandTasksLeaveNothingBehind(t *testing.T) {
 	assert.Equal(t, n, stoppedSent, "every task's STOPPED was delivered")
 }
 
-// With ECS_DISABLE_PRIVILEGED a payload's privileged task is rejected when it arrives: its STOPPED
-// report, naming the container and the field, is saved before the ack, and the engine never sees it.
-// Registration advertises the privileged-container capability only when privileged containers run.
+// With ECS_DISABLE_PRIVILEGED a payload's privileged task, which the engine refuses, is rejected: its
+// STOPPED report, naming the container and the field, is saved before the ack, the engine holds only
+// the others, and the refused task's credentials are not kept. Registration advertises the
+// privileged-container capability only when privileged containers run.
 func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
 	ctx := context.Background()
 	store := state.NewMemory()
-	eng := &fakeEngine{}
-	cp := New(Config{DisablePrivileged: true}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
+	clock := clockwork.NewFakeClock()
+	eng := &fakeEngine{refusePrivileged: true}
+	cp := New(Config{Clock: clock}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
 	priv := &task.Task{Arn: "arn:priv", Containers: []*task.Container{{Name: "root", Privileged: true}}}
 	plain := &task.Task{Arn: "arn:plain", Containers: []*task.Container{{Name: "app"}}}
-	require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: 1, Tasks: []acstranslate.Accepted{{Task: priv}, {Task: plain}}}))
+	require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: 1, Tasks: []acstranslate.Accepted{
+		{Task: priv, RoleCredentials: creds("c-priv", clock.Now().Add(time.Hour))}, {Task: plain}}}))
 	require.Len(t, eng.added, 1)
 	assert.Equal(t, "arn:plain", eng.added[0].Arn)
 	records, err := store.SentRecords(ctx)
@@ -270,6 +285,12 @@ func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
 	require.Len(t, records, 1)
 	assert.Equal(t, "arn:priv", records[0].TaskArn)
 	assert.Contains(t, records[0].Report.StoppedReason, "container root: privileged")
+	assert.Equal(t, "TaskDefinitionError: container root: privileged: "+task.ErrPrivilegedRefused.Error(), records[0].Report.StoppedReason)
+	_, ok := cp.Credentials().Get("c-priv")
+	assert.False(t, ok, "a refused task's credentials are dropped")
+	seq, err := store.SeqNum(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), seq)
 
 	for _, disabled := range []bool{false, true} {
 		cfg := &config.Config{PrivilegedDisabled: disabled}
@@ -376,4 +397,42 @@ func TestNoTCSWithoutMetricsOrHealth(t *testing.T) {
 	require.NoError(t, <-done)
 	assert.Zero(t, control.telemetryAsks.Load(), "the TCS endpoint is not even discovered")
 	assert.Empty(t, srv.Upgrades())
+}
+
+// TestDiscoveryRetries: a failed discovery of the ACS or the TCS endpoint is tried again after 1 s,
+// then 2 s, then 4 s, and a done ctx ends the retries.
+func TestDiscoveryRetries(t *testing.T) {
+	tests := []struct {
+		name  string
+		run   func(ctx context.Context, cp *ControlPlane)
+		calls func(*fakeControl) int32
+	}{
+		{"ACS", func(ctx context.Context, cp *ControlPlane) { _ = cp.Connect(ctx) }, func(f *fakeControl) int32 { return f.polls.Load() }},
+		{"TCS", func(ctx context.Context, cp *ControlPlane) { cp.runTelemetry(ctx, "arn:instance") }, func(f *fakeControl) int32 { return f.telemetryAsks.Load() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := clockwork.NewFakeClock()
+			control := &fakeControl{fakeECS: newFakeECS(), undiscoverable: true}
+			cp := New(Config{Clock: clock}, control, &fakeEngine{}, state.NewMemory(), logger.Nop())
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				tt.run(ctx, cp)
+			}()
+			for want, wait := int32(1), time.Second; want <= 3; want, wait = want+1, 2*wait {
+				require.NoError(t, clock.BlockUntilContext(ctx, 1), "it waits after attempt %d", want)
+				assert.Equal(t, want, tt.calls(control))
+				clock.Advance(wait - time.Millisecond)
+				assert.Equal(t, want, tt.calls(control), "not retried before %v", wait)
+				clock.Advance(time.Millisecond)
+				require.Eventually(t, func() bool { return tt.calls(control) == want+1 }, 5*time.Second, time.Millisecond,
+					"retried after %v", wait)
+			}
+			cancel()
+			<-done
+			assert.Equal(t, int32(4), tt.calls(control), "no attempt once ctx is done")
+		})
+	}
 }

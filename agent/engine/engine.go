@@ -98,8 +98,9 @@ type Config struct {
 	Probe Probe
 	// Clock is the engine's time source; nil means the real clock.
 	Clock clockwork.Clock
-	// DisablePrivileged refuses privileged containers (ECS_DISABLE_PRIVILEGED): such a task stops
-	// before anything of it is created, with a reason naming the container.
+	// DisablePrivileged refuses privileged containers (ECS_DISABLE_PRIVILEGED): AddTask refuses a new
+	// task that has one (see Admit), and such a task restored from the store stops before anything
+	// of it is created, with a reason naming the container.
 	DisablePrivileged bool
 	// TaskEndpoint tells containers where their credentials and metadata are.
 	TaskEndpoint TaskEndpointConfig
@@ -276,15 +277,27 @@ func (e *Engine) Wait() { e.wg.Wait() }
 // AddTask hands a copy of a task to the engine and returns once the task is saved, so the caller may
 // acknowledge it. A task whose ARN the engine holds already only updates that task's desired status,
 // so delivering a task twice starts it once; when that update is a stop, AddTask returns once the
-// stop is saved. It fails with ErrStopped before Start and after the engine's context has ended, and
+// stop is saved. It fails with ErrStopped before Start and after the engine's context has ended,
+// with Admit's error for a new task the engine refuses (it is then neither saved nor held), and
 // with the store's error when the save fails (the task is then not held). ctx bounds the wait.
 func (e *Engine) AddTask(ctx context.Context, t *task.Task) error {
 	return e.add(ctx, t, true)
 }
 
+// Admit reports whether the engine takes t as a new task: with DisablePrivileged it returns a
+// *task.PrivilegedError (wrapping task.ErrPrivilegedRefused) naming t's first privileged container,
+// else nil. AddTask refuses a new task with this error, and a restored task stops with it.
+func (e *Engine) Admit(t *task.Task) error {
+	if !e.cfg.DisablePrivileged {
+		return nil
+	}
+	return t.RefusePrivileged()
+}
+
 // add is AddTask; save is false for tasks Restore loaded from the store, which are saved already.
 func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
-	t = t.Clone() // the worker owns its task; the caller keeps its own
+	refused := e.Admit(t) // before the pause container is added, so indexes are the caller's
+	t = t.Clone()         // the worker owns its task; the caller keeps its own
 	withPause(t, e.pauseImage(t))
 	assignEndpointIDs(t)
 	e.mu.Lock()
@@ -295,6 +308,10 @@ func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
 	if w, ok := e.workers[t.Arn]; ok {
 		e.mu.Unlock()
 		return e.update(ctx, w, t.DesiredStatus)
+	}
+	if save && refused != nil { // a restored task is stopped by its worker instead
+		e.mu.Unlock()
+		return fmt.Errorf("task %s: %w", t.Arn, refused)
 	}
 	w := newWorker(e, t)
 	e.workers[t.Arn] = w // held but not listed until saved, so a second delivery waits for this one

@@ -976,18 +976,36 @@ func TestAWSVPCWaitsForTheENI(t *testing.T) {
 	}
 }
 
-// With ECS_DISABLE_PRIVILEGED a task with a privileged container stops before anything of it is
-// created, its reason naming the container and the field; without it the container runs privileged.
+// With ECS_DISABLE_PRIVILEGED AddTask refuses a new task with a privileged container, naming it,
+// and neither saves nor holds it; such a task restored from the store stops before anything of it is
+// created, its reason naming the container and the field, and a later delivery of it is an update.
+// Without it the container runs privileged.
 func TestPrivilegedRefusedWhenDisabled(t *testing.T) {
 	cfg := testConfig()
 	cfg.DisablePrivileged = true
 	h := newHarness(t, cfg)
 	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/priv"
-	h.add(newTask(arn, ctr("app"), ctr("root", func(c *task.Container) { c.Privileged = true })))
+	priv := func() *task.Task {
+		return newTask(arn, ctr("app"), ctr("root", func(c *task.Container) { c.Privileged = true }))
+	}
+	err := h.engine.AddTask(context.Background(), priv())
+	require.ErrorIs(t, err, task.ErrPrivilegedRefused)
+	var pe *task.PrivilegedError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, task.PrivilegedError{Index: 1, Container: "root"}, *pe)
+	assert.Contains(t, err.Error(), arn)
+	assert.Nil(t, h.engine.Task(arn), "a refused task is not held")
+	assert.Empty(t, h.store.snapshot(), "a refused task is not saved")
+
+	_, err = h.engine.Restore(context.Background(), []*task.Task{priv()}, false)
+	require.NoError(t, err)
 	stopped := h.waitStatus(arn, task.TaskStopped)
 	assert.Contains(t, stopped.StoppedReason, "container root: privileged")
 	assert.Contains(t, stopped.StoppedReason, "ECS_DISABLE_PRIVILEGED=true")
 	assert.Empty(t, h.docker.createCalls(), "no container of the task was created")
+	again := priv()
+	again.DesiredStatus = task.TaskStopped
+	require.NoError(t, h.engine.AddTask(context.Background(), again), "a task the engine holds is updated, not refused")
 
 	allowed := newHarness(t, testConfig())
 	allowed.add(newTask(arn, ctr("root", func(c *task.Container) { c.Privileged = true })))

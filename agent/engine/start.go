@@ -26,7 +26,7 @@ func (w *worker) prepare(ctx context.Context) bool {
 		w.stopTask("pidMode and ipcMode task need the pause image (berth/pause:latest, loaded from ECS_PAUSE_IMAGE_TARBALL), which this agent does not have")
 		return false
 	}
-	if err := w.t.RefusePrivileged(); err != nil && w.e.cfg.DisablePrivileged {
+	if err := w.e.Admit(w.t); err != nil { // a restored task: AddTask refuses new ones
 		w.stopTask(err.Error())
 		return false
 	}

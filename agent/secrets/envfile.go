@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // MaxEnvFileSize bounds an environment file (CodeEnvFileTooLarge beyond it).
@@ -141,15 +143,15 @@ func mergeEnvFiles(files [][]KeyValue) []KeyValue {
 	var out []KeyValue
 	pos := make(map[string]int) // name → index in out
 	for _, kvs := range files {
-		fromThisFile := make(map[string]bool)
+		var fromThisFile set.Set[string]
 		for _, kv := range kvs {
 			i, seen := pos[kv.Name]
 			switch {
 			case !seen:
 				pos[kv.Name] = len(out)
-				fromThisFile[kv.Name] = true
+				fromThisFile.Add(kv.Name)
 				out = append(out, kv)
-			case fromThisFile[kv.Name]:
+			case fromThisFile.Has(kv.Name):
 				out[i].Value = kv.Value // a later line of the same file wins
 			}
 			// otherwise an earlier file set it, and it wins

@@ -51,6 +51,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/set"
 )
 
 // DefaultCallTimeout bounds each AWS call, retries included, when Config.CallTimeout is zero.
@@ -200,15 +201,15 @@ func (f *Fetcher) Resolve(ctx context.Context, creds aws.CredentialsProvider, re
 		return nil, err
 	}
 	targets := make([]target, len(refs))
-	names := make(map[string]bool, len(refs))
+	var names set.Set[string]
 	for i, r := range refs {
 		if targets[i], err = parseRef(r, defaultRegion); err != nil {
 			return nil, err
 		}
-		if names[r.Name] {
+		if names.Has(r.Name) {
 			return nil, localError(targets[i].label, CodeDuplicateName, errors.New("an earlier secret has the same name"))
 		}
-		names[r.Name] = true
+		names.Add(r.Name)
 	}
 
 	values := make([]string, len(refs))
@@ -312,17 +313,14 @@ func (f *Fetcher) getParameters(ctx context.Context, client *ssm.Client, names [
 			}
 		}
 	}
-	invalid := make(map[string]bool, len(out.InvalidParameters))
-	for _, n := range out.InvalidParameters {
-		invalid[n] = true
-	}
+	invalid := set.Of(out.InvalidParameters...)
 	for name, idx := range byName {
 		v, ok := found[name]
 		for _, i := range idx {
 			switch {
 			case ok:
 				values[i] = v
-			case invalid[name]:
+			case invalid.Has(name):
 				errs[i] = localError(targets[i].label, CodeParameterNotFound, errors.New("SSM has no such parameter (or version or label) in region "+targets[i].region))
 			default:
 				errs[i] = localError(targets[i].label, CodeMissingFromResponse, errors.New("SSM answered without the parameter"))

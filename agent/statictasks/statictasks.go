@@ -49,10 +49,14 @@ import (
 type Runner interface {
 	// AddTask returns once the task is saved.
 	AddTask(ctx context.Context, t *task.Task) error
+	// Admit returns a *task.PrivilegedError when AddTask would refuse t, else nil.
+	Admit(t *task.Task) error
 	// StopTask returns once the stop is saved.
 	StopTask(ctx context.Context, arn, reason string) error
 	Task(arn string) *task.Task
 }
+
+var _ Runner = (*engine.Engine)(nil)
 
 // Config says where the files are and how tasks are named.
 type Config struct {
@@ -61,8 +65,6 @@ type Config struct {
 	Region   string          // ARN region; "local" when empty
 	Interval time.Duration   // how often the directory is scanned (default 2 s)
 	Clock    clockwork.Clock // scans, restart back-off and tasks' CreatedAt; nil is the wall clock
-	// DisablePrivileged makes a file with a privileged container invalid (ECS_DISABLE_PRIVILEGED).
-	DisablePrivileged bool
 }
 
 // MaxFileSize is the largest static task file read; a larger one is invalid.
@@ -437,7 +439,7 @@ func (w *Watcher) load(name string) (parsed, bool) {
 	p := parsed{id: id, key: contentKey(data)}
 	p.def, p.err = taskdef.Parse(data)
 	if p.err == nil {
-		p.err = w.refusePrivileged(p.def)
+		p.err = w.admit(p.def)
 	}
 	if p.err == nil {
 		if p.digest, err = p.def.Digest(); err != nil {
@@ -540,17 +542,15 @@ func (w *Watcher) reportInvalid(name, key string, err error) {
 	w.log.Error("invalid static task definition; skipped", "file", name, "error", err)
 }
 
-// refusePrivileged names the field of a privileged container when ECS_DISABLE_PRIVILEGED refuses it.
-func (w *Watcher) refusePrivileged(def *taskdef.Definition) error {
-	if !w.cfg.DisablePrivileged {
-		return nil
+// admit asks the Runner whether it takes the definition's task, before anything is started or
+// stopped for the file, and names the field of the container it refuses.
+func (w *Watcher) admit(def *taskdef.Definition) error {
+	err := w.runner.Admit(def.NewTask(""))
+	var pe *task.PrivilegedError
+	if errors.As(err, &pe) { // the task's containers are the definition's, in its order
+		return fmt.Errorf("containerDefinitions[%d].privileged: %w", pe.Index, task.ErrPrivilegedRefused)
 	}
-	for i, c := range def.ContainerDefinitions {
-		if c.Privileged {
-			return fmt.Errorf("containerDefinitions[%d].privileged: %w", i, task.ErrPrivilegedRefused)
-		}
-	}
-	return nil
+	return err
 }
 
 func contentKey(data []byte) string {

@@ -27,6 +27,18 @@ type call struct {
 type fakeRunner struct {
 	calls []call
 	tasks map[string]*task.Task
+	// refusePrivileged refuses privileged tasks as the engine does with ECS_DISABLE_PRIVILEGED;
+	// admits counts the tasks asked about.
+	refusePrivileged bool
+	admits           int
+}
+
+func (f *fakeRunner) Admit(t *task.Task) error {
+	f.admits++
+	if f.refusePrivileged {
+		return t.RefusePrivileged()
+	}
+	return nil
 }
 
 func (f *fakeRunner) AddTask(_ context.Context, t *task.Task) error {
@@ -307,11 +319,12 @@ func TestWatcherRefusesPrivilegedWhenDisabled(t *testing.T) {
 	priv := strings.Replace(webDef, `"memory": 32`, `"memory": 32, "privileged": true`, 1)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(priv), 0o600))
 
-	r := &fakeRunner{}
-	w := New(Config{Dir: dir, Cluster: "default", DisablePrivileged: true}, r, log)
+	r := &fakeRunner{refusePrivileged: true}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, log)
 	w.Scan(context.Background())
 	w.Scan(context.Background())
 	assert.Empty(t, r.calls, "the privileged task is not started")
+	assert.Equal(t, 1, r.admits, "the refusal is remembered until the file changes")
 	assert.Equal(t, 1, strings.Count(logs.String(), "containerDefinitions[0].privileged"), "logged once, naming the field:\n%s", logs.String())
 
 	allowed := &fakeRunner{}

@@ -335,13 +335,27 @@ func (t *Task) Container(name string) *Container {
 // ErrPrivilegedRefused is what RefusePrivileged reports.
 var ErrPrivilegedRefused = errors.New("privileged containers are refused on this host (ECS_DISABLE_PRIVILEGED=true)")
 
-// RefusePrivileged returns an error naming the first container that asks for privileged mode, or nil
-// when none does. Every way a task arrives (ACS, static files, the engine itself) asks it when
-// ECS_DISABLE_PRIVILEGED=true.
+// PrivilegedError is RefusePrivileged's error: it names the first container that asks for
+// privileged mode and wraps ErrPrivilegedRefused.
+type PrivilegedError struct {
+	Index     int    // the container's position in the task's Containers
+	Container string // the container's name
+}
+
+// Error names the container and the field.
+func (e *PrivilegedError) Error() string {
+	return fmt.Sprintf("container %s: privileged: %v", e.Container, ErrPrivilegedRefused)
+}
+
+// Unwrap returns ErrPrivilegedRefused.
+func (e *PrivilegedError) Unwrap() error { return ErrPrivilegedRefused }
+
+// RefusePrivileged returns a *PrivilegedError naming the first container that asks for privileged
+// mode, or nil when none does. The engine asks it when ECS_DISABLE_PRIVILEGED=true.
 func (t *Task) RefusePrivileged() error {
-	for _, c := range t.Containers {
+	for i, c := range t.Containers {
 		if c.Privileged {
-			return fmt.Errorf("container %s: privileged: %w", c.Name, ErrPrivilegedRefused)
+			return &PrivilegedError{Index: i, Container: c.Name}
 		}
 	}
 	return nil

@@ -169,6 +169,10 @@ func TestRefusePrivileged(t *testing.T) {
 	if !errors.Is(err, ErrPrivilegedRefused) || !strings.Contains(err.Error(), "container root: privileged") {
 		t.Errorf("RefusePrivileged() = %v, want the root container named", err)
 	}
+	var pe *PrivilegedError
+	if !errors.As(err, &pe) || *pe != (PrivilegedError{Index: 1, Container: "root"}) {
+		t.Errorf("RefusePrivileged() = %#v, want container 1, root", err)
+	}
 	if err := (&Task{Containers: []*Container{{Name: "app"}}}).RefusePrivileged(); err != nil {
 		t.Errorf("no privileged container: %v", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/berth-agent/berth/agent/containerstats"
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/tcs"
 	"github.com/berth-agent/berth/agent/tcswire"
@@ -217,13 +218,13 @@ func (s *Source) CheckRuntime(ctx context.Context) {
 // forgets containers stopped long ago. Run calls it; tests call it directly.
 func (s *Source) Sample(ctx context.Context) {
 	now := s.clock.Now()
-	running := map[string]bool{}
+	var running set.Set[string]
 	s.tasks.VisitRunning(func(t *task.Task) {
 		for _, c := range t.Containers {
 			if c.Pause || c.KnownStatus != task.ContainerRunning || c.DockerID == "" {
 				continue
 			}
-			running[c.DockerID] = true
+			running.Add(c.DockerID)
 			sample, err := s.stats.Sample(ctx, c.DockerID)
 			if err != nil {
 				s.log.Debug("no stats sample", "task", t.Arn, "container", c.Name, "error", err)
@@ -236,7 +237,7 @@ func (s *Source) Sample(ctx context.Context) {
 	defer s.mu.Unlock()
 	for id, c := range s.containers {
 		switch {
-		case running[id]:
+		case running.Has(id):
 			c.goneAt = time.Time{}
 		case c.goneAt.IsZero():
 			c.goneAt = now
@@ -309,7 +310,7 @@ func (s *Source) Metrics(time.Time) []tcswire.TaskMetric {
 func (s *Source) Health(now time.Time) []tcswire.TaskHealth {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := map[string]bool{}
+	var seen set.Set[string]
 	var out []tcswire.TaskHealth
 	for _, t := range s.tasks.Tasks() {
 		if t.Static || t.KnownStatus != task.TaskRunning {
@@ -327,7 +328,7 @@ func (s *Source) Health(now time.Time) []tcswire.TaskHealth {
 				status = tcswire.HealthStatusUnknown
 			}
 			key := t.Arn + "/" + c.Name
-			seen[key] = true
+			seen.Add(key)
 			h, ok := s.health[key]
 			if !ok || h.status != status {
 				h = healthSince{status: status, since: now}
@@ -340,7 +341,7 @@ func (s *Source) Health(now time.Time) []tcswire.TaskHealth {
 		}
 	}
 	for key := range s.health {
-		if !seen[key] {
+		if !seen.Has(key) {
 			delete(s.health, key)
 		}
 	}
