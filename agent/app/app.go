@@ -21,8 +21,8 @@ import (
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/engine"
-	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/imagecleanup"
+	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/metrics"
 	"github.com/berth-agent/berth/agent/registryauth"
@@ -379,12 +379,12 @@ type agentMetadata struct {
 	ec2     ec2identity.Identity
 }
 
-var _ handlers.MetadataSource = agentMetadata{}
+var _ introspection.MetadataSource = agentMetadata{}
 
 // Metadata returns the cluster and version, and a failure to save task state while there is one; the
 // instance ARN is null until registration exists.
-func (m agentMetadata) Metadata() handlers.Metadata {
-	md := handlers.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: version.Get().String(),
+func (m agentMetadata) Metadata() introspection.Metadata {
+	md := introspection.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: version.Get().String(),
 		EC2InstanceID: m.ec2.InstanceID, AvailabilityZone: m.ec2.AvailabilityZone}
 	if err := m.eng.SaveError(); err != nil {
 		md.StateSaveError = err.Error()

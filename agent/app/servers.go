@@ -18,8 +18,8 @@ import (
 	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
-	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/hostnat"
+	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
@@ -134,7 +134,7 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 		}
 		return out
 	})
-	intro := handlers.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng, ec2: identity},
+	intro := introspection.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng, ec2: identity},
 		tasksWithUsage{Engine: eng, tel: tel}, m.Handler())
 	g.Go(func() error { return serveHTTP(ctx, s.introspection, intro, "introspection API", s.log) })
 	g.Go(func() error { return serveHTTP(ctx, s.taskEndpoint, endpoint, "task endpoint", s.log) })
@@ -151,12 +151,12 @@ type tasksWithUsage struct {
 	tel *telemetry.Source
 }
 
-var _ handlers.UsageSource = tasksWithUsage{}
+var _ introspection.UsageSource = tasksWithUsage{}
 
 // ContainerUsage returns the telemetry source's latest figures of the container.
-func (t tasksWithUsage) ContainerUsage(dockerID string) (handlers.Usage, bool) {
+func (t tasksWithUsage) ContainerUsage(dockerID string) (introspection.Usage, bool) {
 	f, ok := t.tel.Container(dockerID)
-	return handlers.Usage{CPUPercent: f.CPUPercent, MemoryBytes: f.MemoryBytes}, ok
+	return introspection.Usage{CPUPercent: f.CPUPercent, MemoryBytes: f.MemoryBytes}, ok
 }
 
 // close closes what listen opened and serve did not take over.

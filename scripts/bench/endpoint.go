@@ -16,7 +16,7 @@ import (
 
 	docker "github.com/fsouza/go-dockerclient"
 
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/scripts/internal/agentproc"
 )
 
@@ -199,7 +199,7 @@ func runningContainers(intro string) []string {
 		return nil
 	}
 	defer resp.Body.Close()
-	var body handlers.TasksResponse
+	var body introspection.TasksResponse
 	if json.NewDecoder(resp.Body).Decode(&body) != nil {
 		return nil
 	}

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/scripts/internal/agentproc"
 )
@@ -53,17 +53,17 @@ func (b *bench) agentMemory(ctx context.Context) {
 		_ = agent.Wait()
 		b.removeBenchContainers()
 	}()
-	tasks := func() ([]handlers.TaskResponse, error) {
+	tasks := func() ([]introspection.TaskResponse, error) {
 		resp, err := http.Get("http://" + addr + "/v1/tasks")
 		if err != nil {
 			return nil, err
 		}
 		defer resp.Body.Close()
-		var body handlers.TasksResponse
+		var body introspection.TasksResponse
 		err = json.NewDecoder(resp.Body).Decode(&body)
 		return body.Tasks, err
 	}
-	waitUntil := func(what string, cond func([]handlers.TaskResponse) bool) {
+	waitUntil := func(what string, cond func([]introspection.TaskResponse) bool) {
 		deadline := time.Now().Add(5 * time.Minute)
 		for {
 			ts, err := tasks()
@@ -76,7 +76,7 @@ func (b *bench) agentMemory(ctx context.Context) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	waitUntil("start", func([]handlers.TaskResponse) bool { return true })
+	waitUntil("start", func([]introspection.TaskResponse) bool { return true })
 	time.Sleep(2 * time.Second) // let start-up allocations settle before reading idle memory
 	idle := rssMiB(agent.Process.Pid)
 
@@ -87,7 +87,7 @@ func (b *bench) agentMemory(ctx context.Context) {
 		}
 	}
 	started := time.Now()
-	waitUntil("100 tasks RUNNING", func(ts []handlers.TaskResponse) bool {
+	waitUntil("100 tasks RUNNING", func(ts []introspection.TaskResponse) bool {
 		running := 0
 		for _, t := range ts {
 			if t.KnownStatus == "RUNNING" {

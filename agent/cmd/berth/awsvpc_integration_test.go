@@ -15,7 +15,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/logger"
 
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 )
 
 // cniPlugins returns the plugins make test builds.
@@ -65,7 +65,7 @@ func TestIntegrationAWSVPCKilledMidSetup(t *testing.T) {
 	first.waitKilled(60 * time.Second)
 
 	second := env.start(vpc...)
-	second.waitTasks(60*time.Second, "the task runs", func(ts []handlers.TaskResponse) bool {
+	second.waitTasks(60*time.Second, "the task runs", func(ts []introspection.TaskResponse) bool {
 		for _, tk := range ts {
 			if tk.Family == "vpcmid" && tk.KnownStatus == "RUNNING" && len(tk.Containers) > 0 && len(tk.Containers[0].Networks) > 0 {
 				return strings.HasPrefix(tk.Containers[0].Networks[0].IPv4Addresses[0], "172.31.250.")

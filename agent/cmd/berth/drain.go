@@ -10,7 +10,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/app"
 	"github.com/berth-agent/berth/agent/config"
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/logger"
 )
 
@@ -26,7 +26,7 @@ func drain(ctx context.Context, cfg *config.Config, out io.Writer) error {
 		return fmt.Errorf("is the agent running? %w", err)
 	}
 	defer resp.Body.Close()
-	var meta handlers.Metadata
+	var meta introspection.Metadata
 	if err := json.NewDecoder(resp.Body).Decode(&meta); err != nil {
 		return fmt.Errorf("agent metadata: %w", err)
 	}

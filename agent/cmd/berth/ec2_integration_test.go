@@ -22,7 +22,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/ec2identity/imdsmock"
 	"github.com/berth-agent/berth/agent/ecsagentdata"
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 )
 
 // recordingECS passes every request to the embedded control plane and records the region each was
@@ -114,7 +114,7 @@ func TestIntegrationClusterOnlyOnEC2(t *testing.T) {
 	for _, r := range regions {
 		assert.Equal(t, "eu-west-3", r, "every call is signed for the region IMDS gave")
 	}
-	var meta handlers.Metadata
+	var meta introspection.Metadata
 	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + agent.addr + "/v1/metadata")
 		if err != nil {

@@ -25,7 +25,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/dockerclient/testregistry"
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 )
 
 // roleECR answers ecr:GetAuthorizationToken only for requests signed with a role key it knows (the
@@ -178,7 +178,7 @@ func TestIntegrationExecutionRoleECRPull(t *testing.T) {
 		"AWS_ACCESS_KEY_ID=berth-test", "AWS_SECRET_ACCESS_KEY=berth-test", "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_ENDPOINT_URL_ECR="+ecr.URL,
 		"ECS_IMAGE_PULL_BEHAVIOR=always", "ECS_LOGFILE="+logFile, "ECS_LOGLEVEL=debug")
-	ts := agent.waitTasks(2*time.Minute, "one task runs and the other has stopped", func(ts []handlers.TaskResponse) bool {
+	ts := agent.waitTasks(2*time.Minute, "one task runs and the other has stopped", func(ts []introspection.TaskResponse) bool {
 		return familyRunning("exec-pull", 1)(ts) && familyStopped("exec-denied")(ts)
 	})
 

@@ -23,7 +23,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/engine"
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 )
@@ -111,8 +111,8 @@ func ecsModeEnv(addr string, extra ...string) []string {
 
 // familySettled reports whether the family has a task whose containers (but the pause container)
 // all run.
-func familySettled(family string) func([]handlers.TaskResponse) bool {
-	return func(ts []handlers.TaskResponse) bool {
+func familySettled(family string) func([]introspection.TaskResponse) bool {
+	return func(ts []introspection.TaskResponse) bool {
 		for _, tk := range ts {
 			if tk.Family != family || tk.KnownStatus != "RUNNING" {
 				continue
@@ -130,7 +130,7 @@ func familySettled(family string) func([]handlers.TaskResponse) bool {
 }
 
 // inspectFamily returns docker inspect of each container of the family's task, by container name.
-func inspectFamily(t *testing.T, dc *docker.Client, ts []handlers.TaskResponse, family string) map[string]*docker.Container {
+func inspectFamily(t *testing.T, dc *docker.Client, ts []introspection.TaskResponse, family string) map[string]*docker.Container {
 	t.Helper()
 	out := map[string]*docker.Container{}
 	for _, tk := range ts {
@@ -217,7 +217,7 @@ func TestIntegrationKitchenSinkOnEveryPath(t *testing.T) {
 			map[string]any{"cluster": local.cluster, "taskDefinition": "kitchen-cp"}, &out)
 		return err == nil && len(out.Tasks) == 1
 	}, 90*time.Second, 500*time.Millisecond, "the embedded control plane runs the task once the agent has registered")
-	ts := agent.waitTasks(2*time.Minute, "both local tasks run", func(ts []handlers.TaskResponse) bool {
+	ts := agent.waitTasks(2*time.Minute, "both local tasks run", func(ts []introspection.TaskResponse) bool {
 		return familySettled("kitchen-static")(ts) && familySettled("kitchen-cp")(ts)
 	})
 	static, viaCP := inspectFamily(t, dc, ts, "kitchen-static"), inspectFamily(t, dc, ts, "kitchen-cp")
@@ -379,7 +379,7 @@ func TestIntegrationTaskCgroup(t *testing.T) {
 	plain := fmt.Sprintf(`{"family": "cg-pids", "containerDefinitions": [{"name": "app", "image": %q, "memory": 16, "command": ["sleep"]}]}`, testappImage)
 	require.NoError(t, os.WriteFile(filepath.Join(env.tasksDir, "cg-pids.json"), []byte(plain), 0o600))
 	agent := env.start("ECS_TASK_PIDS_LIMIT=100")
-	ts := agent.waitTasks(time.Minute, "the limited tasks run and the hog has stopped", func(ts []handlers.TaskResponse) bool {
+	ts := agent.waitTasks(time.Minute, "the limited tasks run and the hog has stopped", func(ts []introspection.TaskResponse) bool {
 		return familyRunning("cg-limits", 1)(ts) && familyRunning("cg-pids", 1)(ts) && familyStopped("cg-oom")(ts)
 	})
 	for _, ctrl := range []string{"memory", "cpu"} {

@@ -19,8 +19,8 @@ import (
 
 	"github.com/berth-agent/berth/agent/app"
 	"github.com/berth-agent/berth/agent/config"
-	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/hostnat"
+	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/version"
 )
@@ -305,7 +305,7 @@ func runHealthcheck(ctx context.Context, args, environ []string, stdout, stderr 
 		fmt.Fprintf(stderr, "berth healthcheck: unhealthy: %s answered %s\n", addr, resp.Status)
 		return 1
 	}
-	var meta handlers.Metadata
+	var meta introspection.Metadata
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&meta); err != nil {
 		fmt.Fprintf(stderr, "berth healthcheck: unhealthy: %s answered an unreadable /v1/metadata: %v\n", addr, err)
 		return 1

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/engine"
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 )
 
 // TestIntegrationContainerMetadataFile runs the real agent with ECS_ENABLE_CONTAINER_METADATA=true and
@@ -42,11 +42,11 @@ func TestIntegrationContainerMetadataFile(t *testing.T) {
 	taskFile := filepath.Join(env.tasksDir, family+".json")
 	require.NoError(t, os.WriteFile(taskFile, data, 0o600))
 
-	ts := agent.waitTasks(2*time.Minute, "the reader has read its READY file", func(ts []handlers.TaskResponse) bool {
+	ts := agent.waitTasks(2*time.Minute, "the reader has read its READY file", func(ts []introspection.TaskResponse) bool {
 		_, ok := probeDoneNamed(ts, family, "reader")
 		return ok
 	})
-	var tk handlers.TaskResponse
+	var tk introspection.TaskResponse
 	for _, x := range ts {
 		if x.Family == family {
 			tk = x
@@ -89,7 +89,7 @@ func TestIntegrationContainerMetadataFile(t *testing.T) {
 
 	// From the host: the app's file, where the ECS agent puts it, mounted read-only and alone.
 	taskDir := filepath.Join(env.dataDir, "metadata", env.cluster, tk.Arn[strings.LastIndexByte(tk.Arn, '/')+1:])
-	var app handlers.ContainerResponse
+	var app introspection.ContainerResponse
 	for _, c := range tk.Containers {
 		if c.Name == "app" {
 			app = c
@@ -135,7 +135,7 @@ func TestIntegrationContainerMetadataFile(t *testing.T) {
 }
 
 // probeDoneNamed returns the container name of family once it has exited.
-func probeDoneNamed(ts []handlers.TaskResponse, family, name string) (handlers.ContainerResponse, bool) {
+func probeDoneNamed(ts []introspection.TaskResponse, family, name string) (introspection.ContainerResponse, bool) {
 	for _, tk := range ts {
 		if tk.Family != family {
 			continue
@@ -146,5 +146,5 @@ func probeDoneNamed(ts []handlers.TaskResponse, family, name string) (handlers.C
 			}
 		}
 	}
-	return handlers.ContainerResponse{}, false
+	return introspection.ContainerResponse{}, false
 }

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 )
 
 // runPs prints the tasks of the running agent, one line per container, from its introspection API.
@@ -34,7 +34,7 @@ func runPs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 		return 1
 	}
 	defer resp.Body.Close()
-	var body handlers.TasksResponse
+	var body introspection.TasksResponse
 	if resp.StatusCode != http.StatusOK {
 		fmt.Fprintf(stderr, "berth ps: %s answered %s\n", addr, resp.Status)
 		return 1
@@ -51,7 +51,7 @@ func runPs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 // with each running container's latest CPU (percent of one vCPU) and memory when the agent knows them.
 // The running containers of no known task follow in a table of their own, with what to do about
 // them; nothing is printed for them when there are none.
-func printTasks(w io.Writer, tasks []handlers.TaskResponse, unknown []handlers.UnknownContainerResponse) {
+func printTasks(w io.Writer, tasks []introspection.TaskResponse, unknown []introspection.UnknownContainerResponse) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tFAMILY:REV\tDESIRED\tKNOWN\tCONTAINER\tSTATUS\tCPU %\tMEM\tDOCKER ID\tPORTS\tREASON")
 	for _, t := range tasks {
@@ -100,7 +100,7 @@ func printTasks(w io.Writer, tasks []handlers.TaskResponse, unknown []handlers.U
 
 // containerStatus is a container's STATUS cell: its known status, with its exit code once it exited
 // and its restart count when it has a restart policy, e.g. "RUNNING (restarts 2)".
-func containerStatus(c handlers.ContainerResponse) string {
+func containerStatus(c introspection.ContainerResponse) string {
 	var notes []string
 	if c.ExitCode != nil {
 		notes = append(notes, fmt.Sprintf("exit %d", *c.ExitCode))
@@ -116,7 +116,7 @@ func containerStatus(c handlers.ContainerResponse) string {
 
 // printUnknown renders the running containers of no known task, if any, under a heading that says
 // why they run and how to remove them.
-func printUnknown(w io.Writer, unknown []handlers.UnknownContainerResponse) {
+func printUnknown(w io.Writer, unknown []introspection.UnknownContainerResponse) {
 	if len(unknown) == 0 {
 		return
 	}

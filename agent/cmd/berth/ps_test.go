@@ -9,24 +9,24 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 )
 
 func TestPrintTasks(t *testing.T) {
 	code, restarts, cpu, mem := 0, 2, 12.345, 20.5
 	var out bytes.Buffer
-	printTasks(&out, []handlers.TaskResponse{{
+	printTasks(&out, []introspection.TaskResponse{{
 		Arn: "arn:aws:ecs:local:000000000000:task/default/static-web-0123456789ab", Family: "web", Version: "1",
 		DesiredStatus: "RUNNING", KnownStatus: "RUNNING",
-		Containers: []handlers.ContainerResponse{
-			{Name: "web", KnownStatus: "RUNNING", DockerID: "0123456789abcdef", CPUPercent: &cpu, MemoryMiB: &mem, Ports: []handlers.PortResponse{
+		Containers: []introspection.ContainerResponse{
+			{Name: "web", KnownStatus: "RUNNING", DockerID: "0123456789abcdef", CPUPercent: &cpu, MemoryMiB: &mem, Ports: []introspection.PortResponse{
 				{ContainerPort: 8080, HostPort: 8080, Protocol: "tcp", HostIP: "0.0.0.0"}, {ContainerPort: 8080, HostPort: 8080, Protocol: "tcp", HostIP: "::"}}},
 			{Name: "init", KnownStatus: "STOPPED", ExitCode: &code},
 			{Name: "worker", KnownStatus: "RUNNING", RestartCount: &restarts},
 			{Name: "flaky", KnownStatus: "STOPPED", ExitCode: &code, RestartCount: &restarts},
 		},
 	}, {Arn: "arn:aws:ecs:local:000000000000:task/default/big", Family: "big", Version: "2", DesiredStatus: "RUNNING", KnownStatus: "NONE",
-		PendingReason: "waiting for host resources: memory", Containers: []handlers.ContainerResponse{{Name: "hog", KnownStatus: "NONE"}}}}, nil)
+		PendingReason: "waiting for host resources: memory", Containers: []introspection.ContainerResponse{{Name: "hog", KnownStatus: "NONE"}}}}, nil)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	assert.Len(t, lines, 6)
 	assert.Regexp(t, `^TASK\s+FAMILY:REV\s+DESIRED\s+KNOWN\s+CONTAINER\s+STATUS\s+CPU %\s+MEM\s+DOCKER ID\s+PORTS\s+REASON$`, lines[0])
@@ -38,9 +38,9 @@ func TestPrintTasks(t *testing.T) {
 }
 
 func TestPrintTasksUnknownContainers(t *testing.T) {
-	tasks := []handlers.TaskResponse{{Arn: "arn:aws:ecs:local:000000000000:task/default/web", Family: "web", Version: "1",
-		DesiredStatus: "RUNNING", KnownStatus: "RUNNING", Containers: []handlers.ContainerResponse{{Name: "web", KnownStatus: "RUNNING"}}}}
-	unknown := []handlers.UnknownContainerResponse{
+	tasks := []introspection.TaskResponse{{Arn: "arn:aws:ecs:local:000000000000:task/default/web", Family: "web", Version: "1",
+		DesiredStatus: "RUNNING", KnownStatus: "RUNNING", Containers: []introspection.ContainerResponse{{Name: "web", KnownStatus: "RUNNING"}}}}
+	unknown := []introspection.UnknownContainerResponse{
 		{DockerID: "feedfacefeedface0001", DockerName: "ecs-ghost-1-app-9a8b", TaskArn: "arn:aws:ecs:local:000000000000:task/default/ghost",
 			Name: "app", Image: "testapp:latest", Since: time.Date(2026, 11, 30, 14, 0, 0, 0, time.FixedZone("CET", 3600))},
 		{DockerID: "feedfacefeedface0002", DockerName: "hand-made", Image: "busybox"},

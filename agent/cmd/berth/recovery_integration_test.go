@@ -26,7 +26,7 @@ import (
 	"github.com/berth-agent/berth/agent/logger"
 
 	"github.com/berth-agent/berth/agent/engine"
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 )
 
 const testappImage = "127.0.0.1:5000/berth/testapp:latest"
@@ -122,19 +122,19 @@ func (r *agentRun) stop() {
 	}
 }
 
-func (r *agentRun) tasks() ([]handlers.TaskResponse, error) {
+func (r *agentRun) tasks() ([]introspection.TaskResponse, error) {
 	resp, err := http.Get("http://" + r.addr + "/v1/tasks")
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var body handlers.TasksResponse
+	var body introspection.TasksResponse
 	err = json.NewDecoder(resp.Body).Decode(&body)
 	return body.Tasks, err
 }
 
 // waitTasks polls /v1/tasks until cond holds.
-func (r *agentRun) waitTasks(timeout time.Duration, what string, cond func([]handlers.TaskResponse) bool) []handlers.TaskResponse {
+func (r *agentRun) waitTasks(timeout time.Duration, what string, cond func([]introspection.TaskResponse) bool) []introspection.TaskResponse {
 	r.t.Helper()
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -185,8 +185,8 @@ func writeStaticTask(t *testing.T, dir, family string) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, family+".json"), []byte(def), 0o600))
 }
 
-func familyRunning(family string, containers int) func([]handlers.TaskResponse) bool {
-	return func(ts []handlers.TaskResponse) bool {
+func familyRunning(family string, containers int) func([]introspection.TaskResponse) bool {
+	return func(ts []introspection.TaskResponse) bool {
 		for _, tk := range ts {
 			if tk.Family != family || tk.KnownStatus != "RUNNING" || tk.DesiredStatus != "RUNNING" || len(tk.Containers) != containers {
 				continue
@@ -203,8 +203,8 @@ func familyRunning(family string, containers int) func([]handlers.TaskResponse) 
 	}
 }
 
-func familyStopped(family string) func([]handlers.TaskResponse) bool {
-	return func(ts []handlers.TaskResponse) bool {
+func familyStopped(family string) func([]introspection.TaskResponse) bool {
+	return func(ts []introspection.TaskResponse) bool {
 		found := false
 		for _, tk := range ts {
 			if tk.Family != family {
@@ -294,7 +294,7 @@ func TestIntegrationHundredTasksAdopted(t *testing.T) {
 		def := fmt.Sprintf(`{"family": "hundred%d", "containerDefinitions": [{"name": "c", "image": %q, "memory": 8, "command": ["sleep"]}]}`, i, testappImage)
 		require.NoError(t, os.WriteFile(filepath.Join(env.tasksDir, fmt.Sprintf("t%03d.json", i)), []byte(def), 0o600))
 	}
-	allRunning := func(ts []handlers.TaskResponse) bool {
+	allRunning := func(ts []introspection.TaskResponse) bool {
 		n := 0
 		for _, tk := range ts {
 			if tk.KnownStatus == "RUNNING" {
@@ -355,7 +355,7 @@ func TestIntegrationDockerRestart(t *testing.T) {
 	writeStaticTask(t, env.tasksDir, "keep")
 	writeStaticTask(t, env.tasksDir, "gone")
 	agent := env.start()
-	agent.waitTasks(60*time.Second, "both tasks run", func(ts []handlers.TaskResponse) bool {
+	agent.waitTasks(60*time.Second, "both tasks run", func(ts []introspection.TaskResponse) bool {
 		return familyRunning("keep", 2)(ts) && familyRunning("gone", 2)(ts)
 	})
 	require.NoError(t, os.Remove(filepath.Join(env.tasksDir, "gone.json")))

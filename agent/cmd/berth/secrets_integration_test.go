@@ -17,7 +17,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/acswire"
 	"github.com/berth-agent/berth/agent/dockerclient/testregistry"
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/secrets/secretstest"
 )
 
@@ -75,7 +75,7 @@ func TestIntegrationSecrets(t *testing.T) {
 		environ = append(environ, k+"="+v)
 	}
 	agent := remote.start(environ...)
-	ts := agent.waitTasks(2*time.Minute, "one task runs and the other has stopped", func(ts []handlers.TaskResponse) bool {
+	ts := agent.waitTasks(2*time.Minute, "one task runs and the other has stopped", func(ts []introspection.TaskResponse) bool {
 		return familyRunning("secrets-ok", 1)(ts) && familyStopped("secrets-missing")(ts)
 	})
 	for _, tk := range ts {
@@ -141,7 +141,7 @@ func TestIntegrationSecrets(t *testing.T) {
 	}
 	fetchedBefore := len(aws.AccessKeys())
 	agent = local.start(environ...)
-	ts = agent.waitTasks(time.Minute, "the static tasks run", func(ts []handlers.TaskResponse) bool {
+	ts = agent.waitTasks(time.Minute, "the static tasks run", func(ts []introspection.TaskResponse) bool {
 		return familyRunning("secrets-local", 1)(ts) && familyRunning("secrets-role", 1)(ts)
 	})
 	want := map[string]string{"secrets-local": ssmValue, "secrets-role": roleValue}

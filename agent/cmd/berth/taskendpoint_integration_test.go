@@ -28,8 +28,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/acswire"
-	"github.com/berth-agent/berth/agent/handlers"
 	"github.com/berth-agent/berth/agent/hostnat"
+	"github.com/berth-agent/berth/agent/introspection"
 )
 
 // scriptedACS stands in for Amazon ECS: the embedded control plane answers the ECS API, and the ACS
@@ -265,7 +265,7 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 	standIn.out <- &acswire.PayloadMessage{MessageID: "payload-2", SeqNum: 2, Tasks: []*acswire.Task{{Arn: arn, Family: "creds", Version: "1",
 		DesiredStatus: "STOPPED", Containers: []*acswire.Container{{Name: "app", Image: testappImage, Memory: 16, Command: []string{"sleep"}}}}}}
 	agent.waitTasks(60*time.Second, "the task stops", familyStopped("creds"))
-	agent.waitTasks(3*time.Minute, "the task is cleaned up", func(ts []handlers.TaskResponse) bool {
+	agent.waitTasks(3*time.Minute, "the task is cleaned up", func(ts []introspection.TaskResponse) bool {
 		for _, tk := range ts {
 			if tk.Family == "creds" {
 				return false
@@ -344,7 +344,7 @@ func stopFamiliesAtEnd(t *testing.T, agent *agentRun, dir string, families ...st
 			for _, f := range families {
 				_ = os.Remove(filepath.Join(dir, f+".json"))
 			}
-			agent.waitTasks(2*time.Minute, "the tasks stop", func(ts []handlers.TaskResponse) bool {
+			agent.waitTasks(2*time.Minute, "the tasks stop", func(ts []introspection.TaskResponse) bool {
 				for _, tk := range ts {
 					if slices.Contains(families, tk.Family) && tk.KnownStatus != "STOPPED" {
 						return false
@@ -372,7 +372,7 @@ func probeTask(t *testing.T, dir, family, networkMode, role string) {
 }
 
 // probeDone returns the probe container of family once it has exited.
-func probeDone(ts []handlers.TaskResponse, family string) (handlers.ContainerResponse, bool) {
+func probeDone(ts []introspection.TaskResponse, family string) (introspection.ContainerResponse, bool) {
 	for _, tk := range ts {
 		if tk.Family != family {
 			continue
@@ -383,7 +383,7 @@ func probeDone(ts []handlers.TaskResponse, family string) (handlers.ContainerRes
 			}
 		}
 	}
-	return handlers.ContainerResponse{}, false
+	return introspection.ContainerResponse{}, false
 }
 
 // TestIntegrationTaskRoleCredentialsLocalMode: in local mode the agent assumes each task's role with
@@ -418,7 +418,7 @@ func TestIntegrationTaskRoleCredentialsLocalMode(t *testing.T) {
 	probeTask(t, env.tasksDir, "role-denied", "bridge", refused)
 	stopTasks := stopFamiliesAtEnd(t, agent, env.tasksDir, "role-bridge", "role-host", "role-awsvpc", "role-denied")
 
-	ts := agent.waitTasks(3*time.Minute, "every probe has run", func(ts []handlers.TaskResponse) bool {
+	ts := agent.waitTasks(3*time.Minute, "every probe has run", func(ts []introspection.TaskResponse) bool {
 		for _, f := range []string{"role-bridge", "role-host", "role-awsvpc", "role-denied"} {
 			if _, ok := probeDone(ts, f); !ok {
 				return false
@@ -511,7 +511,7 @@ func TestIntegrationTaskMetadata(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(env.tasksDir, family+".json"), data, 0o600))
 	}
 	stopFamiliesAtEnd(t, agent, env.tasksDir, "md-bridge", "md-awsvpc")
-	v2Probe := func(ts []handlers.TaskResponse) (handlers.ContainerResponse, bool) {
+	v2Probe := func(ts []introspection.TaskResponse) (introspection.ContainerResponse, bool) {
 		for _, tk := range ts {
 			for _, c := range tk.Containers {
 				if tk.Family == "md-awsvpc" && c.Name == "v2" && c.KnownStatus == "STOPPED" && c.ExitCode != nil {
@@ -519,9 +519,9 @@ func TestIntegrationTaskMetadata(t *testing.T) {
 				}
 			}
 		}
-		return handlers.ContainerResponse{}, false
+		return introspection.ContainerResponse{}, false
 	}
-	ts := agent.waitTasks(3*time.Minute, "the probes have run", func(ts []handlers.TaskResponse) bool {
+	ts := agent.waitTasks(3*time.Minute, "the probes have run", func(ts []introspection.TaskResponse) bool {
 		_, a := probeDone(ts, "md-bridge")
 		_, b := probeDone(ts, "md-awsvpc")
 		_, c := v2Probe(ts)
@@ -529,14 +529,14 @@ func TestIntegrationTaskMetadata(t *testing.T) {
 	})
 
 	for _, family := range []string{"md-bridge", "md-awsvpc"} {
-		var tk handlers.TaskResponse
+		var tk introspection.TaskResponse
 		for _, x := range ts {
 			if x.Family == family {
 				tk = x
 			}
 		}
 		mode := strings.TrimPrefix(family, "md-")
-		var app handlers.ContainerResponse
+		var app introspection.ContainerResponse
 		for _, c := range tk.Containers {
 			if c.Name == "app" {
 				app = c

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/acswire"
-	"github.com/berth-agent/berth/agent/handlers"
+	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/tcs/tcstest"
 	"github.com/berth-agent/berth/agent/tcswire"
 )
@@ -59,7 +59,7 @@ func TestIntegrationTCSPublishesTaskMetrics(t *testing.T) {
 	agent.waitTasks(2*time.Minute, "the ACS task runs", familySettled("tcs-alloc"))
 	defer func() {
 		standIn.out <- &acswire.PayloadMessage{MessageID: "tcs-2", SeqNum: 2, Tasks: []*acswire.Task{allocTask("STOPPED")}}
-		agent.waitTasks(time.Minute, "the task stops", func(ts []handlers.TaskResponse) bool {
+		agent.waitTasks(time.Minute, "the task stops", func(ts []introspection.TaskResponse) bool {
 			for _, tr := range ts {
 				if tr.Arn == arn {
 					return tr.KnownStatus == "STOPPED"
@@ -101,7 +101,7 @@ func TestIntegrationTCSPublishesTaskMetrics(t *testing.T) {
 	}
 
 	// Local display: the same container's figures on /v1/tasks and /metrics.
-	ts := agent.waitTasks(10*time.Second, "the container's figures on /v1/tasks", func(ts []handlers.TaskResponse) bool {
+	ts := agent.waitTasks(10*time.Second, "the container's figures on /v1/tasks", func(ts []introspection.TaskResponse) bool {
 		for _, tr := range ts {
 			if tr.Arn == arn && len(tr.Containers) == 1 && tr.Containers[0].MemoryMiB != nil {
 				return true

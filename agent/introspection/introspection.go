@@ -1,6 +1,6 @@
-// Package handlers serves the agent's introspection API on loopback: /v1/metadata, /v1/tasks and
+// Package introspection serves the agent's introspection API on loopback: /v1/metadata, /v1/tasks and
 // /metrics. Response shapes follow the ECS agent's.
-package handlers
+package introspection
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package handlers
+package introspection
 
 import (
 	"net/http"
