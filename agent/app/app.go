@@ -19,9 +19,9 @@ import (
 	"github.com/berth-agent/berth/agent/containerstats"
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerclient"
-	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/imagecleanup"
+	"github.com/berth-agent/berth/agent/imds"
 	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/metrics"
@@ -51,9 +51,9 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}()
 	logStart(res, log)
 	plan := planOf(cfg)
-	imds := ec2identity.New(ec2identity.Options{Logger: log})
+	imdsClient := imds.New(imds.Options{Logger: log})
 	if plan.regionFromIMDS {
-		if err := resolveRegion(ctx, cfg, imds, log); err != nil {
+		if err := resolveRegion(ctx, cfg, imdsClient, log); err != nil {
 			return err
 		}
 	}
@@ -112,7 +112,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	tel := telemetry.New(eng, stats, telemetry.Config{SampleInterval: sampleEvery,
 		Runtime: func(ctx context.Context) error { _, err := client.Version(ctx); return err }, Logger: log.With("component", "telemetry")})
-	cp, identity, err := newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, store, credentials, imds,
+	cp, identity, err := newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, store, credentials, imdsClient,
 		controlplane.TelemetryConfig{Source: tel, DisableMetrics: cfg.MetricsDisabled, DisableHealth: cfg.DockerHealthCheckDisabled},
 		opts.Probe, log)
 	if err != nil {
@@ -152,7 +152,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	g.Go(func() error {
 		if plan.onEC2 && cfg.WarmPoolsCheck {
-			if err := waitInService(gctx, imds, log); err != nil {
+			if err := waitInService(gctx, imdsClient, log); err != nil {
 				if gctx.Err() == nil {
 					log.Error("no control plane: tasks from it will not arrive", "error", err)
 				}
@@ -163,7 +163,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return nil
 	})
 	if plan.onEC2 && cfg.SpotInstanceDrainingEnabled {
-		g.Go(func() error { watchSpot(gctx, imds, cp.DrainInstance, log); return nil })
+		g.Go(func() error { watchSpot(gctx, imdsClient, cp.DrainInstance, log); return nil })
 	}
 	g.Go(func() error {
 		newImageCleaner(cfg, store, eng, client, diskUsage(ctx, client, log), log).Run(gctx)
@@ -256,9 +256,9 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 
 // newControlPlane builds the agent's side of the control plane the configuration chose.
 func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, resources engine.Resources, docker dockerclient.VersionInfo,
-	eng *engine.Engine, store state.Store, credentials *taskcreds.Store, imds *ec2identity.Client,
-	tel controlplane.TelemetryConfig, probe engine.Probe, log *logger.Logger) (*controlplane.ControlPlane, ec2identity.Identity, error) {
-	var identity ec2identity.Identity
+	eng *engine.Engine, store state.Store, credentials *taskcreds.Store, imdsClient *imds.Client,
+	tel controlplane.TelemetryConfig, probe engine.Probe, log *logger.Logger) (*controlplane.ControlPlane, imds.Identity, error) {
+	var identity imds.Identity
 	ecs, creds, region, err := NewECSClient(ctx, cfg, log)
 	if err != nil {
 		return nil, identity, err
@@ -266,9 +266,9 @@ func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, res
 	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
 	reg.PIDIPCSharing = eng.SharesNamespaces()
 	if plan.onEC2 {
-		identity = controlplane.AddEC2Identity(ctx, imds, &reg, log)
+		identity = controlplane.AddEC2Identity(ctx, imdsClient, &reg, log)
 		if cfg.ContainerInstancePropagateTagsFrom == config.PropagateTagsEC2Instance {
-			controlplane.AddEC2Tags(ctx, imds, &reg, log)
+			controlplane.AddEC2Tags(ctx, imdsClient, &reg, log)
 		}
 	}
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Probe: probe,
@@ -376,7 +376,7 @@ type agentMetadata struct {
 	cluster string
 	cp      *controlplane.ControlPlane
 	eng     *engine.Engine
-	ec2     ec2identity.Identity
+	ec2     imds.Identity
 }
 
 var _ introspection.MetadataSource = agentMetadata{}

@@ -15,10 +15,10 @@ import (
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/containerstats"
 	"github.com/berth-agent/berth/agent/controlplane"
-	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/hostnat"
+	"github.com/berth-agent/berth/agent/imds"
 	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
@@ -113,7 +113,7 @@ func listen(cfg *config.Config, embedded bool, log *logger.Logger) (*servers, er
 
 // serve serves every listener in g until ctx ends.
 func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, stats *containerstats.Cache, tel *telemetry.Source,
-	m *metrics.Metrics, cp *controlplane.ControlPlane, creds *taskcreds.Chain, identity ec2identity.Identity, cfg *config.Config) error {
+	m *metrics.Metrics, cp *controlplane.ControlPlane, creds *taskcreds.Chain, identity imds.Identity, cfg *config.Config) error {
 	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: endpointInstance(cfg, identity),
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
 		Tasks:     eng, Credentials: creds, Stats: stats, Logger: s.log.With("component", "task_endpoint"),
@@ -207,7 +207,7 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, name string
 
 // endpointInstance is what the task metadata endpoint says of the instance: the cluster and, unless
 // ECS_DISABLE_TASK_METADATA_AZ, the EC2 availability zone (none off EC2 and in local mode).
-func endpointInstance(cfg *config.Config, identity ec2identity.Identity) taskendpoint.Instance {
+func endpointInstance(cfg *config.Config, identity imds.Identity) taskendpoint.Instance {
 	in := taskendpoint.Instance{Cluster: cfg.Cluster}
 	if !cfg.TaskMetadataAZDisabled {
 		in.AvailabilityZone = identity.AvailabilityZone

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/config"
-	"github.com/berth-agent/berth/agent/ec2identity"
+	"github.com/berth-agent/berth/agent/imds"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/taskendpoint"
 )
@@ -124,11 +124,11 @@ func isTimeout(err error) bool {
 }
 
 func TestEndpointInstanceAvailabilityZone(t *testing.T) {
-	identity := ec2identity.Identity{InstanceID: "i-1", AvailabilityZone: "eu-west-3b"}
+	identity := imds.Identity{InstanceID: "i-1", AvailabilityZone: "eu-west-3b"}
 	cfg := &config.Config{Cluster: "prod"}
 	assert.Equal(t, taskendpoint.Instance{Cluster: "prod", AvailabilityZone: "eu-west-3b"}, endpointInstance(cfg, identity))
 	cfg.TaskMetadataAZDisabled = true // ECS_DISABLE_TASK_METADATA_AZ
 	assert.Equal(t, taskendpoint.Instance{Cluster: "prod"}, endpointInstance(cfg, identity))
-	assert.Equal(t, taskendpoint.Instance{Cluster: "prod"}, endpointInstance(&config.Config{Cluster: "prod"}, ec2identity.Identity{}),
+	assert.Equal(t, taskendpoint.Instance{Cluster: "prod"}, endpointInstance(&config.Config{Cluster: "prod"}, imds.Identity{}),
 		"off EC2 there is no zone to tell")
 }

@@ -6,9 +6,9 @@ import (
 	"maps"
 
 	"github.com/berth-agent/berth/agent/config"
-	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/imds"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/version"
 )
@@ -27,14 +27,14 @@ func NewRegistration(cfg *config.Config, resources engine.Resources, dockerVersi
 		Tags: maps.Clone(cfg.ContainerInstanceTags)}
 }
 
-// EC2Identity is what registration asks the instance metadata service (*ec2identity.Client).
+// EC2Identity is what registration asks the instance metadata service (*imds.Client).
 type EC2Identity interface {
-	Identity(ctx context.Context) (ec2identity.Identity, error)
-	Attributes(ctx context.Context, id ec2identity.Identity) (map[string]string, error)
+	Identity(ctx context.Context) (imds.Identity, error)
+	Attributes(ctx context.Context, id imds.Identity) (map[string]string, error)
 	InstanceTags(ctx context.Context) (map[string]string, error)
 }
 
-var _ EC2Identity = (*ec2identity.Client)(nil)
+var _ EC2Identity = (*imds.Client)(nil)
 
 // AddEC2Identity adds this EC2 instance's identity to reg, as the ECS agent registers it: the
 // signed instance identity document and the EC2 attributes (ecs.instance-type, ecs.availability-zone,
@@ -42,18 +42,18 @@ var _ EC2Identity = (*ec2identity.Client)(nil)
 // clash. With the instance metadata service turned off (AWS_EC2_METADATA_DISABLED) nothing is
 // asked; when it does not answer, the instance registers without them and the agent says so. It
 // returns the identity, zero when there is none.
-func AddEC2Identity(ctx context.Context, imds EC2Identity, reg *ecsclient.Registration, log *logger.Logger) ec2identity.Identity {
-	id, err := imds.Identity(ctx)
+func AddEC2Identity(ctx context.Context, imdsClient EC2Identity, reg *ecsclient.Registration, log *logger.Logger) imds.Identity {
+	id, err := imdsClient.Identity(ctx)
 	switch {
-	case errors.Is(err, ec2identity.ErrDisabled):
+	case errors.Is(err, imds.ErrDisabled):
 		log.Info("the instance metadata service is turned off; registering without an EC2 identity")
-		return ec2identity.Identity{}
+		return imds.Identity{}
 	case err != nil:
 		log.Warn("registering without an EC2 identity: Amazon ECS cannot tie this container instance to its EC2 instance", "error", err)
-		return ec2identity.Identity{}
+		return imds.Identity{}
 	}
 	reg.InstanceIdentityDocument, reg.InstanceIdentityDocumentSignature = id.Document, id.Signature
-	attrs, err := imds.Attributes(ctx, id)
+	attrs, err := imdsClient.Attributes(ctx, id)
 	if err != nil {
 		log.Warn("some EC2 attributes could not be read", "error", err)
 	}
@@ -69,8 +69,8 @@ func AddEC2Identity(ctx context.Context, imds EC2Identity, reg *ecsclient.Regist
 // (ECS_CONTAINER_INSTANCE_PROPAGATE_TAGS_FROM=ec2_instance); ECS_CONTAINER_INSTANCE_TAGS win on a
 // clash. The tags come from IMDS (instance metadata tags, which the instance must allow): the ECS
 // agent calls ec2:DescribeTags instead, which needs an EC2 client and an instance role permission.
-func AddEC2Tags(ctx context.Context, imds EC2Identity, reg *ecsclient.Registration, log *logger.Logger) {
-	tags, err := imds.InstanceTags(ctx)
+func AddEC2Tags(ctx context.Context, imdsClient EC2Identity, reg *ecsclient.Registration, log *logger.Logger) {
+	tags, err := imdsClient.InstanceTags(ctx)
 	if err != nil {
 		log.Warn("the EC2 instance's tags cannot be read from IMDS (are instance metadata tags allowed?); registering without them", "error", err)
 		return

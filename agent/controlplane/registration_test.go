@@ -8,14 +8,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/ecsclient"
+	"github.com/berth-agent/berth/agent/imds"
 	"github.com/berth-agent/berth/agent/logger"
 )
 
 // fakeIMDS answers registration's questions with fixed values or errors.
 type fakeIMDS struct {
-	id       ec2identity.Identity
+	id       imds.Identity
 	idErr    error
 	attrs    map[string]string
 	attrsErr error
@@ -23,9 +23,9 @@ type fakeIMDS struct {
 	tagsErr  error
 }
 
-func (f fakeIMDS) Identity(context.Context) (ec2identity.Identity, error) { return f.id, f.idErr }
+func (f fakeIMDS) Identity(context.Context) (imds.Identity, error) { return f.id, f.idErr }
 
-func (f fakeIMDS) Attributes(context.Context, ec2identity.Identity) (map[string]string, error) {
+func (f fakeIMDS) Attributes(context.Context, imds.Identity) (map[string]string, error) {
 	return f.attrs, f.attrsErr
 }
 
@@ -35,7 +35,7 @@ func (f fakeIMDS) InstanceTags(context.Context) (map[string]string, error) { ret
 // operator's attributes winning on a clash; without IMDS (off, or not answering) the instance
 // registers as it was, and the attributes that could be read are kept when others could not.
 func TestAddEC2Identity(t *testing.T) {
-	id := ec2identity.Identity{InstanceID: "i-0abc", Document: "{doc}", Signature: "sig"}
+	id := imds.Identity{InstanceID: "i-0abc", Document: "{doc}", Signature: "sig"}
 	for _, tt := range []struct {
 		name      string
 		imds      fakeIMDS
@@ -47,7 +47,7 @@ func TestAddEC2Identity(t *testing.T) {
 			"i-0abc", map[string]string{"ecs.instance-type": "m5.large", "team": "operator"}, "{doc}"},
 		{"some attributes unreadable", fakeIMDS{id: id, attrs: map[string]string{"ecs.ami-id": "ami-1"}, attrsErr: errors.New("vpc-id: 404")},
 			"i-0abc", map[string]string{"ecs.ami-id": "ami-1", "team": "operator"}, "{doc}"},
-		{"IMDS off", fakeIMDS{idErr: fmt.Errorf("identity: %w", ec2identity.ErrDisabled)}, "", map[string]string{"team": "operator"}, ""},
+		{"IMDS off", fakeIMDS{idErr: fmt.Errorf("identity: %w", imds.ErrDisabled)}, "", map[string]string{"team": "operator"}, ""},
 		{"IMDS not answering", fakeIMDS{idErr: errors.New("dial tcp: timeout")}, "", map[string]string{"team": "operator"}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

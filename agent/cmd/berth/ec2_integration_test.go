@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/berth-agent/berth/agent/ec2identity/imdsmock"
 	"github.com/berth-agent/berth/agent/ecsagentdata"
+	"github.com/berth-agent/berth/agent/imds/imdsmock"
 	"github.com/berth-agent/berth/agent/introspection"
 )
 
@@ -184,7 +184,7 @@ func TestIntegrationSpotNoticeDrains(t *testing.T) {
 // against ec2-metadata-mock's asglifecycle mode. While IMDS has no target lifecycle state (the mock
 // answers 404 past --mock-ip-count 0, as IMDS does before Auto Scaling sets one) the agent polls,
 // says it is still waiting and does not register; once the state is InService it registers. (The
-// mock cannot serve a warm-pool state turning InService; agent/ec2identity's unit tests cover that.)
+// mock cannot serve a warm-pool state turning InService; agent/imds's unit tests cover that.)
 func TestIntegrationWarmPoolsCheckHoldsRegistration(t *testing.T) {
 	bin := buildBerth(t)
 	run := func(mockArgs ...string) (*recordingECS, *agentRun) {

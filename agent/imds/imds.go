@@ -1,4 +1,4 @@
-// Package ec2identity is what the agent learns about its EC2 instance from the instance metadata
+// Package imds is what the agent learns about its EC2 instance from the instance metadata
 // service (IMDSv2), as the Amazon ECS agent does: the region, the signed instance identity document,
 // the attributes registered with ECS, the instance tags, the spot interruption notice and the Auto
 // Scaling target lifecycle state (warm pools).
@@ -25,7 +25,7 @@
 //	WaitInService:  poll target-lifecycle-state ──404 / other state / 429 / 5xx──▶ wait interval ──▶ poll ...
 //	                                            ──"InService"──▶ return nil
 //	                                            ──no answer, 401, 403, ...──▶ return the error
-package ec2identity
+package imds
 
 import (
 	"context"
@@ -42,7 +42,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	sdkimds "github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/jonboulle/clockwork"
 
@@ -168,7 +168,7 @@ type Options struct {
 // Client reads this instance's metadata. It is safe for concurrent use; it caches nothing but the
 // IMDSv2 session token.
 type Client struct {
-	sdk      *imds.Client
+	sdk      *sdkimds.Client
 	endpoint string
 	disabled bool
 	clock    clockwork.Clock
@@ -196,14 +196,14 @@ func New(opts Options) *Client {
 	if c.log == nil {
 		c.log = logger.Nop()
 	}
-	var httpClient imds.HTTPClient = opts.HTTPClient
+	var httpClient sdkimds.HTTPClient = opts.HTTPClient
 	if opts.HTTPClient == nil {
 		// The SDK sets a 250 ms connect timeout on its own buildable client; this caps the whole
 		// attempt.
 		httpClient = awshttp.NewBuildableClient().WithTimeout(attemptTimeout)
 	}
 	httpClient = tokenRecorder{next: httpClient}
-	c.sdk = imds.New(imds.Options{
+	c.sdk = sdkimds.New(sdkimds.Options{
 		Endpoint:   opts.Endpoint, // "" lets the SDK read AWS_EC2_METADATA_SERVICE_ENDPOINT
 		HTTPClient: httpClient,
 		Retryer: awsretry.NewStandard(func(so *awsretry.StandardOptions) {
@@ -229,13 +229,13 @@ func (c *Client) get(ctx context.Context, path string) (string, error) {
 	call := &callState{}
 	ctx = context.WithValue(ctx, callKey{}, call)
 	if p, ok := strings.CutPrefix(path, "dynamic/"); ok {
-		var out *imds.GetDynamicDataOutput
-		if out, err = c.sdk.GetDynamicData(ctx, &imds.GetDynamicDataInput{Path: p}); err == nil {
+		var out *sdkimds.GetDynamicDataOutput
+		if out, err = c.sdk.GetDynamicData(ctx, &sdkimds.GetDynamicDataInput{Path: p}); err == nil {
 			body = out.Content
 		}
 	} else {
-		var out *imds.GetMetadataOutput
-		if out, err = c.sdk.GetMetadata(ctx, &imds.GetMetadataInput{Path: strings.TrimPrefix(path, "meta-data/")}); err == nil {
+		var out *sdkimds.GetMetadataOutput
+		if out, err = c.sdk.GetMetadata(ctx, &sdkimds.GetMetadataInput{Path: strings.TrimPrefix(path, "meta-data/")}); err == nil {
 			body = out.Content
 		}
 	}
@@ -260,13 +260,13 @@ type callState struct {
 }
 
 var (
-	_ HTTPClient      = (*http.Client)(nil)
-	_ imds.HTTPClient = tokenRecorder{}
+	_ HTTPClient         = (*http.Client)(nil)
+	_ sdkimds.HTTPClient = tokenRecorder{}
 )
 
 // tokenRecorder notes the status of a refused token request in the call's state: the SDK's error
 // for a failed token fetch does not unwrap to its HTTP response error.
-type tokenRecorder struct{ next imds.HTTPClient }
+type tokenRecorder struct{ next sdkimds.HTTPClient }
 
 // Do sends req and records a token request's non-200 status.
 func (r tokenRecorder) Do(req *http.Request) (*http.Response, error) {

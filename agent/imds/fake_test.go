@@ -1,4 +1,4 @@
-package ec2identity_test
+package imds_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/ec2identity"
+	"github.com/berth-agent/berth/agent/imds"
 )
 
 const fakeToken = "fake-imdsv2-token"
@@ -123,8 +123,8 @@ func (f *fakeIMDS) count(path string) int {
 }
 
 // client returns a client of the fake with clock clk (nil: the real clock).
-func (f *fakeIMDS) client(clk clockwork.Clock) *ec2identity.Client {
-	return ec2identity.New(ec2identity.Options{Endpoint: f.srv.URL, Clock: clk})
+func (f *fakeIMDS) client(clk clockwork.Clock) *imds.Client {
+	return imds.New(imds.Options{Endpoint: f.srv.URL, Clock: clk})
 }
 
 // drive advances clk by d each time the poller waits on it, until done is closed. It fails the test

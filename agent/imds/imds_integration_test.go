@@ -1,6 +1,6 @@
 //go:build integration
 
-package ec2identity_test
+package imds_test
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/ec2identity"
-	"github.com/berth-agent/berth/agent/ec2identity/imdsmock"
+	"github.com/berth-agent/berth/agent/imds"
+	"github.com/berth-agent/berth/agent/imds/imdsmock"
 )
 
 func TestMockIdentity(t *testing.T) {
 	endpoint := imdsmock.Start(t)
-	c := ec2identity.New(ec2identity.Options{Endpoint: endpoint})
+	c := imds.New(imds.Options{Endpoint: endpoint})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -39,12 +39,12 @@ func TestMockIdentity(t *testing.T) {
 	attrs, err := c.Attributes(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{
-		ec2identity.AttrInstanceType:     "m4.xlarge",
-		ec2identity.AttrAvailabilityZone: "us-east-1f",
-		ec2identity.AttrAMIID:            "ami-0b69ea66ff7391e80",
-		ec2identity.AttrCPUArchitecture:  "x86_64",
-		ec2identity.AttrVPCID:            "vpc-d295a6a7",
-		ec2identity.AttrSubnetID:         "subnet-0ac62554",
+		imds.AttrInstanceType:     "m4.xlarge",
+		imds.AttrAvailabilityZone: "us-east-1f",
+		imds.AttrAMIID:            "ami-0b69ea66ff7391e80",
+		imds.AttrCPUArchitecture:  "x86_64",
+		imds.AttrVPCID:            "vpc-d295a6a7",
+		imds.AttrSubnetID:         "subnet-0ac62554",
 	}, attrs, "the mock serves no outpost-arn: a 404 leaves it out")
 
 	tags, err := c.InstanceTags(ctx)
@@ -56,7 +56,7 @@ func TestMockIdentity(t *testing.T) {
 // serves a terminate notice, which WatchSpot reports once.
 func TestMockSpot(t *testing.T) {
 	endpoint := imdsmock.Start(t, "spot", "--mock-delay-sec", "3", "--action", "terminate")
-	c := ec2identity.New(ec2identity.Options{Endpoint: endpoint})
+	c := imds.New(imds.Options{Endpoint: endpoint})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -65,8 +65,8 @@ func TestMockSpot(t *testing.T) {
 	assert.False(t, found, "no notice before the mock's delay")
 
 	start := time.Now()
-	var notices []ec2identity.SpotAction
-	c.WatchSpot(ctx, 200*time.Millisecond, func(a ec2identity.SpotAction) { notices = append(notices, a) })
+	var notices []imds.SpotAction
+	c.WatchSpot(ctx, 200*time.Millisecond, func(a imds.SpotAction) { notices = append(notices, a) })
 	require.NoError(t, ctx.Err(), "WatchSpot returned because of the notice, not the deadline")
 	require.Len(t, notices, 1)
 	assert.Equal(t, "terminate", notices[0].Action)
@@ -79,7 +79,7 @@ func TestMockSpot(t *testing.T) {
 // tests cover WaitInService's waiting.)
 func TestMockASGLifecycle(t *testing.T) {
 	endpoint := imdsmock.Start(t, "asglifecycle", "--asg-termination-delay-sec", "3")
-	c := ec2identity.New(ec2identity.Options{Endpoint: endpoint})
+	c := imds.New(imds.Options{Endpoint: endpoint})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -93,7 +93,7 @@ func TestMockASGLifecycle(t *testing.T) {
 		if state == "Terminated" {
 			return
 		}
-		require.Equal(t, ec2identity.StateInService, state)
+		require.Equal(t, imds.StateInService, state)
 		select {
 		case <-ctx.Done():
 			t.Fatal("the target lifecycle state never turned Terminated")

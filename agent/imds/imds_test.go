@@ -1,4 +1,4 @@
-package ec2identity_test
+package imds_test
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/berth-agent/berth/agent/ec2identity"
 	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/imds"
 )
 
 const (
@@ -71,13 +71,13 @@ func TestRegionErrors(t *testing.T) {
 		{"server error", answer{http.StatusServiceUnavailable, "busy"}, errdefs.ErrUnavailable, "answered 503"},
 		{"throttled", answer{http.StatusTooManyRequests, "slow down"}, errdefs.ErrResourceExhausted, "answered 429"},
 		{"forbidden", answer{http.StatusForbidden, "no"}, errdefs.ErrUnauthorized, "answered 403"},
-		{"empty", ok("  \n"), ec2identity.ErrBadResponse, "empty body"},
+		{"empty", ok("  \n"), imds.ErrBadResponse, "empty body"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeIMDS(t, map[string]answer{"meta-data/placement/region": tc.answer})
 			_, err := f.client(nil).Region(context.Background())
 			require.ErrorIs(t, err, tc.class)
-			var e *ec2identity.Error
+			var e *imds.Error
 			require.ErrorAs(t, err, &e)
 			assert.Equal(t, "meta-data/placement/region", e.Path)
 			assert.Contains(t, err.Error(), "get meta-data/placement/region")
@@ -90,7 +90,7 @@ func TestIdentity(t *testing.T) {
 	f := newFakeIMDS(t, instance())
 	id, err := f.client(nil).Identity(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, ec2identity.Identity{
+	assert.Equal(t, imds.Identity{
 		Document:         doc,
 		Signature:        signature,
 		InstanceID:       "i-0abc123def4567890",
@@ -110,8 +110,8 @@ func TestIdentityErrors(t *testing.T) {
 		class error
 		path  string
 	}{
-		{"document not json", func(m map[string]answer) { m["dynamic/instance-identity/document"] = ok("<html>") }, ec2identity.ErrBadResponse, "dynamic/instance-identity/document"},
-		{"document without instanceId", func(m map[string]answer) { m["dynamic/instance-identity/document"] = ok(`{"region":"eu-west-1"}`) }, ec2identity.ErrBadResponse, "dynamic/instance-identity/document"},
+		{"document not json", func(m map[string]answer) { m["dynamic/instance-identity/document"] = ok("<html>") }, imds.ErrBadResponse, "dynamic/instance-identity/document"},
+		{"document without instanceId", func(m map[string]answer) { m["dynamic/instance-identity/document"] = ok(`{"region":"eu-west-1"}`) }, imds.ErrBadResponse, "dynamic/instance-identity/document"},
 		{"no signature", func(m map[string]answer) { delete(m, "dynamic/instance-identity/signature") }, errdefs.ErrNotFound, "dynamic/instance-identity/signature"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,7 +120,7 @@ func TestIdentityErrors(t *testing.T) {
 			f := newFakeIMDS(t, m)
 			_, err := f.client(nil).Identity(context.Background())
 			require.ErrorIs(t, err, tc.class)
-			var e *ec2identity.Error
+			var e *imds.Error
 			require.ErrorAs(t, err, &e)
 			assert.Equal(t, tc.path, e.Path)
 		})
@@ -129,12 +129,12 @@ func TestIdentityErrors(t *testing.T) {
 
 func TestAttributes(t *testing.T) {
 	full := map[string]string{
-		ec2identity.AttrInstanceType:     "m7g.large",
-		ec2identity.AttrAvailabilityZone: "eu-west-1b",
-		ec2identity.AttrAMIID:            "ami-0123456789abcdef0",
-		ec2identity.AttrCPUArchitecture:  "arm64",
-		ec2identity.AttrVPCID:            "vpc-0123abcd",
-		ec2identity.AttrSubnetID:         "subnet-0456efab",
+		imds.AttrInstanceType:     "m7g.large",
+		imds.AttrAvailabilityZone: "eu-west-1b",
+		imds.AttrAMIID:            "ami-0123456789abcdef0",
+		imds.AttrCPUArchitecture:  "arm64",
+		imds.AttrVPCID:            "vpc-0123abcd",
+		imds.AttrSubnetID:         "subnet-0456efab",
 	}
 	without := func(keys ...string) map[string]string {
 		m := map[string]string{}
@@ -157,15 +157,15 @@ func TestAttributes(t *testing.T) {
 			m["meta-data/outpost-arn"] = ok("arn:aws:outposts:eu-west-1:123456789012:outpost/op-0123")
 		}, func() map[string]string {
 			m := without()
-			m[ec2identity.AttrOutpostARN] = "arn:aws:outposts:eu-west-1:123456789012:outpost/op-0123"
+			m[imds.AttrOutpostARN] = "arn:aws:outposts:eu-west-1:123456789012:outpost/op-0123"
 			return m
 		}(), nil},
 		{"no vpc (404s are skipped)", func(m map[string]answer) {
 			delete(m, "meta-data/network/interfaces/macs/"+mac+"/vpc-id")
 			delete(m, "meta-data/network/interfaces/macs/"+mac+"/subnet-id")
-		}, without(ec2identity.AttrVPCID, ec2identity.AttrSubnetID), nil},
+		}, without(imds.AttrVPCID, imds.AttrSubnetID), nil},
 		{"no mac", func(m map[string]answer) { delete(m, "meta-data/mac") },
-			without(ec2identity.AttrVPCID, ec2identity.AttrSubnetID), nil},
+			without(imds.AttrVPCID, imds.AttrSubnetID), nil},
 		{"subnet-id fails", func(m map[string]answer) {
 			m["meta-data/network/interfaces/macs/"+mac+"/subnet-id"] = answer{http.StatusInternalServerError, "oops"}
 		}, nil, errdefs.ErrUnavailable},
@@ -193,7 +193,7 @@ func TestAttributesEmptyIdentity(t *testing.T) {
 	m := instance()
 	delete(m, "meta-data/mac")
 	f := newFakeIMDS(t, m)
-	attrs, err := f.client(nil).Attributes(context.Background(), ec2identity.Identity{})
+	attrs, err := f.client(nil).Attributes(context.Background(), imds.Identity{})
 	require.NoError(t, err)
 	assert.Empty(t, attrs, "empty identity fields are left out")
 }
@@ -218,7 +218,7 @@ func TestInstanceTags(t *testing.T) {
 		delete(m, "meta-data/tags/instance/")
 		f := newFakeIMDS(t, m)
 		_, err := f.client(nil).InstanceTags(context.Background())
-		require.ErrorIs(t, err, ec2identity.ErrTagsNotEnabled)
+		require.ErrorIs(t, err, imds.ErrTagsNotEnabled)
 		assert.True(t, errdefs.IsFailedPrecondition(err))
 		assert.False(t, errdefs.IsRetriable(err))
 		assert.Contains(t, err.Error(), "meta-data/tags/instance/")
@@ -229,19 +229,19 @@ func TestSpotInstanceAction(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		answer answer
-		want   ec2identity.SpotAction
+		want   imds.SpotAction
 		ok     bool
 		class  error
 	}{
-		{"no notice", notFound, ec2identity.SpotAction{}, false, nil},
+		{"no notice", notFound, imds.SpotAction{}, false, nil},
 		{"terminate", ok(`{"action":"terminate","time":"2017-09-18T08:22:00Z"}`),
-			ec2identity.SpotAction{Action: "terminate", Time: time.Date(2017, 9, 18, 8, 22, 0, 0, time.UTC)}, true, nil},
+			imds.SpotAction{Action: "terminate", Time: time.Date(2017, 9, 18, 8, 22, 0, 0, time.UTC)}, true, nil},
 		{"hibernate", ok(`{"action": "hibernate", "time": "2026-11-30T21:00:00Z"}`),
-			ec2identity.SpotAction{Action: "hibernate", Time: time.Date(2026, 11, 30, 21, 0, 0, 0, time.UTC)}, true, nil},
-		{"not json", ok("terminate"), ec2identity.SpotAction{}, false, ec2identity.ErrBadResponse},
-		{"unknown action", ok(`{"action":"explode","time":"2017-09-18T08:22:00Z"}`), ec2identity.SpotAction{}, false, ec2identity.ErrBadResponse},
-		{"bad time", ok(`{"action":"stop","time":"soon"}`), ec2identity.SpotAction{}, false, ec2identity.ErrBadResponse},
-		{"server error", answer{http.StatusInternalServerError, "oops"}, ec2identity.SpotAction{}, false, errdefs.ErrUnavailable},
+			imds.SpotAction{Action: "hibernate", Time: time.Date(2026, 11, 30, 21, 0, 0, 0, time.UTC)}, true, nil},
+		{"not json", ok("terminate"), imds.SpotAction{}, false, imds.ErrBadResponse},
+		{"unknown action", ok(`{"action":"explode","time":"2017-09-18T08:22:00Z"}`), imds.SpotAction{}, false, imds.ErrBadResponse},
+		{"bad time", ok(`{"action":"stop","time":"soon"}`), imds.SpotAction{}, false, imds.ErrBadResponse},
+		{"server error", answer{http.StatusInternalServerError, "oops"}, imds.SpotAction{}, false, errdefs.ErrUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeIMDS(t, map[string]answer{"meta-data/spot/instance-action": tc.answer})
@@ -335,7 +335,7 @@ func TestNoAnswerFailsFast(t *testing.T) {
 		{"never answers", hang.URL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := ec2identity.New(ec2identity.Options{Endpoint: tc.endpoint})
+			c := imds.New(imds.Options{Endpoint: tc.endpoint})
 			start := time.Now()
 			_, err := c.Region(context.Background())
 			took := time.Since(start)
@@ -364,24 +364,24 @@ func TestDisabledByEnvironment(t *testing.T) {
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	c := f.client(nil)
 	_, err := c.Region(context.Background())
-	require.ErrorIs(t, err, ec2identity.ErrDisabled)
+	require.ErrorIs(t, err, imds.ErrDisabled)
 	assert.True(t, errdefs.IsFailedPrecondition(err))
 	_, err = c.Identity(context.Background())
-	require.ErrorIs(t, err, ec2identity.ErrDisabled)
+	require.ErrorIs(t, err, imds.ErrDisabled)
 	assert.Zero(t, f.tokens+f.refused, "nothing was sent")
 }
 
 func TestEndpointFromEnvironment(t *testing.T) {
 	f := newFakeIMDS(t, instance())
 	t.Setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", f.srv.URL)
-	c := ec2identity.New(ec2identity.Options{})
+	c := imds.New(imds.Options{})
 	assert.Equal(t, f.srv.URL, c.Endpoint())
 	region, err := c.Region(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, "eu-west-1", region)
 
 	t.Setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", "")
-	assert.Equal(t, ec2identity.DefaultEndpoint, ec2identity.New(ec2identity.Options{}).Endpoint())
+	assert.Equal(t, imds.DefaultEndpoint, imds.New(imds.Options{}).Endpoint())
 }
 
 func TestWatchSpot(t *testing.T) {
@@ -394,16 +394,16 @@ func TestWatchSpot(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var got []ec2identity.SpotAction
+	var got []imds.SpotAction
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.WatchSpot(ctx, 5*time.Second, func(a ec2identity.SpotAction) { got = append(got, a) })
+		c.WatchSpot(ctx, 5*time.Second, func(a imds.SpotAction) { got = append(got, a) })
 	}()
 	drive(t, clk, 5*time.Second, done)
 	<-done
 	require.Len(t, got, 1, "onNotice is called once")
-	assert.Equal(t, ec2identity.SpotAction{Action: "stop", Time: time.Date(2026, 11, 30, 21, 2, 0, 0, time.UTC)}, got[0])
+	assert.Equal(t, imds.SpotAction{Action: "stop", Time: time.Date(2026, 11, 30, 21, 2, 0, 0, time.UTC)}, got[0])
 	assert.Equal(t, 4, f.count(path), "polled until the notice appeared, then stopped")
 }
 
@@ -415,7 +415,7 @@ func TestWatchSpotStopsWithContext(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.WatchSpot(ctx, 0, func(ec2identity.SpotAction) { t.Error("no notice was served") })
+		c.WatchSpot(ctx, 0, func(imds.SpotAction) { t.Error("no notice was served") })
 	}()
 	waitCtx, waitCancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer waitCancel()
@@ -470,7 +470,7 @@ func TestWaitInServiceNoIMDS(t *testing.T) {
 	require.NoError(t, err)
 	endpoint := "http://" + l.Addr().String()
 	require.NoError(t, l.Close())
-	c := ec2identity.New(ec2identity.Options{Endpoint: endpoint, Clock: clockwork.NewFakeClock()})
+	c := imds.New(imds.Options{Endpoint: endpoint, Clock: clockwork.NewFakeClock()})
 	err = c.WaitInService(context.Background(), time.Minute)
 	require.Error(t, err)
 	assert.True(t, errdefs.IsUnavailable(err))
@@ -506,7 +506,7 @@ func TestTokenNotFound(t *testing.T) {
 	assert.False(t, found)
 	require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
 	assert.False(t, errdefs.IsNotFound(err))
-	var e *ec2identity.Error
+	var e *imds.Error
 	require.ErrorAs(t, err, &e)
 	assert.True(t, e.Token)
 	assert.Equal(t, http.StatusNotFound, e.StatusCode)
