@@ -16,22 +16,22 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/config"
-	"github.com/berth-agent/berth/agent/containerstats"
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/dockerstats"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/imagecleanup"
 	"github.com/berth-agent/berth/agent/imds"
 	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/logger"
-	"github.com/berth-agent/berth/agent/metrics"
+	"github.com/berth-agent/berth/agent/prommetrics"
 	"github.com/berth-agent/berth/agent/registryauth"
 	"github.com/berth-agent/berth/agent/rolecreds"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/statictasks"
 	"github.com/berth-agent/berth/agent/taskcreds"
+	"github.com/berth-agent/berth/agent/taskmetrics"
 	"github.com/berth-agent/berth/agent/tasksecrets"
-	"github.com/berth-agent/berth/agent/telemetry"
 	"github.com/berth-agent/berth/agent/version"
 )
 
@@ -79,7 +79,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err != nil || ctx.Err() != nil {
 		return err // nil when stopped while waiting: nothing was started
 	}
-	m := metrics.New()
+	m := prommetrics.New()
 	var roles *rolecreds.Provider // sts:AssumeRole with the host's credentials, when ACS sends none
 	if plan.assumesRoles {
 		roles = rolecreds.New(ctx, rolecreds.Config{Region: cfg.AWSRegion}, log.With("component", "role_credentials"))
@@ -104,13 +104,13 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	defer servers.close()
 	installTaskEndpointNAT(ctx, cfg, log)
 	// One stats stream per container, shared by the task endpoint's /stats and the telemetry source.
-	stats := containerstats.New(client, containerstats.Config{Logger: log.With("component", "container_stats")})
+	stats := dockerstats.New(client, dockerstats.Config{Logger: log.With("component", "container_stats")})
 	defer stats.Close()
 	var sampleEvery time.Duration // the telemetry source's default: about once a second
 	if cfg.PollMetrics {
 		sampleEvery = cfg.PollingMetricsWaitDuration
 	}
-	tel := telemetry.New(eng, stats, telemetry.Config{SampleInterval: sampleEvery,
+	tel := taskmetrics.New(eng, stats, taskmetrics.Config{SampleInterval: sampleEvery,
 		Runtime: func(ctx context.Context) error { _, err := client.Version(ctx); return err }, Logger: log.With("component", "telemetry")})
 	cp, identity, err := newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, store, credentials, imdsClient,
 		controlplane.TelemetryConfig{Source: tel, DisableMetrics: cfg.MetricsDisabled, DisableHealth: cfg.DockerHealthCheckDisabled},
@@ -204,7 +204,7 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 // newEngine builds the task engine with the host's resources and, with ECS_ENABLE_TASK_ENI, awsvpc
 // support (without it the engine refuses awsvpc tasks, saying how to enable them).
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
-	m *metrics.Metrics, roles *rolecreds.Provider, creds *taskcreds.Chain,
+	m *prommetrics.Metrics, roles *rolecreds.Provider, creds *taskcreds.Chain,
 	probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
 	resources, err := hostResources(cfg)
 	if err != nil {

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/berth-agent/berth/agent/config"
-	"github.com/berth-agent/berth/agent/containerstats"
 	"github.com/berth-agent/berth/agent/controlplane"
+	"github.com/berth-agent/berth/agent/dockerstats"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/hostnat"
@@ -23,11 +23,11 @@ import (
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
-	"github.com/berth-agent/berth/agent/metrics"
+	"github.com/berth-agent/berth/agent/prommetrics"
 	"github.com/berth-agent/berth/agent/taskcreds"
 	"github.com/berth-agent/berth/agent/taskendpoint"
+	"github.com/berth-agent/berth/agent/taskmetrics"
 	"github.com/berth-agent/berth/agent/tasksecrets"
-	"github.com/berth-agent/berth/agent/telemetry"
 )
 
 // installTaskBridgeNAT adds the awsvpc task bridge, which CNI makes with the first awsvpc task, to
@@ -112,8 +112,8 @@ func listen(cfg *config.Config, embedded bool, log *logger.Logger) (*servers, er
 }
 
 // serve serves every listener in g until ctx ends.
-func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, stats *containerstats.Cache, tel *telemetry.Source,
-	m *metrics.Metrics, cp *controlplane.ControlPlane, creds *taskcreds.Chain, identity imds.Identity, cfg *config.Config) error {
+func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, stats *dockerstats.Cache, tel *taskmetrics.Source,
+	m *prommetrics.Metrics, cp *controlplane.ControlPlane, creds *taskcreds.Chain, identity imds.Identity, cfg *config.Config) error {
 	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: endpointInstance(cfg, identity),
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
 		Tasks:     eng, Credentials: creds, Stats: stats, Logger: s.log.With("component", "task_endpoint"),
@@ -126,10 +126,10 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 		stats.Close()
 		return nil
 	})
-	m.ReportUsage(func() []metrics.ContainerUsage {
-		var out []metrics.ContainerUsage
+	m.ReportUsage(func() []prommetrics.ContainerUsage {
+		var out []prommetrics.ContainerUsage
 		for _, c := range tel.Containers() {
-			out = append(out, metrics.ContainerUsage{TaskArn: c.TaskArn, ContainerName: c.ContainerName, CPUPercent: c.CPUPercent,
+			out = append(out, prommetrics.ContainerUsage{TaskArn: c.TaskArn, ContainerName: c.ContainerName, CPUPercent: c.CPUPercent,
 				MemoryBytes: c.MemoryBytes})
 		}
 		return out
@@ -148,7 +148,7 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 // source's latest figures.
 type tasksWithUsage struct {
 	*engine.Engine
-	tel *telemetry.Source
+	tel *taskmetrics.Source
 }
 
 var _ introspection.UsageSource = tasksWithUsage{}

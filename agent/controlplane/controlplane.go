@@ -102,7 +102,7 @@ type Config struct {
 
 // TelemetryConfig configures the TCS (telemetry) session. The agent's configuration keys for it
 // are ECS_DISABLE_METRICS (DisableMetrics), ECS_DISABLE_DOCKER_HEALTH_CHECK (DisableHealth) and, for
-// the sampling, ECS_POLL_METRICS and ECS_POLLING_METRICS_WAIT_DURATION (see agent/telemetry).
+// the sampling, ECS_POLL_METRICS and ECS_POLLING_METRICS_WAIT_DURATION (see agent/taskmetrics).
 type TelemetryConfig struct {
 	// Source is what is published; nil runs no TCS session.
 	Source tcs.Source

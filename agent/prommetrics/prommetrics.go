@@ -1,8 +1,8 @@
-// Package metrics exposes the agent's Prometheus metrics: tasks and containers by status, running
+// Package prommetrics exposes the agent's Prometheus metrics: tasks and containers by status, running
 // containers of no known task, image pulls and their retries, and the latency of Docker Engine calls.
 // It keeps its own registry (nothing is registered globally) and measures through decorators around
 // the engine's small interfaces.
-package metrics
+package prommetrics
 
 import (
 	"context"

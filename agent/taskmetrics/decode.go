@@ -1,4 +1,4 @@
-package telemetry
+package taskmetrics
 
 import (
 	"github.com/berth-agent/berth/agent/dockerclient"

@@ -1,4 +1,4 @@
-package containerstats
+package dockerstats
 
 import (
 	"context"

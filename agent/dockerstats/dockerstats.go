@@ -1,4 +1,4 @@
-// Package containerstats serves Docker's stats of containers from one stats stream per container,
+// Package dockerstats serves Docker's stats of containers from one stats stream per container,
 // shared by every reader, so that the task metadata endpoint's /stats and /task/stats answer from
 // memory instead of asking Docker on every request.
 //
@@ -19,7 +19,7 @@
 // error is, until a sample arrives. A stopped entry answers its error at once until it is removed;
 // the next Stats call after that starts a new entry. An entry holds one sample, so memory is
 // bounded by the containers read within IdleTimeout.
-package containerstats
+package dockerstats
 
 import (
 	"bytes"

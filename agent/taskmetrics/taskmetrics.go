@@ -1,6 +1,6 @@
-// Package telemetry is what the agent publishes to TCS and shows locally: it samples, about once a
+// Package taskmetrics is what the agent publishes to TCS and shows locally: it samples, about once a
 // second, the Docker stats of every running container of every running task from the shared stats
-// streams of agent/containerstats, feeds each container's tcswire.Window, and answers the TCS client's
+// streams of agent/dockerstats, feeds each container's tcswire.Window, and answers the TCS client's
 // Metrics and Health. It also keeps each container's latest figures (CPU percent and memory) for
 // berth ps and /metrics.
 //
@@ -12,7 +12,7 @@
 //
 // A container that stops running is forgotten once its last samples were taken by Metrics, or after
 // forgetAfter when nobody takes them, so memory is bounded by the containers that run.
-package telemetry
+package taskmetrics
 
 import (
 	"cmp"
@@ -25,8 +25,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/berth-agent/berth/agent/containerstats"
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/dockerstats"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/set"
 	"github.com/berth-agent/berth/agent/task"
@@ -48,7 +48,7 @@ type Stats interface {
 	Sample(ctx context.Context, dockerID string) (dockerclient.StatsSample, error)
 }
 
-var _ Stats = (*containerstats.Cache)(nil)
+var _ Stats = (*dockerstats.Cache)(nil)
 
 // DefaultSampleInterval is how often Run samples when Config leaves SampleInterval zero: Docker
 // collects stats once a second.

@@ -1,6 +1,6 @@
 //go:build integration
 
-package containerstats
+package dockerstats
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 const itImage = "127.0.0.1:5000/berth/testapp:latest"
 
 // itPrefix starts the name of every container these tests create.
-const itPrefix = "berth-containerstats-it-"
+const itPrefix = "berth-dockerstats-it-"
 
 // countingDocker counts the Docker calls the cache makes.
 type countingDocker struct {
@@ -67,7 +67,7 @@ func runSleeper(t *testing.T, client *dockerclient.Client, networkMode string) s
 	name := fmt.Sprintf("%s%s-%d", itPrefix, networkMode, time.Now().UnixNano())
 	ctr, err := client.CreateContainer(ctx, docker.CreateContainerOptions{
 		Name:       name,
-		Config:     &docker.Config{Image: itImage, Cmd: []string{"sleep"}, Labels: map[string]string{"com.berth-agent.test": "containerstats"}},
+		Config:     &docker.Config{Image: itImage, Cmd: []string{"sleep"}, Labels: map[string]string{"com.berth-agent.test": "dockerstats"}},
 		HostConfig: &docker.HostConfig{NetworkMode: networkMode},
 	})
 	require.NoError(t, err)
@@ -258,6 +258,6 @@ func TestIntegrationStoppedContainerEndsItsStream(t *testing.T) {
 	t.Logf("a stopped container's first read failed in %v", time.Since(t0))
 
 	// A container that was never there.
-	_, err = cache.Stats(ctxWithin(t, 5*time.Second), "berth-containerstats-it-nosuch")
+	_, err = cache.Stats(ctxWithin(t, 5*time.Second), "berth-dockerstats-it-nosuch")
 	assert.ErrorIs(t, err, dockerclient.ErrNotFound)
 }
