@@ -87,7 +87,7 @@ func (w *worker) restart(ctx context.Context, c *task.Container, before task.Con
 		w.log.Warn("restarting the container failed; its exit stands", "container", c.Name, "exit_code", exitCode(&exited), "error", err)
 		return
 	}
-	w.log.Info("container restarted", "container", c.Name, "docker_id", shortID(c.DockerID), "exit_code", exitCode(&exited), "restart_count", c.RestartCount)
+	w.log.Info("container restarted", "container", c.Name, "docker_id", shortDockerID(c.DockerID), "exit_code", exitCode(&exited), "restart_count", c.RestartCount)
 	w.refresh(ctx, c)
 }
 

@@ -163,7 +163,7 @@ func (e *Engine) removeOrphans(ctx context.Context, tasks []*task.Task, trusted 
 		if owned {
 			continue
 		}
-		log := e.log.With("docker_id", shortID(ctr.ID), "task", ctr.Labels[LabelTaskARN], "container", ctr.Labels[LabelContainerName])
+		log := e.log.With("docker_id", shortDockerID(ctr.ID), "task", ctr.Labels[LabelTaskARN], "container", ctr.Labels[LabelContainerName])
 		ci, err := e.docker.InspectContainer(ctx, ctr.ID)
 		switch {
 		case errors.Is(err, dockerclient.ErrNotFound):

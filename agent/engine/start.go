@@ -233,7 +233,7 @@ func (w *worker) startContainer(ctx context.Context, c *task.Container) error {
 		c.KnownStatus = task.ContainerResourcesProvisioned
 	}
 	w.e.probe(ProbeAfterStart, w.t)
-	w.log.Info("container started", "container", c.Name, "docker_id", shortID(c.DockerID))
+	w.log.Info("container started", "container", c.Name, "docker_id", shortDockerID(c.DockerID))
 	delete(w.waitingSince, c.Name)
 	w.refresh(ctx, c)
 	w.commit(ctx)
@@ -306,7 +306,7 @@ func (w *worker) adopt(ctx context.Context, c *task.Container) bool {
 	c.KnownStatus = max(c.KnownStatus, task.ContainerCreated)
 	applyInspect(c, ci)
 	w.e.trackContainer(c.DockerID, w)
-	w.log.Info("adopted a container created before a restart", "container", c.Name, "docker_id", shortID(c.DockerID))
+	w.log.Info("adopted a container created before a restart", "container", c.Name, "docker_id", shortDockerID(c.DockerID))
 	w.commit(ctx)
 	return true
 }

@@ -181,7 +181,9 @@ func (w *worker) cleanup(ctx context.Context) {
 	w.log.Info("task cleaned up")
 }
 
-func shortID(id string) string {
+// shortDockerID returns a Docker container ID as Docker shows it: its first 12 characters. (A
+// credentials ID is shortened by taskcreds.ShortID, the one rule for what of it may be logged.)
+func shortDockerID(id string) string {
 	if len(id) > 12 {
 		return id[:12]
 	}

@@ -46,7 +46,7 @@ func (e *Engine) dropUnknown(id, why string) {
 	delete(e.unknown, id)
 	e.mu.Unlock()
 	if ok { // logged outside the lock: the log may be a file
-		e.log.Info("a container of no known task is no longer running", "docker_id", shortID(id), "task", u.TaskArn,
+		e.log.Info("a container of no known task is no longer running", "docker_id", shortDockerID(id), "task", u.TaskArn,
 			"container", u.Name, "why", why)
 	}
 }
@@ -77,7 +77,7 @@ func (e *Engine) recheckUnknown(ctx context.Context) {
 		case errors.Is(err, dockerclient.ErrNotFound):
 			e.dropUnknown(id, "removed")
 		case err != nil:
-			e.log.Debug("cannot inspect a container of no known task; it stays listed", "docker_id", shortID(id), "error", err)
+			e.log.Debug("cannot inspect a container of no known task; it stays listed", "docker_id", shortDockerID(id), "error", err)
 		case !isUp(ci.State):
 			e.dropUnknown(id, "stopped")
 		}
