@@ -10,12 +10,7 @@ import (
 	docker "github.com/fsouza/go-dockerclient"
 
 	"github.com/berth-agent/berth/agent/task"
-)
-
-// Role types, as ACS names them.
-const (
-	RoleTypeTask      = "TaskApplication"
-	RoleTypeExecution = "TaskExecution"
+	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
 // TaskEndpointConfig tells containers where the task endpoint (credentials and metadata) is.
@@ -95,7 +90,7 @@ func (f endpointFeature) Prepare(r *Run) error {
 		return nil
 	}
 	for _, role := range []struct{ roleType, arn, id string }{
-		{RoleTypeTask, t.RoleArn, t.CredentialsID}, {RoleTypeExecution, t.ExecutionRoleArn, t.ExecutionCredentialsID}} {
+		{taskcreds.RoleTypeTaskApplication, t.RoleArn, t.CredentialsID}, {taskcreds.RoleTypeTaskExecution, t.ExecutionRoleArn, t.ExecutionCredentialsID}} {
 		if role.arn == "" {
 			continue
 		}
