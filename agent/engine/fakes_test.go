@@ -15,7 +15,6 @@ import (
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 
 	"github.com/berth-agent/berth/agent/dockerclient"
-	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -583,33 +582,7 @@ func (s *fakeStore) snapshot() []*task.Task {
 	return out
 }
 
-// fakeNetwork stands in for the CNI plugins: it records calls and hands out one address.
-type fakeNetwork struct {
-	mu    sync.Mutex
-	calls []string
-}
-
 var _ Network = (*fakeNetwork)(nil)
-
-func (n *fakeNetwork) Setup(_ context.Context, tn ecscni.TaskNetwork) (ecscni.Result, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.calls = append(n.calls, "setup "+tn.TaskID+" "+tn.NetNS)
-	return ecscni.Result{ENIIPv4: "10.0.0.2", BridgeIPv4: "169.254.172.3"}, nil
-}
-
-func (n *fakeNetwork) Teardown(_ context.Context, tn ecscni.TaskNetwork) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.calls = append(n.calls, "teardown "+tn.TaskID+" "+tn.NetNS)
-	return nil
-}
-
-func (n *fakeNetwork) log() []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return append([]string(nil), n.calls...)
-}
 
 func mustCIDR(t *testing.T, s string) cnitypes.IPNet {
 	t.Helper()

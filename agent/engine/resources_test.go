@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -261,4 +262,127 @@ func TestResourceQueue(t *testing.T) {
 		q := newResourceQueue(host)
 		require.NoError(t, q.Acquire(ctx, "x", need{ports: []hostPort{{22, "udp"}, {161, "tcp"}}}, nil))
 	})
+}
+
+func TestHostResources(t *testing.T) {
+	t.Run("waits with a reason and starts when resources free", func(t *testing.T) {
+		cfg := testConfig()
+		cfg.Resources = Resources{CPU: 1000, MemoryMiB: 1000}
+		h := newHarness(t, cfg)
+		h.add(newTask("arn:a", ctr("app", func(c *task.Container) { c.CPU = 600 })))
+		h.waitStatus("arn:a", task.TaskRunning)
+		h.add(newTask("arn:b", ctr("app", func(c *task.Container) { c.CPU = 600 })))
+
+		b := h.waitTask("arn:b", "pending", func(tk *task.Task) bool { return tk.PendingReason != "" })
+		assert.Contains(t, b.PendingReason, "CPU 400 of 1000 units free, 600 needed")
+		var fromList *task.Task
+		for _, tk := range h.engine.Tasks() {
+			if tk.Arn == "arn:b" {
+				fromList = tk
+			}
+		}
+		require.NotNil(t, fromList)
+		assert.Equal(t, b.PendingReason, fromList.PendingReason, "Tasks shows the reason too")
+		assert.Equal(t, task.TaskNone, b.KnownStatus)
+		assert.Len(t, h.docker.createCalls(), 1, "b waits without creating anything")
+
+		require.NoError(t, h.engine.StopTask(context.Background(), "arn:a", "make room"))
+		b = h.waitStatus("arn:b", task.TaskRunning)
+		assert.Empty(t, b.PendingReason)
+	})
+
+	t.Run("FIFO and a reason that follows the queue", func(t *testing.T) {
+		cfg := testConfig()
+		cfg.Resources = Resources{CPU: 4096, MemoryMiB: 1000}
+		h := newHarness(t, cfg)
+		mem := func(m int) func(*task.Container) { return func(c *task.Container) { c.Memory = m } }
+		h.add(newTask("arn:a", ctr("app", mem(600))))
+		h.waitStatus("arn:a", task.TaskRunning)
+		h.add(newTask("arn:big", ctr("app", mem(800))))
+		h.waitTask("arn:big", "pending", func(tk *task.Task) bool { return tk.PendingReason != "" })
+		h.add(newTask("arn:small", ctr("app", mem(100))))
+		small := h.waitTask("arn:small", "pending", func(tk *task.Task) bool { return tk.PendingReason != "" })
+		assert.Contains(t, small.PendingReason, "1 task(s) ahead", "small fits but waits behind big")
+		h.add(newTask("arn:medium", ctr("app", mem(500))))
+		medium := h.waitTask("arn:medium", "pending", func(tk *task.Task) bool { return tk.PendingReason != "" })
+		assert.Contains(t, medium.PendingReason, "2 task(s) ahead")
+
+		require.NoError(t, h.engine.StopTask(context.Background(), "arn:big", "cancelled"))
+		h.waitStatus("arn:big", task.TaskStopped)
+		h.waitStatus("arn:small", task.TaskRunning)
+		medium = h.waitTask("arn:medium", "waits for memory", func(tk *task.Task) bool {
+			return regexp.MustCompile(`memory \d+ of 1000 MiB free, 500 needed`).MatchString(tk.PendingReason)
+		})
+		assert.Equal(t, task.TaskNone, medium.KnownStatus)
+
+		require.NoError(t, h.engine.StopTask(context.Background(), "arn:a", "make room"))
+		h.waitStatus("arn:medium", task.TaskRunning)
+	})
+
+	t.Run("host port held by another task", func(t *testing.T) {
+		h := newHarness(t, testConfig())
+		port := func(c *task.Container) { c.PortMappings = []task.PortMapping{{ContainerPort: 80, HostPort: 8080}} }
+		h.add(newTask("arn:a", ctr("web", port)))
+		h.waitStatus("arn:a", task.TaskRunning)
+		h.add(newTask("arn:b", ctr("web", port)))
+		b := h.waitTask("arn:b", "pending", func(tk *task.Task) bool { return tk.PendingReason != "" })
+		assert.Contains(t, b.PendingReason, "host port 8080/tcp is used by task arn:a")
+		require.NoError(t, h.engine.StopTask(context.Background(), "arn:a", "make room"))
+		h.waitStatus("arn:b", task.TaskRunning)
+	})
+
+	tests := []struct {
+		name       string
+		tk         *task.Task
+		wantReason string
+	}{
+		{"too much CPU", newTask("arn:cpu", ctr("app", func(c *task.Container) { c.CPU = 5000 })), "task needs 5000 CPU units; the host has 4096"},
+		{"too much task memory", func() *task.Task {
+			tk := newTask("arn:mem", ctr("app"))
+			tk.Memory = 9000
+			return tk
+		}(), "task needs 9000 MiB of memory; the host offers 8192"},
+		{"reserved port", newTask("arn:ssh", ctr("app", func(c *task.Container) {
+			c.PortMappings = []task.PortMapping{{ContainerPort: 22, HostPort: 22}}
+		})), "host port 22/tcp is reserved"},
+		{"port bound twice", newTask("arn:dup", ctr("a", func(c *task.Container) {
+			c.PortMappings = []task.PortMapping{{ContainerPort: 80, HostPort: 8080, Protocol: "udp"}}
+		}), ctr("b", func(c *task.Container) {
+			c.PortMappings = []task.PortMapping{{ContainerPort: 81, HostPort: 8080, Protocol: "UDP"}}
+		})), "host port 8080/udp is bound twice"},
+		// Values no validated definition holds, from a damaged state record, say. They used to be
+		// admitted: the reservation's byte value wrapped to 0 (no reservation), and a negative cpu
+		// made room for every other task.
+		{"memoryReservation whose bytes overflow", newTask("arn:wrap", ctr("app", func(c *task.Container) { c.MemoryReservation = 1 << 44 })),
+			`container "app": memoryReservation: 17592186044416 MiB is out of range`},
+		{"negative cpu", newTask("arn:neg", ctr("app", func(c *task.Container) { c.CPU = -1 << 40 })),
+			`container "app": cpu -1099511627776 is negative`},
+	}
+	for _, tc := range tests {
+		t.Run("never fits: "+tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Resources.ReservedTCP = []uint16{22, 2375}
+			h := newHarness(t, cfg)
+			h.add(tc.tk)
+			stopped := h.waitStatus(tc.tk.Arn, task.TaskStopped)
+			assert.Contains(t, stopped.StoppedReason, "ResourceError")
+			assert.Contains(t, stopped.StoppedReason, tc.wantReason)
+			assert.Empty(t, h.docker.createCalls())
+			h.add(newTask("arn:other", ctr("app")))
+			h.waitStatus("arn:other", task.TaskRunning)
+		})
+	}
+}
+
+func TestDynamicHostPorts(t *testing.T) {
+	h := newHarness(t, testConfig())
+	const arn = "arn:ports"
+	h.add(newTask(arn, ctr("web", func(c *task.Container) {
+		c.PortMappings = []task.PortMapping{{ContainerPort: 80}, {ContainerPort: 53, HostPort: 5353, Protocol: "udp"}}
+	})))
+	web := h.waitStatus(arn, task.TaskRunning).Container("web")
+	assert.Equal(t, []task.NetworkBinding{
+		{BindIP: "0.0.0.0", ContainerPort: 53, HostPort: 5353, Protocol: "udp"},
+		{BindIP: "0.0.0.0", ContainerPort: 80, HostPort: 32768, Protocol: "tcp"},
+	}, web.NetworkBindings)
 }
