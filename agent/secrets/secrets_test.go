@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,18 +32,7 @@ func (noBackoff) BackoffDelay(int, error) (time.Duration, error) { return 0, nil
 func setup(t *testing.T) (*secretstest.Server, *secrets.Fetcher) {
 	t.Helper()
 	srv := secretstest.New(t)
-	for k, v := range srv.Env() {
-		t.Setenv(k, v)
-	}
-	dir := t.TempDir()
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	for _, k := range []string{"AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION",
-		"AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} {
-		t.Setenv(k, "")
-		require.NoError(t, os.Unsetenv(k))
-	}
+	srv.PointSDK(t)
 	f, err := secrets.New(secrets.Config{Region: "us-east-1", Backoff: noBackoff{}})
 	require.NoError(t, err)
 	return srv, f

@@ -2,8 +2,6 @@ package tasksecrets_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -17,22 +15,11 @@ import (
 
 const execID = "exec-credentials-id"
 
-// setup starts the SSM, Secrets Manager and S3 stand-in, points the SDK at it, shields the test from
-// the host's AWS configuration and returns a Source whose chain holds the execution role's keys.
+// setup starts the SSM, Secrets Manager and S3 stand-in, points the SDK at it and returns a Source whose chain holds the execution role's keys.
 func setup(t *testing.T) (*secretstest.Server, *tasksecrets.Source) {
 	t.Helper()
 	srv := secretstest.New(t)
-	for k, v := range srv.Env() {
-		t.Setenv(k, v)
-	}
-	dir := t.TempDir()
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	for _, k := range []string{"AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} {
-		t.Setenv(k, "")
-		require.NoError(t, os.Unsetenv(k))
-	}
+	srv.PointSDK(t)
 	store := taskcreds.NewStore(nil)
 	require.NoError(t, store.Put("arn:task", taskcreds.RoleTypeTaskExecution, execID,
 		taskcreds.Credentials{AccessKeyID: "AKIAEXECROLE", SecretAccessKey: "s", SessionToken: "t"}))

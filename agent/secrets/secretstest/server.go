@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -78,6 +80,27 @@ func (s *Server) Env() map[string]string {
 		"AWS_ENDPOINT_URL_SSM":             s.URL,
 		"AWS_ENDPOINT_URL_SECRETS_MANAGER": s.URL,
 		"AWS_ENDPOINT_URL_S3":              s.URL,
+	}
+}
+
+// PointSDK points the AWS SDK of a test process at the stand-in (Env) and shields the test from the
+// host's AWS configuration: empty config and credentials files, IMDS off, and none of the AWS_*
+// variables that choose a profile, an endpoint, a region, retries or keys. t.Setenv restores them.
+func (s *Server) PointSDK(t testing.TB) {
+	t.Helper()
+	for k, v := range s.Env() {
+		t.Setenv(k, v)
+	}
+	dir := t.TempDir()
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	for _, k := range []string{"AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION",
+		"AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} {
+		t.Setenv(k, "")
+		if err := os.Unsetenv(k); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
