@@ -206,7 +206,7 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
 	m *prommetrics.Metrics, roles *rolecreds.Provider, creds *taskcreds.Chain,
 	probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
-	resources, err := hostResources(cfg)
+	resources, err := engine.HostResources(engine.HostMeminfo, cfg.ReservedMemoryMiB, cfg.ReservedPorts, cfg.ReservedPortsUDP)
 	if err != nil {
 		return nil, resources, err
 	}

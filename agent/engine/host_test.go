@@ -1,8 +1,9 @@
-package app
+package engine
 
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,4 +36,16 @@ func TestMemTotalMiB(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 		})
 	}
+}
+
+// TestHostResourcesFromMeminfo: the host's memory less the reserved part, every core's 1024 units, the reserved
+// ports as given; reserving all of it is an error naming the key.
+func TestHostResourcesFromMeminfo(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "meminfo")
+	require.NoError(t, os.WriteFile(p, []byte("MemTotal: 4194304 kB\n"), 0o600))
+	r, err := HostResources(p, 512, []uint16{22}, []uint16{53})
+	require.NoError(t, err)
+	assert.Equal(t, Resources{CPU: runtime.NumCPU() * 1024, MemoryMiB: 4096 - 512, ReservedTCP: []uint16{22}, ReservedUDP: []uint16{53}}, r)
+	_, err = HostResources(p, 4096, nil, nil)
+	assert.ErrorContains(t, err, "ECS_RESERVED_MEMORY (4096 MiB) leaves no memory")
 }
