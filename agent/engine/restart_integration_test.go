@@ -55,10 +55,12 @@ func TestIntegrationRestartPolicy(t *testing.T) {
 		assert.Equal(t, task.TaskRunning, restarted.DesiredStatus)
 		assert.Nil(t, app.ExitCode)
 
-		ci, err = h.client.InspectContainer(t.Context(), first.DockerID)
-		require.NoError(t, err)
-		assert.Equal(t, first.DockerID, ci.ID)
-		assert.True(t, ci.State.StartedAt.After(firstStart), "Docker started it again: %s, first %s", ci.State.StartedAt, firstStart)
+		// The restart is counted and saved before Docker is asked to start the container (restart.go),
+		// so Docker's start time is waited for, not read at once.
+		require.Eventually(t, func() bool {
+			ci, err := h.client.InspectContainer(t.Context(), first.DockerID)
+			return err == nil && ci.ID == first.DockerID && ci.State.StartedAt.After(firstStart)
+		}, 10*time.Second, 20*time.Millisecond, "Docker starts the same container again after its first start at %s", firstStart)
 
 		// It keeps exiting after 3 s, longer than the period: each exit is a restart.
 		h.waitTask(t, tk.Arn, 30*time.Second, "restart app again", func(tk *task.Task) bool {
