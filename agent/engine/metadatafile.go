@@ -222,6 +222,14 @@ func (f metadataFeature) TaskHook(*task.Task) TaskHook {
 	return &metadataHook{f: f, files: map[string]*metadataFile{}}
 }
 
+// instanceARN returns the container instance ARN, "" before registration.
+func (f metadataFeature) instanceARN() string {
+	if f.cfg.InstanceARN == nil {
+		return ""
+	}
+	return f.cfg.InstanceARN()
+}
+
 // metadataHook is one task's metadata files.
 type metadataHook struct {
 	f     metadataFeature
@@ -244,7 +252,7 @@ type metadataFile struct {
 // container does, since Docker mounts its directory; a container whose file cannot be written is
 // created without one.
 func (h *metadataHook) BeforeCreate(_ context.Context, r *Run, c *task.Container, opts *docker.CreateContainerOptions) error {
-	dir, err := h.sync(r.Task(), c, true)
+	dir, err := h.sync(r.Task(), c, h.f.instanceARN(), true)
 	if err != nil {
 		r.Log().Warn("the container gets no metadata file", "container", c.Name, "error", err)
 	}
@@ -254,11 +262,12 @@ func (h *metadataHook) BeforeCreate(_ context.Context, r *Run, c *task.Container
 	return nil
 }
 
-// sync brings the metadata file of c up to date and returns its directory, or "" when c has none.
+// sync brings the metadata file of c up to date, with arn as the instance ARN ("" keeps the one the
+// file has), and returns its directory, or "" when c has none.
 // create is true just before Docker creates c, when its first (PENDING) file is written; later a
 // file is only rewritten, never made for a container created without one (before the feature was
 // turned on). Nothing is written when the content is unchanged.
-func (h *metadataHook) sync(t *task.Task, c *task.Container, create bool) (string, error) {
+func (h *metadataHook) sync(t *task.Task, c *task.Container, arn string, create bool) (string, error) {
 	cfg := h.f.cfg
 	if !cfg.Enabled || c.Pause {
 		return "", nil
@@ -282,10 +291,6 @@ func (h *metadataHook) sync(t *task.Task, c *task.Container, create bool) (strin
 			last = &metadataFile{}
 		}
 		h.files[c.Name] = last
-	}
-	arn := ""
-	if cfg.InstanceARN != nil {
-		arn = cfg.InstanceARN()
 	}
 	if arn == "" && len(last.data) > 0 { // not registered yet since a restart: keep what the file says
 		var old containerMetadata
@@ -314,12 +319,12 @@ func (h *metadataHook) AfterCommit(r *Run) {
 	if !h.f.cfg.Enabled {
 		return
 	}
-	t := r.Task()
+	t, arn := r.Task(), h.f.instanceARN() // asked once per commit, not once per container
 	for _, c := range t.Containers {
 		if c.DockerName == "" || c.Pause {
 			continue
 		}
-		_, err := h.sync(t, c, false)
+		_, err := h.sync(t, c, arn, false)
 		f := h.files[c.Name]
 		if f == nil {
 			continue

@@ -165,7 +165,7 @@ func TestContainerMetadataOff(t *testing.T) {
 	assert.Equal(t, []metadataNetwork{{NetworkMode: "awsvpc", IPv4Addresses: []string{"172.31.250.5"}}}, md.Networks)
 
 	hook := metadataFeature{cfg: metadataConfig(t, &instanceARN).ContainerMetadata}.TaskHook(&task.Task{Arn: mdTaskArn}).(*metadataHook)
-	dir, err := hook.sync(&task.Task{Arn: mdTaskArn}, &task.Container{Name: PauseContainerName, Pause: true}, true)
+	dir, err := hook.sync(&task.Task{Arn: mdTaskArn}, &task.Container{Name: PauseContainerName, Pause: true}, "", true)
 	require.NoError(t, err)
 	assert.Empty(t, dir, "the pause container has no metadata file")
 }
