@@ -10,6 +10,11 @@ var Version = "0.1.0-dev"
 // GitHash is the commit this build was made from.
 var GitHash = "unknown"
 
+// ECSAgentVersion is the release of the Amazon ECS agent whose wires (ACS, TCS, the ECS API, the task
+// endpoints, introspection) this build speaks, as docs/parity records them. Clients and the control
+// plane that gate features on the agent's version read this one, not Berth's own.
+const ECSAgentVersion = "1.105.1"
+
 // Info is the version information `berth version` prints and the agent reports.
 type Info struct {
 	Version   string `json:"version"`
