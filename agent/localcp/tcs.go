@@ -81,7 +81,7 @@ func (s *Server) serveTCS(w http.ResponseWriter, r *http.Request) {
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		s.readTCS(c, r.Host)
+		s.readTCS(c, r.Host, r.URL.RequestURI())
 	}()
 	defer func() {
 		c.close()
@@ -114,8 +114,8 @@ func (s *Server) serveTCS(w http.ResponseWriter, r *http.Request) {
 }
 
 // readTCS handles the agent's frames until the connection fails or a frame is not signed with the
-// control plane's keys, which closes it.
-func (s *Server) readTCS(c *tcsConn, host string) {
+// control plane's keys, which closes it. host and target are the upgrade request's Host and URI.
+func (s *Server) readTCS(c *tcsConn, host, target string) {
 	idle := idleHeartbeats * s.heartbeat
 	open := map[string][]tcswire.TaskMetric{} // metrics batches by message ID, until their fin
 	for {
@@ -132,7 +132,7 @@ func (s *Server) readTCS(c *tcsConn, host string) {
 			s.log.Warn("TCS frame unreadable; connection closed", "container_instance", c.instanceArn, "error", err)
 			return
 		}
-		if aerr := s.verifyFrame(header, body, host); aerr != nil {
+		if aerr := s.verifyFrame(header, body, host, target); aerr != nil {
 			s.log.Warn("TCS frame not signed with the control plane's keys; connection closed", "container_instance", c.instanceArn,
 				"access_key_id", tcswire.AccessKeyID(header.Get("Authorization")), "type", aerr.Type)
 			return
@@ -168,14 +168,15 @@ func (s *Server) readTCS(c *tcsConn, host string) {
 	}
 }
 
-// verifyFrame checks a frame's SigV4 signature: the client signs each body as a POST to the
-// telemetry endpoint, with the Host and X-Amz-Date of its header lines.
-func (s *Server) verifyFrame(header http.Header, body []byte, host string) *localauth.Error {
+// verifyFrame checks a frame's SigV4 signature: the client signs each body as a GET of the upgrade's
+// URI (target, with its query), with the Host and X-Amz-Date of its header lines, as the ECS agent
+// does.
+func (s *Server) verifyFrame(header http.Header, body []byte, host, target string) *localauth.Error {
 	frameHost := header.Get("Host")
 	if frameHost == "" {
 		frameHost = host
 	}
-	req, err := http.NewRequest(http.MethodPost, "http://"+frameHost+tcsPath, nil)
+	req, err := http.NewRequest(http.MethodGet, "http://"+frameHost+target, nil)
 	if err != nil {
 		return &localauth.Error{Status: http.StatusBadRequest, Type: "InvalidSignatureException", Message: "bad Host in the frame"}
 	}

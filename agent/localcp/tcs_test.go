@@ -1,6 +1,7 @@
 package localcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	awsv1creds "github.com/aws/aws-sdk-go/aws/credentials"
+	awsv1signer "github.com/aws/aws-sdk-go/aws/signer/v4"
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -49,7 +52,8 @@ func TestTCSAcksTheAgent(t *testing.T) {
 }
 
 // TestTCSRefusesStrangers: an unsigned or wrongly signed upgrade to /tcs/ws is refused, and a frame
-// signed with other keys on a good connection closes it unacknowledged.
+// signed with other keys, as a POST, or for another URL on a good connection closes it
+// unacknowledged.
 func TestTCSRefusesStrangers(t *testing.T) {
 	h := newHarness(t)
 	ts := httptest.NewServer(h.srv.Handler())
@@ -82,31 +86,98 @@ func TestTCSRefusesStrangers(t *testing.T) {
 		})
 	}
 
-	t.Run("frame signed with other keys", func(t *testing.T) {
-		ws, resp, err := websocket.DefaultDialer.Dial(wsURL, signedUpgrade(t, ts.URL+path, testKeys))
-		require.NoError(t, err)
-		_ = resp.Body.Close()
-		defer ws.Close()
-		body, err := tcswire.Encode(&tcswire.PublishInstanceStatusRequest{Metadata: tcswire.InstanceStatusMetadata{Cluster: "default", ContainerInstance: ci}})
-		require.NoError(t, err)
-		req, err := http.NewRequest(http.MethodPost, ts.URL+tcsPath, nil)
-		require.NoError(t, err)
-		require.NoError(t, localauth.Sign(t.Context(), req, body, localauth.Keys{AccessKeyID: "AKIASTRANGER", SecretAccessKey: "x"}, "us-east-1", time.Now()))
-		frame := "Authorization: " + req.Header.Get("Authorization") + "\r\nHost: " + req.Host + "\r\nX-Amz-Date: " +
-			req.Header.Get("X-Amz-Date") + "\r\n\r\n" + string(body)
-		require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(frame)))
-		require.NoError(t, ws.SetReadDeadline(time.Now().Add(10*time.Second)))
-		for {
-			_, data, err := ws.ReadMessage()
-			if err != nil {
-				break // closed, as wanted
+	// Each of these frames carries a signature TCS must refuse: the connection closes unacknowledged.
+	for name, frame := range map[string]func(body []byte) []byte{
+		"frame signed with other keys": func(body []byte) []byte {
+			return v1Frame(t, http.MethodGet, ts.URL+path, body, awsv1creds.NewStaticCredentials("AKIASTRANGER", "x", ""))
+		},
+		// What Berth sent before it signed as the ECS agent does: a POST of the endpoint.
+		"frame signed as a POST of the endpoint": func(body []byte) []byte {
+			return v1Frame(t, http.MethodPost, ts.URL+tcsPath, body, awsv1creds.NewStaticCredentials(testKeys.AccessKeyID, testKeys.SecretAccessKey, ""))
+		},
+		"frame signed for another query": func(body []byte) []byte {
+			return v1Frame(t, http.MethodGet, ts.URL+"/tcs/ws?cluster=other", body, awsv1creds.NewStaticCredentials(testKeys.AccessKeyID, testKeys.SecretAccessKey, ""))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ws := dialTCS(t, wsURL, signedUpgrade(t, ts.URL+path, testKeys))
+			require.NoError(t, ws.WriteMessage(websocket.TextMessage, frame(instanceStatusBody(t, ci))))
+			require.NoError(t, ws.SetReadDeadline(time.Now().Add(10*time.Second)))
+			for {
+				_, data, err := ws.ReadMessage()
+				if err != nil {
+					break // closed, as wanted
+				}
+				m, derr := tcswire.Decode(data)
+				require.NoError(t, derr)
+				_, hb := m.(*tcswire.HeartbeatMessage)
+				require.True(t, hb, "a refused frame got %s", m.MessageType())
 			}
-			m, derr := tcswire.Decode(data)
-			require.NoError(t, derr)
-			_, hb := m.(*tcswire.HeartbeatMessage)
-			require.True(t, hb, "a stranger's frame got %s", m.MessageType())
+		})
+	}
+}
+
+// TestTCSAcceptsTheECSAgentsFrames: a frame signed the way the Amazon ECS agent signs it (the AWS SDK
+// for Go v1 signer, a GET of the upgrade URL with the body as payload; ecs-agent/tcs/client/client.go)
+// is acknowledged, so the real agent can publish to the embedded control plane.
+func TestTCSAcceptsTheECSAgentsFrames(t *testing.T) {
+	h := newHarness(t)
+	ts := httptest.NewServer(h.srv.Handler())
+	t.Cleanup(ts.Close)
+	ci := registerInstance(t, h)
+	// The ECS agent's query: what its formatURL sets, spaces and all.
+	q := url.Values{"cluster": {"default"}, "containerInstance": {ci}, "agentVersion": {"1.105.1"}, "agentHash": {"a8b3e7d3"}, "dockerVersion": {"DockerVersion: 27.5.1 x"}}
+	path := "/tcs/ws?" + q.Encode()
+	ws := dialTCS(t, "ws"+strings.TrimPrefix(ts.URL, "http")+path, signedUpgrade(t, ts.URL+path, testKeys))
+	creds := awsv1creds.NewStaticCredentials(testKeys.AccessKeyID, testKeys.SecretAccessKey, "")
+	require.NoError(t, ws.WriteMessage(websocket.TextMessage, v1Frame(t, http.MethodGet, ts.URL+path, instanceStatusBody(t, ci), creds)))
+	require.NoError(t, ws.SetReadDeadline(time.Now().Add(10*time.Second)))
+	for {
+		_, data, err := ws.ReadMessage()
+		require.NoError(t, err, "the connection closed before the ack")
+		m, err := tcswire.Decode(data)
+		require.NoError(t, err)
+		if _, ok := m.(*tcswire.AckPublishInstanceStatus); ok {
+			return
 		}
-	})
+		_, hb := m.(*tcswire.HeartbeatMessage)
+		require.True(t, hb, "got %s", m.MessageType())
+	}
+}
+
+// dialTCS opens a TCS websocket with the upgrade header given; it is closed when the test ends.
+func dialTCS(t *testing.T, wsURL string, header http.Header) *websocket.Conn {
+	t.Helper()
+	ws, resp, err := websocket.DefaultDialer.Dial(wsURL, header)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	t.Cleanup(func() { _ = ws.Close() })
+	return ws
+}
+
+// instanceStatusBody is the JSON of an instance status publish for instance ci.
+func instanceStatusBody(t *testing.T, ci string) []byte {
+	t.Helper()
+	body, err := tcswire.Encode(&tcswire.PublishInstanceStatusRequest{Metadata: tcswire.InstanceStatusMetadata{Cluster: "default", ContainerInstance: ci}})
+	require.NoError(t, err)
+	return body
+}
+
+// v1Frame is a TCS frame for body signed by the AWS SDK for Go v1 (the signer the ECS agent uses) as
+// a request of method for target: the header lines in Go's order, an empty line, the body.
+func v1Frame(t *testing.T, method, target string, body []byte, creds *awsv1creds.Credentials) []byte {
+	t.Helper()
+	payload := bytes.NewReader(body)
+	req, err := http.NewRequest(method, target, payload)
+	require.NoError(t, err)
+	_, err = awsv1signer.NewSigner(creds).Sign(req, payload, "ecs", "us-east-1", time.Now())
+	require.NoError(t, err)
+	req.Header.Add("Host", req.Host)
+	var b bytes.Buffer
+	require.NoError(t, req.Header.Write(&b))
+	b.WriteString("\r\n")
+	b.Write(body)
+	return b.Bytes()
 }
 
 // foreignHost sets a Host that is not loopback on h: the dialer sends it instead of the URL's.

@@ -178,7 +178,7 @@ func New(cfg Config) (*Client, error) {
 		c.backoff = retry.NewExponentialBackoff(250*time.Millisecond, 2*time.Minute, 0.2, 1.5)
 	}
 	c.dialer = wsclient.NewDialer("TCS", cfg.Region, cfg.Credentials, readLimit, c.clock)
-	c.frames = &frameSigner{endpoint: base, region: cfg.Region, credentials: cfg.Credentials, signer: v4.NewSigner()}
+	c.frames = &frameSigner{region: cfg.Region, credentials: cfg.Credentials, signer: v4.NewSigner()}
 	c.started = c.clock.Now()
 	return c, nil
 }
@@ -220,14 +220,15 @@ func (c *Client) connectURL() *url.URL {
 
 // session runs one connection until it ends; connected reports whether the upgrade succeeded.
 func (c *Client) session(ctx context.Context) (connected bool, err error) {
-	conn, err := c.dialer.Dial(ctx, c.connectURL())
+	target := c.connectURL()
+	conn, err := c.dialer.Dial(ctx, target)
 	if err != nil {
 		return false, err
 	}
 	c.log.Info("connected to TCS", "endpoint", c.base.Host)
 
 	sctx, cancel := context.WithCancel(ctx)
-	s := &session{c: c, conn: conn}
+	s := &session{c: c, conn: conn, target: target}
 	frames := make(chan []byte)
 	readErr := make(chan error, 1)
 	pubErr := make(chan error, 1)
@@ -272,8 +273,9 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 
 // session is one websocket connection.
 type session struct {
-	c    *Client
-	conn *websocket.Conn
+	c      *Client
+	conn   *websocket.Conn
+	target *url.URL // the upgrade URL, which every frame is signed for
 }
 
 // dispatch handles one server frame: acks and exceptions are passed to the publisher as answers,
@@ -406,7 +408,7 @@ func (s *session) write(ctx context.Context, m tcswire.Message) error {
 	if err != nil {
 		return err
 	}
-	frame, err := s.c.frames.sign(ctx, body, s.c.clock.Now())
+	frame, err := s.c.frames.sign(ctx, s.target, body, s.c.clock.Now())
 	if err != nil {
 		return err
 	}

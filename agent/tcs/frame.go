@@ -18,21 +18,22 @@ import (
 
 const (
 	signingService = "ecs"
-	// frameSignMethod is the method of the synthetic request a frame is signed as.
-	frameSignMethod = http.MethodPost
+	// frameSignMethod is the method of the synthetic request a frame is signed as: the ECS agent signs
+	// a GET (ecs-agent/tcs/client/client.go, signRequestFunc), and TCS checks that.
+	frameSignMethod = http.MethodGet
 )
 
-// frameSigner signs frame bodies for one endpoint.
+// frameSigner signs frame bodies.
 type frameSigner struct {
-	endpoint    *url.URL
 	region      string
 	credentials aws.CredentialsProvider // nil: frames carry no Authorization
 	signer      *v4.Signer
 }
 
-// sign returns the frame for body, signed at now.
-func (s *frameSigner) sign(ctx context.Context, body []byte, now time.Time) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, frameSignMethod, s.endpoint.String(), nil)
+// sign returns the frame for body, signed at now as a request for target, the session's upgrade URL
+// with its query.
+func (s *frameSigner) sign(ctx context.Context, target *url.URL, body []byte, now time.Time) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, frameSignMethod, target.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("build TCS frame request: %w", err)
 	}

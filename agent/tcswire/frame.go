@@ -19,7 +19,9 @@ import (
 //	\r\n
 //	{"type":"<ShapeName>","message":{…}}
 //
-// The signature is SigV4 (service ecs) over a synthetic POST of the body to the telemetry endpoint.
+// The signature is SigV4 (service ecs) over a synthetic GET of the session's upgrade URL — the
+// telemetry endpoint's ws path with the upgrade's query — whose payload is the body, as the ECS agent
+// signs it (ecs-agent/tcs/client/client.go, signRequestFunc).
 // The client signs frames (agent/tcs); a server splits them with ParseFrame.
 
 // ParseFrame splits a client frame into its header lines and its JSON body. It checks the shape

@@ -25,10 +25,13 @@ type Received struct {
 	AccessKeyID string
 	Header      http.Header // the frame's header lines
 	Message     tcswire.Message
+	Frame       []byte // the whole frame as sent
 }
 
 // Upgrade is one accepted websocket upgrade.
 type Upgrade struct {
+	Host        string // the upgrade's Host header
+	URI         string // the upgrade's path and query, as sent
 	Query       url.Values
 	AccessKeyID string
 }
@@ -108,7 +111,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.conns++
 	c := &conn{ws: ws, n: s.conns}
 	s.cur = c
-	s.upgrades = append(s.upgrades, Upgrade{Query: r.URL.Query(), AccessKeyID: tcswire.AccessKeyID(auth)})
+	s.upgrades = append(s.upgrades, Upgrade{Host: r.Host, URI: r.URL.RequestURI(), Query: r.URL.Query(), AccessKeyID: tcswire.AccessKeyID(auth)})
 	s.mu.Unlock()
 	defer func() {
 		_ = ws.Close()
@@ -156,7 +159,7 @@ func (s *Server) record(c *conn, data []byte) (tcswire.Message, bool) {
 		s.problems = append(s.problems, err.Error())
 		return nil, false
 	}
-	s.received = append(s.received, Received{Conn: c.n, AccessKeyID: key, Header: header, Message: m})
+	s.received = append(s.received, Received{Conn: c.n, AccessKeyID: key, Header: header, Message: m, Frame: data})
 	if s.dropAfter > 0 {
 		s.dropAfter--
 		if s.dropAfter == 0 {
