@@ -76,6 +76,11 @@ const (
 	DefaultHeartbeatTimeout = time.Minute // plus up to DefaultHeartbeatJitter
 	DefaultHeartbeatJitter  = time.Minute
 	DefaultAckTimeout       = 30 * time.Second
+	// DefaultSessionLifetime is how long the client keeps one connection before it reconnects, plus
+	// up to DefaultSessionJitter: the ECS agent's DisconnectTimeout and DisconnectJitterMax
+	// (ecs-agent/wsclient/client.go), which keep the signed upgrade fresh.
+	DefaultSessionLifetime = 30 * time.Minute
+	DefaultSessionJitter   = 5 * time.Minute
 	// MaxTasksPerMessage is the most tasks one PublishMetricsRequest or PublishHealthRequest holds
 	// (the model's TaskMetrics list has max 10).
 	MaxTasksPerMessage = 10
@@ -114,8 +119,11 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 	// AckTimeout bounds the wait for a batch's acks; zero means DefaultAckTimeout.
 	AckTimeout time.Duration
-	// ReconnectBackoff spaces reconnects; nil means 250 ms to 2 min, ×1.5, 20 % jitter. It is reset
-	// after a connection that lived a minute.
+	// SessionLifetime is how long a connection is kept before the client closes it and reconnects at
+	// once; zero means DefaultSessionLifetime plus a random jitter up to DefaultSessionJitter.
+	SessionLifetime time.Duration
+	// ReconnectBackoff spaces reconnects after a failure; nil means the ECS agent's, 1 s to 1 min,
+	// ×2, 20 % jitter. It is reset after a connection that lived a minute.
 	ReconnectBackoff retry.Backoff
 	// Clock times rounds, timeouts, backoff and signatures; nil is the wall clock. Write deadlines on
 	// the socket are always wall-clock time.
@@ -175,7 +183,7 @@ func New(cfg Config) (*Client, error) {
 		c.clock = clockwork.NewRealClock()
 	}
 	if c.backoff == nil {
-		c.backoff = retry.NewExponentialBackoff(250*time.Millisecond, 2*time.Minute, 0.2, 1.5)
+		c.backoff = newReconnectBackoff()
 	}
 	c.dialer = wsclient.NewDialer("TCS", cfg.Region, cfg.Credentials, readLimit, c.clock)
 	c.frames = &frameSigner{region: cfg.Region, credentials: cfg.Credentials, signer: v4.NewSigner()}
@@ -183,7 +191,17 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-var errHeartbeatTimeout = errors.New("no frame from TCS within the heartbeat timeout")
+// newReconnectBackoff is the ECS agent's TCS reconnect backoff (ecs-agent/tcs/handler/handler.go):
+// 1 s doubling up to 1 min, each delay jittered by 20 %.
+func newReconnectBackoff() *retry.ExponentialBackoff {
+	return retry.NewExponentialBackoff(time.Second, time.Minute, 0.2, 2)
+}
+
+var (
+	errHeartbeatTimeout = errors.New("no frame from TCS within the heartbeat timeout")
+	// errSessionLifetime ends a session that lived its lifetime; the client reconnects at once.
+	errSessionLifetime = errors.New("the session lived its lifetime")
+)
 
 // Run connects to TCS and publishes, reconnecting with backoff, until ctx ends; it then returns
 // ctx's error. Run must not be called concurrently on one Client.
@@ -196,6 +214,10 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		if connected && c.clock.Now().Sub(start) >= stableConnection {
 			c.backoff.Reset()
+		}
+		if errors.Is(err, errSessionLifetime) {
+			c.log.Info("TCS session renewed", "pending_batches", len(c.pending))
+			continue
 		}
 		delay := c.backoff.Duration()
 		c.log.Warn("TCS session ended; reconnecting", "error", err, "retry_in", delay, "pending_batches", len(c.pending))
@@ -252,6 +274,12 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 	}
 	heartbeat := c.clock.NewTimer(hbTimeout)
 	defer heartbeat.Stop()
+	lifetime := c.cfg.SessionLifetime
+	if lifetime <= 0 {
+		lifetime = DefaultSessionLifetime + mrand.N(DefaultSessionJitter)
+	}
+	renew := c.clock.NewTimer(lifetime)
+	defer renew.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -262,6 +290,8 @@ func (c *Client) session(ctx context.Context) (connected bool, err error) {
 			return true, err
 		case <-heartbeat.Chan():
 			return true, errHeartbeatTimeout
+		case <-renew.Chan():
+			return true, errSessionLifetime
 		case data := <-frames:
 			wsclient.Restart(heartbeat, hbTimeout)
 			if err := s.dispatch(data, answers); err != nil {

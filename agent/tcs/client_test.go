@@ -13,9 +13,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/retry"
 	"github.com/berth-agent/berth/agent/tcs"
 	"github.com/berth-agent/berth/agent/tcs/tcstest"
 	"github.com/berth-agent/berth/agent/tcswire"
+	"github.com/berth-agent/berth/agent/wire"
 )
 
 const (
@@ -81,6 +83,7 @@ func start(t *testing.T, src *fakeSource, edit func(*tcs.Config)) *harness {
 		PublishInterval:      interval,
 		HeartbeatTimeout:     time.Hour,
 		AckTimeout:           time.Hour,
+		SessionLifetime:      24 * time.Hour,
 		ReconnectBackoff:     noBackoff{},
 		Clock:                clock,
 	}
@@ -106,7 +109,7 @@ func (h *harness) tick(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
 	defer cancel()
-	require.NoError(t, h.clock.BlockUntilContext(ctx, 2))
+	require.NoError(t, h.clock.BlockUntilContext(ctx, 3)) // the ticker, the heartbeat and the lifetime
 	h.clock.Advance(interval)
 }
 
@@ -314,6 +317,45 @@ func TestReconnectAfterServerDrop(t *testing.T) {
 	h.tick(t)
 	h.srv.WaitFor(t, "a round", func(s *tcstest.Server) bool { return len(s.MetricsBatches()) == 1 })
 	assert.Equal(t, 2, h.srv.MetricsBatches()[0].Conn)
+}
+
+// TestSessionEndsAsTheECSAgentsDoes: like the ECS agent (ecs-agent/tcs/handler/handler.go), the
+// client reconnects when TCS sends StopTelemetrySessionMessage or CloseMessage, and when no frame came
+// within the heartbeat timeout.
+func TestSessionEndsAsTheECSAgentsDoes(t *testing.T) {
+	for name, end := range map[string]func(t *testing.T, h *harness){
+		"StopTelemetrySessionMessage": func(t *testing.T, h *harness) {
+			require.NoError(t, h.srv.Send(&tcswire.StopTelemetrySessionMessage{Message: "rebalancing"}))
+		},
+		"CloseMessage": func(t *testing.T, h *harness) { require.NoError(t, h.srv.Send(&wire.CloseMessage{Message: "bye"})) },
+		"heartbeat timeout": func(t *testing.T, h *harness) {
+			ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+			defer cancel()
+			require.NoError(t, h.clock.BlockUntilContext(ctx, 3))
+			h.clock.Advance(time.Minute)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, &fakeSource{}, func(c *tcs.Config) { c.HeartbeatTimeout = time.Minute })
+			end(t, h)
+			h.srv.WaitFor(t, "a reconnect", func(s *tcstest.Server) bool { return s.Connections() == 2 && s.Connected() })
+		})
+	}
+}
+
+// TestSessionRenewedAfterItsLifetime: like the ECS agent (ecs-agent/wsclient/client.go,
+// DisconnectTimeout), the client closes a connection that lived its lifetime and reconnects at once,
+// without the backoff of a failure.
+func TestSessionRenewedAfterItsLifetime(t *testing.T) {
+	h := start(t, &fakeSource{}, func(c *tcs.Config) {
+		c.SessionLifetime = 30 * time.Minute
+		c.ReconnectBackoff = retry.NewExponentialBackoff(time.Hour, time.Hour, 0, 1)
+	})
+	ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, h.clock.BlockUntilContext(ctx, 3))
+	h.clock.Advance(30 * time.Minute)
+	h.srv.WaitFor(t, "a reconnect without the hour of backoff", func(s *tcstest.Server) bool { return s.Connections() == 2 && s.Connected() })
 }
 
 func TestUnsignedUpgradeRefused(t *testing.T) {
