@@ -132,6 +132,10 @@ type container struct {
 	figures                        Figures
 	known                          bool      // figures holds a sample
 	goneAt                         time.Time // when it was last found not running; zero while it runs
+	// restartPolicy: the container restarts under an enabled restart policy, and its metrics carry
+	// the restarts of each interval, as the ECS agent's (agent/stats/queue.go, GetRestartStatsSet).
+	restartPolicy          bool
+	restarts, restartsSent int // the latest restart count seen, and the one at the last Metrics
 }
 
 type healthSince struct {
@@ -256,12 +260,15 @@ func (s *Source) add(t *task.Task, c *task.Container, sample dockerclient.StatsS
 	defer s.mu.Unlock()
 	e := s.containers[c.DockerID]
 	if e == nil {
-		e = &container{taskArn: t.Arn, family: t.Family, version: strconv.Itoa(t.Revision), name: c.Name, static: t.Static}
+		e = &container{taskArn: t.Arn, family: t.Family, version: strconv.Itoa(t.Revision), name: c.Name, static: t.Static,
+			restartsSent: c.RestartCount} // restarts before it was first sampled are no interval's
 		if !t.Static {
 			e.window = tcswire.NewWindow(int64(cmp.Or(t.CPU, c.CPU)))
 		}
 		s.containers[c.DockerID] = e
 	}
+	e.restartPolicy = c.RestartPolicy != nil && c.RestartPolicy.Enabled
+	e.restarts = c.RestartCount
 	if sample.Read.Equal(e.last) {
 		return
 	}
@@ -288,6 +295,11 @@ func (s *Source) Metrics(time.Time) []tcswire.TaskMetric {
 		}
 		if !ok {
 			continue
+		}
+		if c.restartPolicy {
+			n := int64(max(c.restarts-c.restartsSent, 0))
+			m.RestartStatsSet = &tcswire.RestartStatsSet{RestartCount: &n}
+			c.restartsSent = c.restarts
 		}
 		tm := byTask[c.taskArn]
 		if tm == nil {

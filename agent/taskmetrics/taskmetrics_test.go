@@ -185,6 +185,46 @@ func TestSourceMetrics(t *testing.T) {
 	assert.Len(t, src.Containers(), 1, "only the static task's container is left")
 }
 
+// TestSourceRestartStats: a container with an enabled restart policy carries the restarts of each
+// interval in restartStatsSet, zero included, as the ECS agent's does; one without it carries none.
+func TestSourceRestartStats(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	web := runningContainer("web", "id-web")
+	web.RestartPolicy = &task.RestartPolicy{Enabled: true}
+	web.RestartCount = 2 // before the first sample: not this interval's
+	plain := runningContainer("plain", "id-plain")
+	tasks := &fakeTasks{tasks: []*task.Task{runningTask("arn:task/a", false, 512, web, plain)}}
+	stats := &fakeStats{byID: map[string]json.RawMessage{}}
+	src := New(tasks, stats, Config{Clock: clock})
+	restarts := func() map[string]*tcswire.RestartStatsSet {
+		out := map[string]*tcswire.RestartStatsSet{}
+		for _, tm := range src.Metrics(clock.Now()) {
+			for _, m := range tm.ContainerMetrics {
+				out[m.ContainerName] = m.RestartStatsSet
+			}
+		}
+		return out
+	}
+	count := func(n int64) *tcswire.RestartStatsSet { return &tcswire.RestartStatsSet{RestartCount: &n} }
+	for i, step := range []struct {
+		restartCount int
+		want         int64
+	}{{2, 0}, {5, 3}, {5, 0}} {
+		web.RestartCount = step.restartCount
+		for _, id := range []string{"id-web", "id-plain"} {
+			stats.set(id, statsJSON(2*i+1, 1, 0, 1<<20, 0, false))
+		}
+		src.Sample(t.Context())
+		for _, id := range []string{"id-web", "id-plain"} {
+			stats.set(id, statsJSON(2*i+2, 2, 1, 1<<20, 0, false))
+		}
+		src.Sample(t.Context())
+		got := restarts()
+		assert.Equal(t, count(step.want), got["web"], "interval %d", i)
+		assert.Nil(t, got["plain"], "interval %d: no restart policy, no restartStatsSet", i)
+	}
+}
+
 func TestSourceForgetsStoppedContainersWithoutMetrics(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
 	c := runningContainer("web", "id-web")

@@ -114,6 +114,11 @@ type StorageStatsSet struct {
 	WriteSizeBytes *ULongStatsSet `json:"writeSizeBytes,omitempty"`
 }
 
+// RestartStatsSet counts a container's restarts under its restart policy over a publish interval.
+type RestartStatsSet struct {
+	RestartCount *int64 `json:"restartCount,omitempty"`
+}
+
 // ContainerMetric is one container's stats sets. A nil set is left out (no sample for it).
 type ContainerMetric struct {
 	ContainerName   string           `json:"containerName"`
@@ -121,6 +126,7 @@ type ContainerMetric struct {
 	MemoryStatsSet  *CWStatsSet      `json:"memoryStatsSet,omitempty"`
 	NetworkStatsSet *NetworkStatsSet `json:"networkStatsSet,omitempty"`
 	StorageStatsSet *StorageStatsSet `json:"storageStatsSet,omitempty"`
+	RestartStatsSet *RestartStatsSet `json:"restartStatsSet,omitempty"` // only for a container with a restart policy
 }
 
 // TaskMetric is one task's container metrics.

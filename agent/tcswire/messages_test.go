@@ -12,6 +12,7 @@ import (
 )
 
 func TestMessageJSONFieldNames(t *testing.T) {
+	restarts := int64(5)
 	m := &tcswire.PublishMetricsRequest{
 		Metadata:  tcswire.MetricsMetadata{Cluster: "c", ContainerInstance: "ci", Fin: true, MessageID: "id"},
 		Timestamp: tcswire.At(time.UnixMilli(1700000000250)),
@@ -22,6 +23,7 @@ func TestMessageJSONFieldNames(t *testing.T) {
 				CPUStatsSet:     tcswire.FloatStats(1),
 				NetworkStatsSet: &tcswire.NetworkStatsSet{RxBytesPerSecond: tcswire.FloatStats(2), TxBytes: tcswire.ULongStats(3)},
 				StorageStatsSet: &tcswire.StorageStatsSet{WriteSizeBytes: tcswire.ULongStats(4)},
+				RestartStatsSet: &tcswire.RestartStatsSet{RestartCount: &restarts},
 			}},
 		}},
 	}
@@ -35,7 +37,8 @@ func TestMessageJSONFieldNames(t *testing.T) {
 			"cpuStatsSet":{"min":1,"max":1,"sampleCount":1,"sum":1},
 			"networkStatsSet":{"rxBytesPerSecond":{"min":2,"max":2,"sampleCount":1,"sum":2},
 				"txBytes":{"min":3,"max":3,"sampleCount":1,"sum":3,"overflowMin":0,"overflowMax":0,"overflowSum":0}},
-			"storageStatsSet":{"writeSizeBytes":{"min":4,"max":4,"sampleCount":1,"sum":4,"overflowMin":0,"overflowMax":0,"overflowSum":0}}
+			"storageStatsSet":{"writeSizeBytes":{"min":4,"max":4,"sampleCount":1,"sum":4,"overflowMin":0,"overflowMax":0,"overflowSum":0}},
+			"restartStatsSet":{"restartCount":5}
 		}]}]}}`, string(data))
 
 	back, err := tcswire.Decode(data)
