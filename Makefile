@@ -15,7 +15,7 @@ PACKAGES_DIR := bin/packages
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision images cni-plugins ec2-metadata-mock packages packages-test lint fmt vet staticcheck clean bench fuzz soak
+.PHONY: all build run test unit integration provision images cni-plugins ec2-metadata-mock jsclients packages packages-test lint fmt vet staticcheck clean bench fuzz soak
 
 all: build
 
@@ -48,6 +48,11 @@ run: images build cni-plugins
 		ECS_ENABLE_TASK_ENI=true ECS_CNI_PLUGINS_PATH=$(CNI_PLUGINS_DIR) ECS_PAUSE_IMAGE_TARBALL=$(RUN_DIR)/images/pause.tar \
 		exec $(BIN) agent
 
+# The JavaScript clients the integration tests run against real task endpoints (misc/jsclients): the
+# versions pinned in its package-lock.json, from the npm registry.
+jsclients:
+	cd misc/jsclients && npm ci --no-audit --no-fund --loglevel=error
+
 # The .deb and the .rpm (packaging/nfpm.yaml) in bin/packages: the binary, the systemd unit
 # (misc/berth.service), the CNI plugins, the pause image, /etc/ecs/ecs.config and the agent's directories.
 # nfpm is pinned and fetched through the Go module proxy like any module.
@@ -67,7 +72,7 @@ packages-test: packages
 
 # Every test: provisioning, the package test, then unit and integration tests (with the fuzz seed
 # corpora) under -race. Packages run one at a time (-p 1): one integration test restarts the Docker Engine.
-test: images cni-plugins ec2-metadata-mock lint packages-test
+test: images cni-plugins ec2-metadata-mock jsclients lint packages-test
 	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) BERTH_PAUSE_TARBALL=$(RUN_DIR)/images/pause.tar \
 		$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
 

@@ -40,6 +40,9 @@
 //	metadata    [-path P] [-timeout 5s]        GET $ECS_CONTAINER_METADATA_URI_V4, or P below it (task,
 //	                                           stats, task/stats), and print the body; exit 1 (status and
 //	                                           body on stderr) unless it answers 200
+//	otel-ecs    [-timeout 10s]                 run OpenTelemetry's ECS resource detector (Go) against
+//	                                           $ECS_CONTAINER_METADATA_URI_V4 and print each attribute it
+//	                                           extracts as KEY=VALUE, sorted; exit 1 when it fails
 //	help                                       print this usage on stdout and exit 0
 //
 // Signals: in sleep, http, env -stay, write -stay and listen, SIGTERM or SIGINT
@@ -97,6 +100,7 @@ modes:
                                             sts:GetCallerIdentity's Account and Arn; exit 1 on failure
   metadata    [-path task|stats|task/stats] [-timeout 5s]
                                             print $ECS_CONTAINER_METADATA_URI_V4[/P]; exit 1 unless 200
+  otel-ecs    [-timeout 10s]                print what OpenTelemetry's ECS resource detector extracts
   help                                      print this usage
 
 Run "testapp <mode> -h" for a mode's flags.
@@ -213,6 +217,10 @@ var modeFlags = map[string]func(fs *flag.FlagSet, o *options) func() error{
 	"aws-identity": func(fs *flag.FlagSet, o *options) func() error {
 		fs.BoolVar(&o.CredsOnly, "creds-only", false, "only resolve the credentials and print their AccessKeyId")
 		fs.DurationVar(&o.Timeout, "timeout", 10*time.Second, "time for resolving the credentials and calling STS")
+		return func() error { return positive("-timeout", o.Timeout) }
+	},
+	"otel-ecs": func(fs *flag.FlagSet, o *options) func() error {
+		fs.DurationVar(&o.Timeout, "timeout", 10*time.Second, "time for the detector")
 		return func() error { return positive("-timeout", o.Timeout) }
 	},
 	"metadata": func(fs *flag.FlagSet, o *options) func() error {
@@ -417,6 +425,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		return 0
 	case "metadata":
 		if err := getMetadata(ctx, stdout, o.MetaPath, o.Timeout); err != nil {
+			return fail(err)
+		}
+		return 0
+	case "otel-ecs":
+		if err := otelECS(ctx, stdout, o.Timeout); err != nil {
 			return fail(err)
 		}
 		return 0

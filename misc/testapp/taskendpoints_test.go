@@ -269,3 +269,38 @@ func TestMetadata(t *testing.T) {
 		t.Errorf("paths asked = %q, want %q", paths, want)
 	}
 }
+
+// TestOtelECS: otel-ecs prints what OpenTelemetry's detector makes of a v4 endpoint.
+func TestOtelECS(t *testing.T) {
+	const token = "/v4/abc"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case token:
+			fmt.Fprint(w, `{"Name":"web","ContainerARN":"arn:aws:ecs:eu-west-1:111122223333:container/default/t1/c1","LogDriver":"awslogs",
+				"LogOptions":{"awslogs-group":"g","awslogs-region":"eu-west-1","awslogs-stream":"s"}}`)
+		case token + "/task":
+			fmt.Fprint(w, `{"Cluster":"default","TaskARN":"arn:aws:ecs:eu-west-1:111122223333:task/default/t1","Family":"web","Revision":"4","LaunchType":"EC2"}`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	t.Setenv(metadataEnv, srv.URL+token)
+	var stdout, stderr bytes.Buffer
+	if code := mainExit([]string{"otel-ecs"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	for _, want := range []string{
+		"aws.ecs.container.arn=arn:aws:ecs:eu-west-1:111122223333:container/default/t1/c1",
+		"cloud.resource_id=arn:aws:ecs:eu-west-1:111122223333:container/default/t1/c1",
+		"aws.ecs.cluster.arn=arn:aws:ecs:eu-west-1:111122223333:cluster/default",
+		"aws.ecs.launchtype=ec2",
+		"aws.ecs.task.family=web",
+		`aws.log.group.names=["g"]`,
+		"cloud.account.id=111122223333",
+	} {
+		if !strings.Contains(stdout.String(), want+"\n") {
+			t.Errorf("no %q in\n%s", want, stdout.String())
+		}
+	}
+}
