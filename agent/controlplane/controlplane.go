@@ -287,7 +287,8 @@ func (c *ControlPlane) runTelemetry(ctx context.Context, arn string) {
 	client, err := tcs.New(tcs.Config{Endpoint: endpoint, Cluster: c.cfg.Cluster, ContainerInstanceArn: arn,
 		Region: c.cfg.Region, Credentials: c.cfg.Credentials, AgentVersion: reg.AgentVersion, AgentHash: reg.AgentHash,
 		DockerVersion: reg.DockerVersion, Source: tel.Source, PublishInterval: tel.PublishInterval,
-		DisableMetrics: tel.DisableMetrics, DisableHealth: tel.DisableHealth, Clock: c.cfg.Clock, Logger: c.log})
+		DisableMetrics: tel.DisableMetrics, DisableHealth: tel.DisableHealth, Clock: c.cfg.Clock, Logger: c.log,
+		Discover: func(ctx context.Context) (string, error) { return c.client.TelemetryEndpoint(ctx, arn) }})
 	if err != nil {
 		c.log.Error("no TCS session: metrics and health will not be published", "endpoint", endpoint, "error", err)
 		return

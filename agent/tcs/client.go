@@ -101,6 +101,10 @@ type Config struct {
 	Cluster              string
 	ContainerInstanceArn string
 	Region               string
+	// Discover, when set, is asked for the telemetry endpoint before each connection, as the ECS
+	// agent asks DiscoverPollEndpoint (cached) for every session; its answer replaces Endpoint, and
+	// its error ends the attempt like a failed connection.
+	Discover func(ctx context.Context) (string, error)
 	// Credentials sign the upgrade and every frame (SigV4, service ecs). Nil sends them unsigned,
 	// which only a local stand-in accepts.
 	Credentials   aws.CredentialsProvider
@@ -159,12 +163,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("tcs: nil source")
 	}
-	base, err := url.Parse(cfg.Endpoint)
+	base, err := parseEndpoint(cfg.Endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("tcs endpoint %q: %w", cfg.Endpoint, err)
-	}
-	if base.Scheme != "http" && base.Scheme != "https" || base.Host == "" {
-		return nil, fmt.Errorf("tcs endpoint %q: want an http or https URL", cfg.Endpoint)
+		return nil, err
 	}
 	if cfg.PublishInterval <= 0 {
 		cfg.PublishInterval = DefaultPublishInterval
@@ -189,6 +190,18 @@ func New(cfg Config) (*Client, error) {
 	c.frames = &frameSigner{region: cfg.Region, credentials: cfg.Credentials, signer: v4.NewSigner()}
 	c.started = c.clock.Now()
 	return c, nil
+}
+
+// parseEndpoint checks a telemetry endpoint: an http or https URL.
+func parseEndpoint(endpoint string) (*url.URL, error) {
+	base, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("tcs endpoint %q: %w", endpoint, err)
+	}
+	if base.Scheme != "http" && base.Scheme != "https" || base.Host == "" {
+		return nil, fmt.Errorf("tcs endpoint %q: want an http or https URL", endpoint)
+	}
+	return base, nil
 }
 
 // newReconnectBackoff is the ECS agent's TCS reconnect backoff (ecs-agent/tcs/handler/handler.go):
@@ -242,6 +255,15 @@ func (c *Client) connectURL() *url.URL {
 
 // session runs one connection until it ends; connected reports whether the upgrade succeeded.
 func (c *Client) session(ctx context.Context) (connected bool, err error) {
+	if c.cfg.Discover != nil {
+		endpoint, err := c.cfg.Discover(ctx)
+		if err != nil {
+			return false, fmt.Errorf("discover the TCS endpoint: %w", err)
+		}
+		if c.base, err = parseEndpoint(endpoint); err != nil {
+			return false, err
+		}
+	}
 	target := c.connectURL()
 	conn, err := c.dialer.Dial(ctx, target)
 	if err != nil {

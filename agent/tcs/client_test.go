@@ -381,3 +381,30 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestEndpointDiscoveredForEachSession: like the ECS agent (ecs-agent/tcs/handler/handler.go,
+// getTelemetryEndpoint), the client asks for the endpoint before every connection, so a moved
+// endpoint is followed on the next reconnect.
+func TestEndpointDiscoveredForEachSession(t *testing.T) {
+	moved := tcstest.NewServer(t)
+	var mu sync.Mutex
+	asked := 0
+	h := start(t, &fakeSource{}, func(c *tcs.Config) {
+		first := c.Endpoint
+		c.Discover = func(context.Context) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked++
+			if asked == 1 {
+				return first, nil
+			}
+			return moved.URL, nil
+		}
+	})
+	h.srv.Drop()
+	moved.WaitFor(t, "a connection to the moved endpoint", func(s *tcstest.Server) bool { return s.Connected() })
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 2, asked)
+	assert.Equal(t, 1, h.srv.Connections(), "the old endpoint is not asked again")
+}
