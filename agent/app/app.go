@@ -87,7 +87,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	// The control plane's task credentials, then the roles the agent assumes: the one chain the
 	// task endpoint, pulls with execution roles and secrets read.
-	credentials := taskcreds.NewStore(nil)
+	credentials := taskcreds.NewStore()
 	chain := taskcreds.ChainConfig{Store: credentials, Local: plan.assumesRoles}
 	if roles != nil {
 		chain.Roles = roles
