@@ -190,3 +190,16 @@ func TestCredentialsAfterRestart(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, rec.Code)
 	assert.Equal(t, bodyV2NotFound, rec.Body.String(), "gone with the task")
 }
+
+// TestCredentialsMethods: the credentials routes are read with GET only; any other method is 405.
+func TestCredentialsMethods(t *testing.T) {
+	e := credentialsEnv(t)
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodHead} {
+		for _, p := range []string{"/v2/credentials/" + credsID, "/v1/credentials?id=" + credsID} {
+			rec := e.do(m, p, fromWeb)
+			assert.Equal(t, http.StatusMethodNotAllowed, rec.Code, "%s %s", m, p)
+			assert.Equal(t, "GET", rec.Header().Get("Allow"))
+			assert.NotContains(t, rec.Body.String(), secretKey)
+		}
+	}
+}
