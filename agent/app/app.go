@@ -87,7 +87,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	// The control plane's task credentials, then the roles the agent assumes: the one chain the
 	// task endpoint, pulls with execution roles and secrets read.
-	credentials := taskcreds.NewStore(nil)
+	credentials := taskcreds.NewStore()
 	chain := taskcreds.ChainConfig{Store: credentials, Local: plan.assumesRoles}
 	if roles != nil {
 		chain.Roles = roles
@@ -384,7 +384,7 @@ var _ introspection.MetadataSource = agentMetadata{}
 // Metadata returns the cluster and version, and a failure to save task state while there is one; the
 // instance ARN is null until registration exists.
 func (m agentMetadata) Metadata() introspection.Metadata {
-	md := introspection.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: version.Get().String(),
+	md := introspection.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: introspection.AgentVersion(version.Get()),
 		EC2InstanceID: m.ec2.InstanceID, AvailabilityZone: m.ec2.AvailabilityZone}
 	if err := m.eng.SaveError(); err != nil {
 		md.StateSaveError = err.Error()

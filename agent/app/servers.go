@@ -116,7 +116,7 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 	m *prommetrics.Metrics, cp *controlplane.ControlPlane, creds *taskcreds.Chain, identity imds.Identity, cfg *config.Config) error {
 	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: endpointInstance(cfg, identity),
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
-		Tasks:     eng, Credentials: creds, Stats: stats, Logger: s.log.With("component", "task_endpoint"),
+		Tasks:     eng, Credentials: creds, CredentialsTasks: eng, Stats: stats, Logger: s.log.With("component", "task_endpoint"),
 		LogDriverCredentials: tasksecrets.LogDriverCredentials{Engine: eng, Creds: creds}})
 	if err != nil {
 		return fmt.Errorf("task endpoint: %w", err)

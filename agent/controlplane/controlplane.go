@@ -149,7 +149,7 @@ func New(cfg Config, client Client, eng Engine, store Store, log *logger.Logger)
 	}
 	creds := cfg.CredentialsStore
 	if creds == nil {
-		creds = taskcreds.NewStore(cfg.Clock)
+		creds = taskcreds.NewStore()
 	}
 	return &ControlPlane{cfg: cfg, client: client, eng: eng, store: store, log: log,
 		reporter: NewReporter(client, store, cfg.Reporter, log),

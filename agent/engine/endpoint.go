@@ -147,6 +147,28 @@ func (e *Engine) LogDriverRole(credentialsID string) (roleArn string, ok bool) {
 	return "", false
 }
 
+// ByCredentialsID returns a copy of the task, restored from the saved state or added since and not
+// yet removed, whose task role or execution role credentials ID is id. The task endpoint asks it to
+// tell credentials that have not arrived yet (after a restart, until the control plane sends them
+// again) from an ID no task holds.
+func (e *Engine) ByCredentialsID(id string) (*task.Task, bool) {
+	if id == "" {
+		return nil, false
+	}
+	e.mu.Lock()
+	workers := e.listedLocked()
+	e.mu.Unlock()
+	for _, w := range workers {
+		w.mu.Lock()
+		t := w.snap
+		w.mu.Unlock()
+		if t.CredentialsID == id || t.ExecutionCredentialsID == id {
+			return w.snapshot(), true
+		}
+	}
+	return nil, false
+}
+
 // ByToken returns a copy of the task, and the name of its container, whose metadata token is token.
 func (e *Engine) ByToken(token string) (*task.Task, string, bool) {
 	if token == "" {

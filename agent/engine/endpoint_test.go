@@ -165,3 +165,35 @@ func TestByAddress(t *testing.T) {
 	_, ok := h.engine.ByAddress(netip.MustParseAddr("10.9.8.7"))
 	assert.False(t, ok)
 }
+
+// TestByCredentialsID: a task's credentials IDs name it, for the task endpoint, whether the engine
+// was given the task or restored it from the saved state.
+func TestByCredentialsID(t *testing.T) {
+	const arn = "arn:aws:ecs:r:1:task/c/creds"
+	first := newHarness(t, testConfig())
+	tk := newTask(arn, ctr("app"))
+	tk.CredentialsID, tk.ExecutionCredentialsID = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	first.add(tk)
+	first.waitStatus(arn, task.TaskRunning)
+	for _, id := range []string{"0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"} {
+		got, ok := first.engine.ByCredentialsID(id)
+		if assert.True(t, ok, id) {
+			assert.Equal(t, arn, got.Arn)
+		}
+	}
+	for _, id := range []string{"", "0123456789abcdef", "00000000000000000000000000000000"} {
+		_, ok := first.engine.ByCredentialsID(id)
+		assert.False(t, ok, "%q names no task", id)
+	}
+	first.shutdown()
+	require.True(t, pollUntil(first.docker.streamClosed))
+
+	second := newHarness(t, testConfig(), func(h *harness) { h.docker = first.docker })
+	_, ok := second.engine.ByCredentialsID("0123456789abcdef0123456789abcdef")
+	assert.False(t, ok, "nothing before Restore")
+	_, err := second.engine.Restore(context.Background(), first.store.snapshot(), true)
+	require.NoError(t, err)
+	got, ok := second.engine.ByCredentialsID("0123456789abcdef0123456789abcdef")
+	require.True(t, ok, "a restored task holds its IDs before the control plane sends its credentials")
+	assert.Equal(t, arn, got.Arn)
+}

@@ -1,10 +1,16 @@
-// Package introspection serves the agent's introspection API on loopback: /v1/metadata, /v1/tasks and
-// /metrics. Response shapes follow the ECS agent's.
+// Package introspection serves the agent's introspection API on loopback: /v1/metadata, /v1/tasks
+// and /license with the paths, JSON shapes, status codes and bodies of the Amazon ECS agent's
+// (docs/parity/INTROSPECTION.md), and Berth's /metrics. Any other path is answered the list of
+// routes, as the ECS agent answers it; every route answers any method.
 package introspection
 
 import (
 	"encoding/json"
 	"net/http"
+	"runtime/debug"
+	"strings"
+
+	"github.com/berth-agent/berth/agent/version"
 )
 
 // Metadata is the body of GET /v1/metadata, in the ECS agent's shape. ContainerInstanceArn is null
@@ -12,7 +18,7 @@ import (
 type Metadata struct {
 	Cluster              string  `json:"Cluster"`
 	ContainerInstanceArn *string `json:"ContainerInstanceArn"`
-	Version              string  `json:"Version"`
+	Version              string  `json:"Version"` // AgentVersion's form
 	// StateSaveError (Berth extension) is set while saving task state fails (a full disk): the
 	// affected tasks wait, and `berth healthcheck` reports the agent unhealthy.
 	StateSaveError string `json:"StateSaveError,omitempty"`
@@ -27,31 +33,84 @@ type MetadataSource interface {
 	Metadata() Metadata
 }
 
-// errorBody is the JSON body of every error response.
-type errorBody struct {
-	Error string `json:"error"`
+// AgentVersion is /v1/metadata's Version in the ECS agent's form, "Amazon ECS Agent - v<version>
+// (<commit>)": the version is the ECS agent release whose wires Berth speaks
+// (version.ECSAgentVersion), which version-gated clients parse, and the parentheses, where the ECS
+// agent puts its commit, hold Berth's own version and commit, e.g.
+// "Amazon ECS Agent - v1.105.1 (berth 0.4.0 1a2b3c4d)".
+func AgentVersion(build version.Info) string {
+	return "Amazon ECS Agent - v" + version.ECSAgentVersion + " (berth " + build.Version + " " + build.GitHash + ")"
 }
 
-// NewIntrospection returns the introspection API's handler: /v1/metadata, /v1/tasks and, when metrics
-// is not nil, /metrics.
+// licenseNotice opens /license; the modules of the build follow it.
+const licenseNotice = `Berth
+Licensed under the Apache License, Version 2.0 (the "License"); you may not use this software except
+in compliance with the License. You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software distributed under the License is
+distributed on an "AS IS" BASIS, WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or
+implied. See the License for the specific language governing permissions and limitations under the
+License.
+
+Berth is not the Amazon ECS container agent. It speaks the wires of Amazon ECS agent v` + version.ECSAgentVersion + `.
+`
+
+// licenseSeparator parts the sections of /license, as the ECS agent parts its LICENSE, NOTICE and
+// THIRD-PARTY texts.
+var licenseSeparator = "\n" + strings.Repeat("=", 80) + "\n"
+
+// licenseText is the body of GET /license: Berth's notice, then the third-party modules compiled
+// into the binary, one "path version" a line, from its build information (nil: none known).
+func licenseText(build *debug.BuildInfo) string {
+	var b strings.Builder
+	b.WriteString(licenseNotice)
+	b.WriteString(licenseSeparator)
+	b.WriteString("Third-party Go modules in this build, each under its own license:\n")
+	if build != nil {
+		for _, m := range build.Deps {
+			b.WriteString(m.Path + " " + m.Version + "\n")
+		}
+	}
+	return b.String()
+}
+
+// NewIntrospection returns the introspection API's handler: /v1/metadata, /v1/tasks, /license and,
+// when metrics is not nil, /metrics; any other path lists them.
 func NewIntrospection(meta MetadataSource, tasks TaskSource, metrics http.Handler) http.Handler {
+	paths := []string{"/v1/metadata", "/v1/tasks", "/license"}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/metadata", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/v1/metadata", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, meta.Metadata())
 	})
-	mux.HandleFunc("GET /v1/tasks", serveTasks(tasks))
+	mux.HandleFunc("/v1/tasks", serveTasks(tasks))
+	build, _ := debug.ReadBuildInfo()
+	license := licenseText(build)
+	mux.HandleFunc("/license", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte(license))
+	})
 	if metrics != nil {
-		mux.Handle("GET /metrics", metrics)
+		mux.Handle("/metrics", metrics)
+		paths = append(paths, "/metrics")
 	}
-	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such endpoint: " + r.URL.Path})
+	commands, _ := json.Marshal(struct{ AvailableCommands []string }{paths})
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write(commands)
 	})
 	return mux
 }
 
-// writeJSON writes v as the JSON response body with the given status.
+// writeJSON writes v as the JSON response body with the given status, without a trailing newline,
+// as the ECS agent writes it.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{}`)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(b)
 }

@@ -51,12 +51,13 @@ type UnknownContainerResponse struct {
 	Since      time.Time `json:"Since,omitzero"`
 }
 
-// TaskResponse is one task in the ECS agent's introspection shape. StoppedReason, PendingReason,
-// CPUPercent and MemoryMiB are Berth extensions; CPUPercent and MemoryMiB are the sums over the
-// task's containers whose figures are known, present when one is.
+// TaskResponse is one task in the ECS agent's introspection shape, with its statuses as ECS names
+// them (backendStatus). StoppedReason, PendingReason, CPUPercent and MemoryMiB are Berth extensions;
+// CPUPercent and MemoryMiB are the sums over the task's containers whose figures are known, present
+// when one is.
 type TaskResponse struct {
 	Arn           string              `json:"Arn"`
-	DesiredStatus string              `json:"DesiredStatus"`
+	DesiredStatus string              `json:"DesiredStatus,omitempty"`
 	KnownStatus   string              `json:"KnownStatus"`
 	Family        string              `json:"Family"`
 	Version       string              `json:"Version"`
@@ -67,48 +68,71 @@ type TaskResponse struct {
 	MemoryMiB     *float64            `json:"MemoryMiB,omitempty"`
 }
 
-// ContainerResponse is one container in the ECS agent's introspection shape. KnownStatus, ExitCode,
-// Reason, RestartCount, CPUPercent and MemoryMiB are Berth extensions; RestartCount is present only
-// for a container with an enabled restart policy, CPUPercent (of one vCPU) and MemoryMiB only for a
-// running container whose stats were sampled.
+// ContainerResponse is one container in the ECS agent's introspection shape. KnownStatus (the
+// agent's own status of the container: NONE, PULLED, CREATED, RUNNING, RESOURCES_PROVISIONED,
+// STOPPED), ExitCode, Reason, CPUPercent and MemoryMiB are Berth extensions; RestartCount is present
+// only for a container with an enabled restart policy, CPUPercent (of one vCPU) and MemoryMiB only
+// for a running container whose stats were sampled.
 type ContainerResponse struct {
 	DockerID     string            `json:"DockerId"`
 	DockerName   string            `json:"DockerName"`
 	Name         string            `json:"Name"`
 	Image        string            `json:"Image"`
 	ImageID      string            `json:"ImageID"`
+	CreatedAt    *time.Time        `json:"CreatedAt,omitempty"`
+	StartedAt    *time.Time        `json:"StartedAt,omitempty"`
 	Ports        []PortResponse    `json:"Ports,omitempty"`
 	Networks     []NetworkResponse `json:"Networks,omitempty"`
+	RestartCount *int              `json:"RestartCount,omitempty"`
 	KnownStatus  string            `json:"KnownStatus"`
 	ExitCode     *int              `json:"ExitCode,omitempty"`
 	Reason       string            `json:"Reason,omitempty"`
-	RestartCount *int              `json:"RestartCount,omitempty"`
 	CPUPercent   *float64          `json:"CPUPercent,omitempty"`
 	MemoryMiB    *float64          `json:"MemoryMiB,omitempty"`
 }
 
-// PortResponse is one port binding.
+// PortResponse is one port of a container: its binding on the host or, before Docker bound it, its
+// mapping; an awsvpc task's ports are on its own address, so HostPort is the container's port.
 type PortResponse struct {
-	ContainerPort uint16 `json:"ContainerPort"`
-	Protocol      string `json:"Protocol"`
+	ContainerPort uint16 `json:"ContainerPort,omitempty"`
+	Protocol      string `json:"Protocol,omitempty"`
 	HostPort      uint16 `json:"HostPort,omitempty"`
-	HostIP        string `json:"HostIp,omitempty"`
 }
 
-// NetworkResponse is one network of a container.
+// NetworkResponse is an awsvpc task's network, the same for each of its containers.
 type NetworkResponse struct {
-	NetworkMode   string   `json:"NetworkMode"`
+	NetworkMode   string   `json:"NetworkMode,omitempty"`
 	IPv4Addresses []string `json:"IPv4Addresses,omitempty"`
 }
 
-// taskResponse renders a task for introspection.
+// backendStatus is a task status as ECS names it: RUNNING and STOPPED as they are, every earlier
+// status PENDING.
+func backendStatus(s task.TaskStatus) string {
+	switch s {
+	case task.TaskRunning, task.TaskStopped:
+		return s.String()
+	}
+	return "PENDING"
+}
+
+// taskResponse renders a task for introspection, its internal containers (the pause container)
+// left out, as the ECS agent leaves them out.
 func taskResponse(t *task.Task, usage UsageSource) TaskResponse {
-	r := TaskResponse{Arn: t.Arn, DesiredStatus: t.DesiredStatus.String(), KnownStatus: t.KnownStatus.String(),
+	known, desired := backendStatus(t.KnownStatus), backendStatus(t.DesiredStatus)
+	if (known == "STOPPED" && desired != "STOPPED") || (known == "RUNNING" && desired == "PENDING") {
+		desired = "" // the ECS agent does not show a desired status the task is past
+	}
+	r := TaskResponse{Arn: t.Arn, DesiredStatus: desired, KnownStatus: known,
 		Family: t.Family, Version: strconv.Itoa(t.Revision), StoppedReason: t.StoppedReason, PendingReason: t.PendingReason,
 		Containers: []ContainerResponse{}}
+	awsvpc := t.NetworkMode == task.NetworkAWSVPC
 	for _, c := range t.Containers {
+		if c.Pause {
+			continue
+		}
 		cr := ContainerResponse{DockerID: c.DockerID, DockerName: c.DockerName, Name: c.Name, Image: c.Image,
-			ImageID: c.ImageID, KnownStatus: c.KnownStatus.String(), ExitCode: c.ExitCode, Reason: c.Reason}
+			ImageID: c.ImageID, CreatedAt: utc(c.CreatedAt), StartedAt: utc(c.StartedAt), KnownStatus: c.KnownStatus.String(),
+			ExitCode: c.ExitCode, Reason: c.Reason, Ports: ports(c, awsvpc)}
 		if c.RestartPolicy != nil && c.RestartPolicy.Enabled {
 			cr.RestartCount = new(c.RestartCount)
 		}
@@ -119,19 +143,46 @@ func taskResponse(t *task.Task, usage UsageSource) TaskResponse {
 				r.CPUPercent, r.MemoryMiB = add(r.CPUPercent, cpu), add(r.MemoryMiB, mem)
 			}
 		}
-		for _, b := range c.NetworkBindings {
-			cr.Ports = append(cr.Ports, PortResponse{ContainerPort: b.ContainerPort, Protocol: b.Protocol, HostPort: b.HostPort, HostIP: b.BindIP})
-		}
-		for _, n := range c.Networks {
-			cr.Networks = append(cr.Networks, NetworkResponse{NetworkMode: n.Mode, IPv4Addresses: n.IPv4Addresses})
-		}
-		if t.NetworkMode == task.NetworkAWSVPC && t.AWSVPC != nil && t.AWSVPC.IPv4 != "" {
-			// Every container of an awsvpc task shares the task's namespace and address.
+		if awsvpc && t.AWSVPC != nil && t.AWSVPC.IPv4 != "" {
 			cr.Networks = []NetworkResponse{{NetworkMode: string(task.NetworkAWSVPC), IPv4Addresses: []string{t.AWSVPC.IPv4}}}
 		}
 		r.Containers = append(r.Containers, cr)
 	}
 	return r
+}
+
+// ports returns a container's ports: Docker's bindings once it bound them, else the definition's
+// mappings; in awsvpc the host port is the container's.
+func ports(c *task.Container, awsvpc bool) []PortResponse {
+	var out []PortResponse
+	add := func(containerPort, hostPort uint16, protocol string) {
+		if awsvpc {
+			hostPort = containerPort
+		}
+		if protocol == "" {
+			protocol = "tcp"
+		}
+		out = append(out, PortResponse{ContainerPort: containerPort, Protocol: protocol, HostPort: hostPort})
+	}
+	if len(c.NetworkBindings) > 0 {
+		for _, b := range c.NetworkBindings {
+			add(b.ContainerPort, b.HostPort, b.Protocol)
+		}
+		return out
+	}
+	for _, m := range c.PortMappings {
+		add(m.ContainerPort, m.HostPort, m.Protocol)
+	}
+	return out
+}
+
+// utc returns t in UTC, or nil when it is zero.
+func utc(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
 }
 
 // add returns sum + v, sum being nil for none yet.
@@ -148,8 +199,15 @@ func roundTo(v float64, n int) float64 {
 	return math.Round(v*p) / p
 }
 
-// serveTasks answers GET /v1/tasks (every task, then the running containers of no known task), and
-// with ?taskarn= or ?dockerid= the one matching task (404 when none). A dockerid matches a full ID or a prefix of at least 12 characters, like the Docker CLI.
+// dockerShortIDLen is the longest dockerid the ECS agent matches as a prefix; a longer one must be
+// a container's whole Docker ID.
+const dockerShortIDLen = 12
+
+// serveTasks answers GET /v1/tasks as the ECS agent does: every task (then, a Berth extension, the
+// running containers of no known task), or with ?taskarn= the task of that ARN, or with ?dockerid=
+// the task of the container with that Docker ID: the whole ID when longer than 12 characters, else
+// a prefix, which must be of one container only (400 when it is of more). Both parameters are 400, a
+// task not found 404, each with the ECS agent's empty task as the body.
 func serveTasks(src TaskSource) http.HandlerFunc {
 	usage, _ := src.(UsageSource)
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -159,29 +217,19 @@ func serveTasks(src TaskSource) http.HandlerFunc {
 		arn, dockerID := q.Get("taskarn"), q.Get("dockerid")
 		switch {
 		case q.Has("taskarn") && q.Has("dockerid"):
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: "give taskarn or dockerid, not both"})
+			writeJSON(w, http.StatusBadRequest, emptyTask())
 			return
 		case q.Has("taskarn"):
+			var found []*task.Task
 			for _, t := range tasks {
 				if t.Arn == arn {
-					writeJSON(w, http.StatusOK, taskResponse(t, usage))
-					return
+					found = append(found, t)
 				}
 			}
-			writeJSON(w, http.StatusNotFound, errorBody{Error: "no task with ARN " + strconv.Quote(arn)})
+			writeMatch(w, usage, found)
 			return
 		case q.Has("dockerid"):
-			if len(dockerID) >= 12 {
-				for _, t := range tasks {
-					for _, c := range t.Containers {
-						if c.DockerID != "" && strings.HasPrefix(c.DockerID, dockerID) {
-							writeJSON(w, http.StatusOK, taskResponse(t, usage))
-							return
-						}
-					}
-				}
-			}
-			writeJSON(w, http.StatusNotFound, errorBody{Error: "no task with a container whose Docker ID is " + strconv.Quote(dockerID)})
+			writeMatch(w, usage, byDockerID(tasks, dockerID))
 			return
 		}
 		out := TasksResponse{Tasks: make([]TaskResponse, 0, len(tasks))}
@@ -195,3 +243,33 @@ func serveTasks(src TaskSource) http.HandlerFunc {
 		writeJSON(w, http.StatusOK, out)
 	}
 }
+
+// byDockerID returns the task of each container that id names, by the ECS agent's rule: an id
+// longer than 12 characters is a whole Docker ID, a shorter one a prefix; a task is returned once
+// per container that matches, the pause container's included.
+func byDockerID(tasks []*task.Task, id string) []*task.Task {
+	var out []*task.Task
+	for _, t := range tasks {
+		for _, c := range t.Containers {
+			if c.DockerID != "" && (c.DockerID == id || len(id) <= dockerShortIDLen && strings.HasPrefix(c.DockerID, id)) {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// writeMatch answers the one matching task, 404 for none and 400 for more than one.
+func writeMatch(w http.ResponseWriter, usage UsageSource, found []*task.Task) {
+	switch len(found) {
+	case 0:
+		writeJSON(w, http.StatusNotFound, emptyTask())
+	case 1:
+		writeJSON(w, http.StatusOK, taskResponse(found[0], usage))
+	default:
+		writeJSON(w, http.StatusBadRequest, emptyTask())
+	}
+}
+
+// emptyTask is the ECS agent's body of a /v1/tasks error: an empty task, its Containers null.
+func emptyTask() TaskResponse { return TaskResponse{} }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
-
-	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/errdefs"
 )
@@ -19,12 +16,10 @@ type Stored struct {
 }
 
 // Store keeps the task role credentials the control plane sends, by credentials ID. A task has at
-// most one set per role type (a refresh replaces the old set); a set is dropped when it expires or
-// when its task is removed, so the store is bounded by the live tasks. It is safe for concurrent
-// use.
+// most one set per role type: a set is served, past its expiration too, until the control plane
+// replaces it with the task's next set of that role type or the task is removed, as the ECS agent
+// serves them, so the store is bounded by the live tasks. It is safe for concurrent use.
 type Store struct {
-	clock clockwork.Clock
-
 	mu     sync.Mutex
 	byID   map[string]Stored
 	byTask map[string]map[string]string // task ARN → role type → credentials ID
@@ -32,29 +27,19 @@ type Store struct {
 
 var _ Source = (*Store)(nil)
 
-// NewStore returns an empty store; a nil clock means the real one.
-func NewStore(clock clockwork.Clock) *Store {
-	if clock == nil {
-		clock = clockwork.NewRealClock()
-	}
-	return &Store{clock: clock, byID: map[string]Stored{}, byTask: map[string]map[string]string{}}
+// NewStore returns an empty store.
+func NewStore() *Store {
+	return &Store{byID: map[string]Stored{}, byTask: map[string]map[string]string{}}
 }
 
 // Put stores a task role's credentials under id, replacing the task's earlier set of the same role
-// type, and drops every set that has expired. It fails, storing nothing, for an empty id; the error
-// never contains a secret.
+// type. It fails, storing nothing, for an empty id; the error never contains a secret.
 func (s *Store) Put(taskArn, roleType, id string, c Credentials) error {
 	if id == "" {
 		return fmt.Errorf("credentials of task %s (%s): no credentialsId", taskArn, roleType)
 	}
-	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for old, sc := range s.byID {
-		if expired(sc, now) {
-			s.dropLocked(old)
-		}
-	}
 	if old, ok := s.byTask[taskArn][roleType]; ok {
 		s.dropLocked(old)
 	}
@@ -66,27 +51,20 @@ func (s *Store) Put(taskArn, roleType, id string, c Credentials) error {
 	return nil
 }
 
-// Get returns the unexpired credentials with the given ID.
+// Get returns the credentials with the given ID, expired or not.
 func (s *Store) Get(id string) (Stored, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sc, ok := s.byID[id]
-	if !ok {
-		return Stored{}, false
-	}
-	if expired(sc, s.clock.Now()) {
-		s.dropLocked(id)
-		return Stored{}, false
-	}
-	return sc, true
+	return sc, ok
 }
 
-// ErrNoCredentials is what the Store answers for an ID it does not serve: unknown, expired, of a
+// ErrNoCredentials is what the Store answers for an ID it does not serve: unknown, replaced, of a
 // removed task, or of the other role type. An errdefs.ErrNotFound.
 var ErrNoCredentials = errdefs.New(errdefs.ErrNotFound, "no such task role credentials")
 
-// TaskCredentials serves the task endpoint: the unexpired task role credentials with this ID.
-// Execution role credentials are the agent's own and are never served to containers.
+// TaskCredentials serves the task endpoint: the task role credentials with this ID. Execution role
+// credentials are the agent's own and are never served to containers.
 func (s *Store) TaskCredentials(_ context.Context, id string) (Credentials, error) {
 	sc, ok := s.Get(id)
 	if !ok || sc.RoleType != RoleTypeTaskApplication {
@@ -96,8 +74,8 @@ func (s *Store) TaskCredentials(_ context.Context, id string) (Credentials, erro
 }
 
 // ExecutionRoleCredentials serves the agent's own calls for a task with its execution role: the
-// unexpired execution role credentials with this ID. An ID that is unknown, expired, of a removed
-// task or of a task role is ErrNoCredentials (errdefs.ErrNotFound).
+// execution role credentials with this ID. An ID that is unknown, replaced, of a removed task or of
+// a task role is ErrNoCredentials (errdefs.ErrNotFound).
 func (s *Store) ExecutionRoleCredentials(_ context.Context, id string) (Credentials, error) {
 	sc, ok := s.Get(id)
 	if !ok || sc.RoleType != RoleTypeTaskExecution {
@@ -136,9 +114,4 @@ func (s *Store) dropLocked(id string) {
 			delete(s.byTask, sc.TaskArn)
 		}
 	}
-}
-
-func expired(sc Stored, now time.Time) bool {
-	exp := sc.Credentials.Expiration
-	return !exp.IsZero() && !now.Before(exp)
 }

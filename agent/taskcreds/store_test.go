@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -13,39 +12,34 @@ import (
 	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
-// creds returns credentials expiring at exp, to the second, as the control plane sends them.
-func creds(exp time.Time) taskcreds.Credentials {
-	return taskcreds.Credentials{AccessKeyID: "AKID", SecretAccessKey: "secret", SessionToken: "tok", Expiration: exp.UTC().Truncate(time.Second)}
+// creds returns credentials with this access key, expiring at exp, as the control plane sends them.
+func creds(keyID string, exp time.Time) taskcreds.Credentials {
+	return taskcreds.Credentials{AccessKeyID: keyID, SecretAccessKey: "secret", SessionToken: "tok", Expiration: exp}
 }
 
-func TestStore(t *testing.T) {
-	clock := clockwork.NewFakeClock()
-	s := taskcreds.NewStore(clock)
-	require.NoError(t, s.Put("arn:t1", taskcreds.RoleTypeTaskApplication, "a1", creds(clock.Now().Add(time.Hour))))
-	require.NoError(t, s.Put("arn:t1", taskcreds.RoleTypeTaskExecution, "e1", creds(clock.Now().Add(2*time.Hour))))
-	require.NoError(t, s.Put("arn:t2", taskcreds.RoleTypeTaskApplication, "b1", creds(clock.Now().Add(time.Hour))))
+var (
+	past   = time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC) // long expired
+	future = time.Date(2101, 2, 3, 4, 5, 6, 0, time.UTC)
+)
 
-	require.NoError(t, s.Put("arn:t1", taskcreds.RoleTypeTaskApplication, "a2", creds(clock.Now().Add(3*time.Hour))))
+func TestStore(t *testing.T) {
+	s := taskcreds.NewStore()
+	require.NoError(t, s.Put("arn:t1", taskcreds.RoleTypeTaskApplication, "a1", creds("AKIDA1", future)))
+	require.NoError(t, s.Put("arn:t1", taskcreds.RoleTypeTaskExecution, "e1", creds("AKIDE1", future)))
+	require.NoError(t, s.Put("arn:t2", taskcreds.RoleTypeTaskApplication, "b1", creds("AKIDB1", future)))
+
+	require.NoError(t, s.Put("arn:t1", taskcreds.RoleTypeTaskApplication, "a2", creds("AKIDA2", future)))
 	_, ok := s.Get("a1")
 	assert.False(t, ok, "a refresh replaces the task's earlier set of the same role")
-	_, ok = s.Get("a2")
-	assert.True(t, ok)
-
-	clock.Advance(time.Hour)
-	_, ok = s.Get("b1")
-	assert.False(t, ok, "expired at its expiration")
-	_, ok = s.Get("e1")
-	assert.True(t, ok)
+	got, ok := s.Get("a2")
+	require.True(t, ok)
+	assert.Equal(t, taskcreds.Stored{TaskArn: "arn:t1", RoleType: taskcreds.RoleTypeTaskApplication, Credentials: creds("AKIDA2", future)}, got)
 
 	// Pulls with the execution role read its credentials; a task role's are not served to them.
 	exec, err := s.ExecutionRoleCredentials(context.Background(), "e1")
 	require.NoError(t, err)
-	want := creds(time.Time{})
-	assert.Equal(t, want.AccessKeyID, exec.AccessKeyID)
-	assert.Equal(t, want.SecretAccessKey, exec.SecretAccessKey)
-	assert.Equal(t, want.SessionToken, exec.SessionToken)
+	assert.Equal(t, creds("AKIDE1", future), exec)
 	assert.True(t, exec.AWS().CanExpire)
-	assert.True(t, clock.Now().Add(time.Hour).Truncate(time.Second).Equal(exec.Expiration), "expires with the credentials: %s", exec.Expiration)
 	_, err = s.ExecutionRoleCredentials(context.Background(), "a2")
 	assert.ErrorIs(t, err, taskcreds.ErrNoCredentials, "a task role's credentials are not an execution role's")
 	assert.True(t, errdefs.IsNotFound(err))
@@ -53,27 +47,44 @@ func TestStore(t *testing.T) {
 	// Containers get the task role's; an execution role's are never served to them.
 	app, err := s.TaskCredentials(context.Background(), "a2")
 	require.NoError(t, err)
-	assert.Equal(t, want.AccessKeyID, app.AccessKeyID)
+	assert.Equal(t, "AKIDA2", app.AccessKeyID)
 	_, err = s.TaskCredentials(context.Background(), "e1")
 	assert.ErrorIs(t, err, taskcreds.ErrNoCredentials)
 
 	s.TaskRemoved("arn:t1")
-	assert.Zero(t, s.Len(), "removing the task drops its sets; the expired one went on Get")
+	s.TaskRemoved("arn:t1")
+	assert.Equal(t, 1, s.Len(), "removing the task, twice, drops its sets and only its")
 	_, err = s.ExecutionRoleCredentials(context.Background(), "e1")
 	assert.ErrorIs(t, err, taskcreds.ErrNoCredentials, "gone with the task")
+	_, err = s.TaskCredentials(context.Background(), "b1")
+	assert.NoError(t, err)
 
 	err = s.Put("arn:t3", taskcreds.RoleTypeTaskApplication, "", taskcreds.Credentials{SecretAccessKey: "hush"})
 	require.Error(t, err, "no ID")
 	assert.NotContains(t, err.Error(), "hush", "errors never carry a secret")
-	assert.Zero(t, s.Len())
+	assert.Equal(t, 1, s.Len())
 }
 
-func TestStoreDropsExpiredSetsOnPut(t *testing.T) {
-	clock := clockwork.NewFakeClock()
-	s := taskcreds.NewStore(clock)
-	require.NoError(t, s.Put("arn:t1", taskcreds.RoleTypeTaskApplication, "a1", creds(clock.Now().Add(time.Minute))))
-	require.NoError(t, s.Put("arn:t2", taskcreds.RoleTypeTaskApplication, "b1", taskcreds.Credentials{AccessKeyID: "AKID"}))
-	clock.Advance(time.Hour)
-	require.NoError(t, s.Put("arn:t3", taskcreds.RoleTypeTaskApplication, "c1", creds(clock.Now().Add(time.Hour))))
-	assert.Equal(t, 2, s.Len(), "the expired set is dropped; one without an expiration is kept")
+// TestStoreServesUntilReplaced: as the ECS agent does, credentials are served past their expiration
+// until the control plane sends the task's next set or the task is removed.
+func TestStoreServesUntilReplaced(t *testing.T) {
+	s := taskcreds.NewStore()
+	require.NoError(t, s.Put("arn:t1", taskcreds.RoleTypeTaskApplication, "a1", creds("AKIDOLD", past)))
+	require.NoError(t, s.Put("arn:t1", taskcreds.RoleTypeTaskExecution, "e1", creds("AKIDEXEC", past)))
+	require.NoError(t, s.Put("arn:t2", taskcreds.RoleTypeTaskApplication, "b1", creds("AKIDB", future)))
+	assert.Equal(t, 3, s.Len(), "an expired set is not dropped when another is put")
+
+	got, err := s.TaskCredentials(context.Background(), "a1")
+	require.NoError(t, err, "expired, still served")
+	assert.Equal(t, creds("AKIDOLD", past), got)
+	exec, err := s.ExecutionRoleCredentials(context.Background(), "e1")
+	require.NoError(t, err)
+	assert.Equal(t, "AKIDEXEC", exec.AccessKeyID)
+
+	// ACS refreshes a task's credentials under the same ID (the one in the container's environment).
+	require.NoError(t, s.Put("arn:t1", taskcreds.RoleTypeTaskApplication, "a1", creds("AKIDNEW", future)))
+	got, err = s.TaskCredentials(context.Background(), "a1")
+	require.NoError(t, err)
+	assert.Equal(t, "AKIDNEW", got.AccessKeyID, "replaced by the next set")
+	assert.Equal(t, 3, s.Len())
 }

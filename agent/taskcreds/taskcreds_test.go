@@ -81,7 +81,7 @@ func TestShortID(t *testing.T) {
 }
 
 func TestChain(t *testing.T) {
-	store := taskcreds.NewStore(nil)
+	store := taskcreds.NewStore()
 	roles := &fakeRoles{creds: map[string]taskcreds.Credentials{execCredsID: execCreds()}}
 	chain := taskcreds.NewChain(taskcreds.ChainConfig{Store: store, Roles: roles})
 
@@ -108,7 +108,7 @@ func TestChain(t *testing.T) {
 	_, err = chain.TaskCredentials(context.Background(), execCredsID)
 	assert.True(t, errdefs.IsUnavailable(err), "an execution role's ID is not a task role's: the next source is asked")
 
-	_, err = taskcreds.NewChain(taskcreds.ChainConfig{Store: taskcreds.NewStore(nil)}).ExecutionRoleCredentials(context.Background(), execCredsID)
+	_, err = taskcreds.NewChain(taskcreds.ChainConfig{Store: taskcreds.NewStore()}).ExecutionRoleCredentials(context.Background(), execCredsID)
 	assert.True(t, errdefs.IsNotFound(err), "without roles only the store is asked")
 }
 
@@ -117,7 +117,7 @@ func TestForSecrets(t *testing.T) {
 	host := credentials.NewStaticCredentialsProvider("AKIDHOST", "host-secret", "")
 	hostCreds := func() (aws.CredentialsProvider, error) { return host, nil }
 	clock := clockwork.NewFakeClock()
-	store := taskcreds.NewStore(clock)
+	store := taskcreds.NewStore()
 	require.NoError(t, store.Put("arn:t1", taskcreds.RoleTypeTaskExecution, execCredsID, taskcreds.Credentials{
 		AccessKeyID: execKeyID, SecretAccessKey: execSecretKey, SessionToken: execSession, Expiration: clock.Now().Add(time.Hour)}))
 	withRole := &task.Task{Arn: "arn:t1", ExecutionRoleArn: "arn:aws:iam::012345678901:role/exec", ExecutionCredentialsID: execCredsID}
@@ -166,7 +166,7 @@ func TestForSecrets(t *testing.T) {
 // TestForSecretsHostCredentialsFail passes on why the host's credentials cannot be had.
 func TestForSecretsHostCredentialsFail(t *testing.T) {
 	noHost := errors.New("the host has no AWS credentials")
-	chain := taskcreds.NewChain(taskcreds.ChainConfig{Store: taskcreds.NewStore(nil), Local: true,
+	chain := taskcreds.NewChain(taskcreds.ChainConfig{Store: taskcreds.NewStore(), Local: true,
 		HostCredentials: func() (aws.CredentialsProvider, error) { return nil, noHost }})
 	_, err := chain.ForSecrets(&task.Task{Arn: "arn:t1"})
 	assert.ErrorIs(t, err, noHost)

@@ -9,14 +9,25 @@ import (
 	"time"
 
 	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
+// CredentialsTasks finds the task that holds a credentials ID; *engine.Engine is the agent's. It
+// must be safe for concurrent use and return copies.
+type CredentialsTasks interface {
+	// ByCredentialsID returns the task the agent knows (restored from its saved state or added
+	// since, and not yet removed) whose task role or execution role credentials ID is id.
+	ByCredentialsID(id string) (*task.Task, bool)
+}
+
 // The error codes of the credentials endpoints, as the ECS agent names them.
 const (
-	codeNoID          = "NoIdInRequest"
-	codeInvalidID     = "InvalidIdInRequest"
-	codeInternalError = "InternalServerError"
+	codeNoID            = "NoIdInRequest"
+	codeInvalidID       = "InvalidIdInRequest"
+	codeUninitialized   = "CredentialsUninitialized"
+	codeInternalError   = "InternalServerError"
+	messageInternalFail = "Internal server error" // the ECS agent's, without the version prefix
 )
 
 // credentialsBody is a 200 answer of the credentials endpoints. Expiration is RFC 3339 in UTC, to
@@ -36,37 +47,79 @@ type credentialsError struct {
 	HTTPErrorCode int    `json:"HTTPErrorCode"`
 }
 
-// serveCredentials answers /v1/credentials?id= (version 1) and /v2/credentials/ID (version 2).
+// serveCredentials answers /v1/credentials?id= (version 1) and /v2/credentials/ID (version 2) as the
+// ECS agent does: 400 NoIdInRequest without an ID, 503 CredentialsUninitialized for an ID a known
+// task holds whose credentials have not arrived (or, in local mode, are being assumed), 400
+// InvalidIdInRequest for any other ID without credentials, 500 InternalServerError when they cannot
+// be had.
 func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, version int, id string) {
 	prefix := fmt.Sprintf("CredentialsV%dRequest: ", version)
 	fail := func(status int, code, msg string) {
-		writeJSON(w, status, credentialsError{Code: code, Message: prefix + msg, HTTPErrorCode: status})
+		writeJSON(w, status, credentialsError{Code: code, Message: msg, HTTPErrorCode: status})
 	}
 	if id == "" {
 		h.log.Debug("task credentials request without an ID", "api_version", version)
-		fail(http.StatusBadRequest, codeNoID, "No Credential ID in the request")
+		fail(http.StatusBadRequest, codeNoID, prefix+"No Credential ID in the request")
 		return
+	}
+	short := taskcreds.ShortID(id)
+	var holder *task.Task
+	if h.holders != nil {
+		holder, _ = h.holders.ByCredentialsID(id)
 	}
 	c, err := h.lookupCredentials(r.Context(), id)
-	if errdefs.IsNotFound(err) && h.logCreds != nil && h.fromHost(r) {
+	host := h.logCreds != nil && h.fromHost(r)
+	if errdefs.IsNotFound(err) && host {
 		c, err = h.logCreds.TaskCredentials(r.Context(), id)
 	}
+	if err == nil && stoppedTaskRole(holder, id) {
+		err = fmt.Errorf("credentials %s: %w: the task stopped", short, errdefs.ErrNotFound)
+	}
 	switch {
+	case errdefs.IsNotFound(err) && pending(holder, id, host):
+		h.log.Debug("task credentials not received yet", "credentials_id", short, "task_arn", holder.Arn, "api_version", version)
+		fail(http.StatusServiceUnavailable, codeUninitialized, prefix+"Credentials uninitialized for ID")
+		return
 	case errdefs.IsNotFound(err):
-		h.log.Debug("task credentials not found", "credentials_id", taskcreds.ShortID(id), "api_version", version)
-		fail(http.StatusBadRequest, codeInvalidID, "Credentials not found")
+		h.log.Debug("task credentials not found", "credentials_id", short, "api_version", version)
+		fail(http.StatusBadRequest, codeInvalidID, prefix+"Credentials not found")
+		return
+	case errdefs.IsUnavailable(err):
+		h.log.Debug("task credentials unavailable", "credentials_id", short, "api_version", version, "error", err)
+		fail(http.StatusServiceUnavailable, codeUninitialized, prefix+"Credentials uninitialized for ID")
 		return
 	case err != nil:
-		h.log.Debug("task credentials unavailable", "credentials_id", taskcreds.ShortID(id), "api_version", version, "error", err)
-		fail(http.StatusInternalServerError, codeInternalError, "Credentials unavailable: "+err.Error())
+		h.log.Warn("task credentials cannot be had", "credentials_id", short, "api_version", version, "error", err)
+		fail(http.StatusInternalServerError, codeInternalError, messageInternalFail)
 		return
 	}
 	body := credentialsBody{RoleArn: c.RoleArn, AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, Token: c.SessionToken}
 	if !c.Expiration.IsZero() {
 		body.Expiration = c.Expiration.UTC().Truncate(time.Second).Format(time.RFC3339)
 	}
-	h.log.Debug("task credentials served", "credentials_id", taskcreds.ShortID(id), "role_arn", c.RoleArn, "api_version", version)
+	h.log.Debug("task credentials served", "credentials_id", short, "role_arn", c.RoleArn, "api_version", version)
 	writeJSON(w, http.StatusOK, body)
+}
+
+// stoppedTaskRole reports whether id is the task role credentials ID of a task that has stopped:
+// the ECS agent stops serving a task role's credentials once its task is STOPPED (its execution
+// role's are kept until the task is removed, for the log driver's last writes).
+func stoppedTaskRole(t *task.Task, id string) bool {
+	return t != nil && t.CredentialsID == id && t.KnownStatus == task.TaskStopped
+}
+
+// pending reports whether the credentials with this ID are due from the control plane: a task the
+// agent knows holds the ID for its task role and has not stopped, or for its execution role when
+// the host itself (the log driver, host) asks.
+func pending(t *task.Task, id string, host bool) bool {
+	switch {
+	case t == nil:
+		return false
+	case t.CredentialsID == id:
+		return t.KnownStatus != task.TaskStopped
+	default:
+		return host && t.ExecutionCredentialsID == id
+	}
 }
 
 // fromHost reports whether r comes from one of the host's own addresses, as the Docker daemon's

@@ -98,6 +98,10 @@ type Config struct {
 	RateLimit   RateLimit // zero: DefaultRateLimit()
 	Tasks       TaskSource
 	Credentials CredentialsSource // nil: every credentials ID is unknown
+	// CredentialsTasks finds the task holding a credentials ID: its credentials that have not
+	// arrived yet are answered 503, and its task role's are no longer served once it stopped. nil:
+	// no ID is held by a task.
+	CredentialsTasks CredentialsTasks
 	// LogDriverCredentials are credentials only the host itself may have: the execution-role
 	// credentials the Docker daemon's awslogs driver asks for (awslogs-credentials-endpoint). They
 	// are asked when Credentials knows the ID not, and only for a request from one of the host's
@@ -116,6 +120,7 @@ type Handler struct {
 	tasks    TaskSource
 	creds    CredentialsSource
 	logCreds CredentialsSource
+	holders  CredentialsTasks
 	isHost   func(netip.Addr) bool
 	stats    StatsSource
 	log      *logger.Logger
@@ -155,6 +160,7 @@ func New(cfg Config) (*Handler, error) {
 		tasks:    cfg.Tasks,
 		creds:    cfg.Credentials,
 		logCreds: cfg.LogDriverCredentials,
+		holders:  cfg.CredentialsTasks,
 		isHost:   cfg.HostAddress,
 		stats:    cfg.Stats,
 		log:      cfg.Logger,
@@ -193,8 +199,6 @@ func parse(path string) route {
 	switch {
 	case path == "/v1/credentials":
 		return route{kind: credentialsV1, version: 1}
-	case path == "/v2/credentials":
-		return route{kind: credentialsV2, version: 2}
 	case strings.HasPrefix(path, "/v2/credentials/"):
 		return route{kind: credentialsV2, version: 2, arg: path[len("/v2/credentials/"):]}
 	case path == "/v2/metadata" || path == "/v2/metadata/":

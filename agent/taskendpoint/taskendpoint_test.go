@@ -14,7 +14,6 @@ import (
 
 	"github.com/berth-agent/berth/agent/errdefs"
 	"github.com/berth-agent/berth/agent/task"
-	"github.com/berth-agent/berth/agent/taskcreds"
 	"github.com/berth-agent/berth/agent/taskendpoint"
 )
 
@@ -322,77 +321,6 @@ func TestStats(t *testing.T) {
 		rec = e.get("/v4/tok-web/task/stats", fromWeb)
 		assert.Equal(t, http.StatusInternalServerError, rec.Code)
 		assert.JSONEq(t, `"Unable to get task stats for: `+bridgeARN+`"`, rec.Body.String())
-	})
-}
-
-func TestCredentials(t *testing.T) {
-	ok := `{
-		"RoleArn": "arn:aws:iam::012345678901:role/web",
-		"AccessKeyId": "` + accessKeyID + `",
-		"SecretAccessKey": "` + secretKey + `",
-		"Token": "` + sessionToken + `",
-		"Expiration": "2026-12-01T01:32:25Z"
-	}`
-	errBody := func(status int, code, msg string) string {
-		b, _ := json.Marshal(map[string]any{"code": code, "message": msg, "HTTPErrorCode": status})
-		return string(b)
-	}
-	tests := []struct {
-		name, path string
-		wantStatus int
-		wantBody   string
-	}{
-		{"v2", "/v2/credentials/" + credsID, http.StatusOK, ok},
-		{"v1", "/v1/credentials?id=" + credsID, http.StatusOK, ok},
-		{"v2 unknown", "/v2/credentials/nope", http.StatusBadRequest,
-			errBody(400, "InvalidIdInRequest", "CredentialsV2Request: Credentials not found")},
-		{"v1 unknown", "/v1/credentials?id=nope", http.StatusBadRequest,
-			errBody(400, "InvalidIdInRequest", "CredentialsV1Request: Credentials not found")},
-		{"v2 without an ID", "/v2/credentials/", http.StatusBadRequest,
-			errBody(400, "NoIdInRequest", "CredentialsV2Request: No Credential ID in the request")},
-		{"v2 without an ID or slash", "/v2/credentials", http.StatusBadRequest,
-			errBody(400, "NoIdInRequest", "CredentialsV2Request: No Credential ID in the request")},
-		{"v1 without an ID", "/v1/credentials", http.StatusBadRequest,
-			errBody(400, "NoIdInRequest", "CredentialsV1Request: No Credential ID in the request")},
-		{"v2 unavailable", "/v2/credentials/refused-id", http.StatusInternalServerError,
-			errBody(500, "InternalServerError", "CredentialsV2Request: Credentials unavailable: STS refused AssumeRole: AccessDenied: unavailable")},
-	}
-	e := newEnv(t)
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rec := e.get(tt.path, fromWeb)
-			assert.Equal(t, tt.wantStatus, rec.Code)
-			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
-			assert.JSONEq(t, tt.wantBody, rec.Body.String())
-		})
-	}
-
-	t.Run("no credentials source: every ID is unknown", func(t *testing.T) {
-		e := newEnv(t, func(c *taskendpoint.Config) { c.Credentials = nil })
-		rec := e.get("/v2/credentials/"+credsID, fromWeb)
-		assert.Equal(t, http.StatusBadRequest, rec.Code)
-		assert.Contains(t, rec.Body.String(), "InvalidIdInRequest")
-	})
-	t.Run("log driver credentials: the host only", func(t *testing.T) {
-		e := newEnv(t, func(c *taskendpoint.Config) {
-			c.LogDriverCredentials = &fakeCredentials{creds: map[string]taskcreds.Credentials{"exec-id": {AccessKeyID: "exec-key"}}}
-			c.HostAddress = func(ip netip.Addr) bool { return ip == netip.MustParseAddr("10.0.0.1") }
-		})
-		rec := e.get("/v2/credentials/exec-id", "10.0.0.1:40000")
-		assert.Equal(t, http.StatusOK, rec.Code, "the Docker daemon, from the host, gets them")
-		assert.Contains(t, rec.Body.String(), "exec-key")
-		for _, from := range []string{fromWeb, "169.254.172.3:40000"} {
-			rec = e.get("/v2/credentials/exec-id", from)
-			assert.Equal(t, http.StatusBadRequest, rec.Code, "a container at %s does not", from)
-			assert.NotContains(t, rec.Body.String(), "exec-key")
-		}
-	})
-	t.Run("no expiration: the field is left out", func(t *testing.T) {
-		e := newEnv(t, func(c *taskendpoint.Config) {
-			c.Credentials = &fakeCredentials{creds: map[string]taskcreds.Credentials{"x": {AccessKeyID: "a"}}}
-		})
-		rec := e.get("/v2/credentials/x", fromWeb)
-		assert.JSONEq(t, `{"RoleArn":"","AccessKeyId":"a","SecretAccessKey":"","Token":""}`, rec.Body.String())
 	})
 }
 

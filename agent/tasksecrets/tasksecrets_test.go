@@ -20,7 +20,7 @@ func setup(t *testing.T) (*secretstest.Server, *tasksecrets.Source) {
 	t.Helper()
 	srv := secretstest.New(t)
 	srv.PointSDK(t)
-	store := taskcreds.NewStore(nil)
+	store := taskcreds.NewStore()
 	require.NoError(t, store.Put("arn:task", taskcreds.RoleTypeTaskExecution, execID,
 		taskcreds.Credentials{AccessKeyID: "AKIAEXECROLE", SecretAccessKey: "s", SessionToken: "t"}))
 	src, err := tasksecrets.New("us-east-1", taskcreds.NewChain(taskcreds.ChainConfig{Store: store}))

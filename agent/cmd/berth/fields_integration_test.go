@@ -129,7 +129,9 @@ func familySettled(family string) func([]introspection.TaskResponse) bool {
 	}
 }
 
-// inspectFamily returns docker inspect of each container of the family's task, by container name.
+// inspectFamily returns docker inspect of each container of the family's task, by container name,
+// the pause container's included: /v1/tasks hides it, as the ECS agent does, so the containers are
+// found by their task ARN label.
 func inspectFamily(t *testing.T, dc *docker.Client, ts []introspection.TaskResponse, family string) map[string]*docker.Container {
 	t.Helper()
 	out := map[string]*docker.Container{}
@@ -137,10 +139,14 @@ func inspectFamily(t *testing.T, dc *docker.Client, ts []introspection.TaskRespo
 		if tk.Family != family {
 			continue
 		}
-		for _, c := range tk.Containers {
-			ci, err := dc.InspectContainerWithOptions(docker.InspectContainerOptions{ID: c.DockerID})
-			require.NoError(t, err, "inspect %s/%s", family, c.Name)
-			out[c.Name] = ci
+		list, err := dc.ListContainers(docker.ListContainersOptions{All: true,
+			Filters: map[string][]string{"label": {engine.LabelTaskARN + "=" + tk.Arn}}})
+		require.NoError(t, err, "list the containers of %s", tk.Arn)
+		for _, c := range list {
+			name := c.Labels[engine.LabelContainerName]
+			ci, err := dc.InspectContainerWithOptions(docker.InspectContainerOptions{ID: c.ID})
+			require.NoError(t, err, "inspect %s/%s", family, name)
+			out[name] = ci
 		}
 	}
 	return out

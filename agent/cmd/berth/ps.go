@@ -49,6 +49,8 @@ func runPs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 
 // printTasks renders tasks as a table: one row per container, the task's columns on its first row,
 // with each running container's latest CPU (percent of one vCPU) and memory when the agent knows them.
+// The task's statuses are as ECS names them (PENDING, RUNNING, STOPPED); each container's STATUS is
+// the agent's own (PULLED, CREATED, …), which says where a PENDING task is.
 // The running containers of no known task follow in a table of their own, with what to do about
 // them; nothing is printed for them when there are none.
 func printTasks(w io.Writer, tasks []introspection.TaskResponse, unknown []introspection.UnknownContainerResponse) {
@@ -60,8 +62,9 @@ func printTasks(w io.Writer, tasks []introspection.TaskResponse, unknown []intro
 		if taskReason == "" {
 			taskReason = t.PendingReason
 		}
+		desired := orDash(t.DesiredStatus) // the agent leaves out a desired status the task is past
 		if len(t.Containers) == 0 {
-			fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t%s\n", id, t.Family, t.Version, t.DesiredStatus, t.KnownStatus, taskReason)
+			fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t%s\n", id, t.Family, t.Version, desired, t.KnownStatus, taskReason)
 		}
 		for i, c := range t.Containers {
 			reason := c.Reason
@@ -80,7 +83,7 @@ func printTasks(w io.Writer, tasks []introspection.TaskResponse, unknown []intro
 				}
 			}
 			if i == 0 {
-				fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t", id, t.Family, t.Version, t.DesiredStatus, t.KnownStatus)
+				fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t", id, t.Family, t.Version, desired, t.KnownStatus)
 			} else {
 				fmt.Fprint(tw, "\t\t\t\t")
 			}

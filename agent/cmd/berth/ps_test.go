@@ -20,21 +20,23 @@ func TestPrintTasks(t *testing.T) {
 		DesiredStatus: "RUNNING", KnownStatus: "RUNNING",
 		Containers: []introspection.ContainerResponse{
 			{Name: "web", KnownStatus: "RUNNING", DockerID: "0123456789abcdef", CPUPercent: &cpu, MemoryMiB: &mem, Ports: []introspection.PortResponse{
-				{ContainerPort: 8080, HostPort: 8080, Protocol: "tcp", HostIP: "0.0.0.0"}, {ContainerPort: 8080, HostPort: 8080, Protocol: "tcp", HostIP: "::"}}},
+				{ContainerPort: 8080, HostPort: 8080, Protocol: "tcp"}, {ContainerPort: 8080, HostPort: 8080, Protocol: "tcp"}}},
 			{Name: "init", KnownStatus: "STOPPED", ExitCode: &code},
 			{Name: "worker", KnownStatus: "RUNNING", RestartCount: &restarts},
 			{Name: "flaky", KnownStatus: "STOPPED", ExitCode: &code, RestartCount: &restarts},
 		},
-	}, {Arn: "arn:aws:ecs:local:000000000000:task/default/big", Family: "big", Version: "2", DesiredStatus: "RUNNING", KnownStatus: "NONE",
-		PendingReason: "waiting for host resources: memory", Containers: []introspection.ContainerResponse{{Name: "hog", KnownStatus: "NONE"}}}}, nil)
+	}, {Arn: "arn:aws:ecs:local:000000000000:task/default/big", Family: "big", Version: "2", DesiredStatus: "RUNNING", KnownStatus: "PENDING",
+		PendingReason: "waiting for host resources: memory", Containers: []introspection.ContainerResponse{{Name: "hog", KnownStatus: "NONE"}}},
+		{Arn: "arn:aws:ecs:local:000000000000:task/default/done", Family: "done", Version: "1", KnownStatus: "STOPPED"}}, nil)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	assert.Len(t, lines, 6)
+	assert.Len(t, lines, 7)
 	assert.Regexp(t, `^TASK\s+FAMILY:REV\s+DESIRED\s+KNOWN\s+CONTAINER\s+STATUS\s+CPU %\s+MEM\s+DOCKER ID\s+PORTS\s+REASON$`, lines[0])
 	assert.Regexp(t, `^static-web-0123456789ab\s+web:1\s+RUNNING\s+RUNNING\s+web\s+RUNNING\s+12\.3%\s+20\.5MiB\s+0123456789ab\s+8080->8080/tcp\s*$`, lines[1])
 	assert.Regexp(t, `^\s+init\s+STOPPED \(exit 0\)\s+-\s+-\s+-\s*$`, lines[2])
 	assert.Regexp(t, `^\s+worker\s+RUNNING \(restarts 2\)\s+-\s+-\s+-\s*$`, lines[3])
 	assert.Regexp(t, `^\s+flaky\s+STOPPED \(exit 0, restarts 2\)\s+-\s+-\s+-\s*$`, lines[4])
-	assert.Regexp(t, `^big\s+big:2\s+RUNNING\s+NONE\s+hog\s+NONE\s+-\s+-\s+-\s+waiting for host resources: memory$`, lines[5])
+	assert.Regexp(t, `^big\s+big:2\s+RUNNING\s+PENDING\s+hog\s+NONE\s+-\s+-\s+-\s+waiting for host resources: memory$`, lines[5])
+	assert.Regexp(t, `^done\s+done:1\s+-\s+STOPPED\s+-\s+-`, lines[6], "no desired status: a dash")
 }
 
 func TestPrintTasksUnknownContainers(t *testing.T) {

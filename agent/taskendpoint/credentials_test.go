@@ -1,0 +1,205 @@
+package taskendpoint_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/task"
+	"github.com/berth-agent/berth/agent/taskcreds"
+	"github.com/berth-agent/berth/agent/taskendpoint"
+)
+
+// fakeHolders is a CredentialsTasks over fixed tasks, by credentials ID.
+type fakeHolders map[string]*task.Task
+
+var _ taskendpoint.CredentialsTasks = fakeHolders(nil)
+
+func (f fakeHolders) ByCredentialsID(id string) (*task.Task, bool) {
+	t, ok := f[id]
+	if !ok {
+		return nil, false
+	}
+	return t.Clone(), true
+}
+
+const (
+	pendingID = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0" // a restored task's, not sent again yet
+	stoppedID = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d" // a stopped task's task role
+	execID    = "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a" // a restored task's execution role
+	hostAddr  = "10.0.0.1:40000"                       // the host's own address, as the Docker daemon asks
+)
+
+// Hand-written from the ECS agent's answers (ecs-agent/tmds/handlers/credentials_handler_test.go).
+const (
+	bodyOK = `{"RoleArn":"arn:aws:iam::012345678901:role/web","AccessKeyId":"` + accessKeyID + `","SecretAccessKey":"` +
+		secretKey + `","Token":"` + sessionToken + `","Expiration":"2026-12-01T01:32:25Z"}`
+	bodyV1NoID          = `{"code":"NoIdInRequest","message":"CredentialsV1Request: No Credential ID in the request","HTTPErrorCode":400}`
+	bodyV2NoID          = `{"code":"NoIdInRequest","message":"CredentialsV2Request: No Credential ID in the request","HTTPErrorCode":400}`
+	bodyV1NotFound      = `{"code":"InvalidIdInRequest","message":"CredentialsV1Request: Credentials not found","HTTPErrorCode":400}`
+	bodyV2NotFound      = `{"code":"InvalidIdInRequest","message":"CredentialsV2Request: Credentials not found","HTTPErrorCode":400}`
+	bodyV1Uninitialized = `{"code":"CredentialsUninitialized","message":"CredentialsV1Request: Credentials uninitialized for ID","HTTPErrorCode":503}`
+	bodyV2Uninitialized = `{"code":"CredentialsUninitialized","message":"CredentialsV2Request: Credentials uninitialized for ID","HTTPErrorCode":503}`
+	bodyInternal        = `{"code":"InternalServerError","message":"Internal server error","HTTPErrorCode":500}`
+)
+
+// holders are the tasks the handler is told hold credentials IDs: a restored running task whose
+// credentials have not arrived, and a stopped one whose have.
+func holders() fakeHolders {
+	restored := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/restored", KnownStatus: task.TaskRunning,
+		CredentialsID: pendingID, ExecutionCredentialsID: execID}
+	stopped := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/stopped", KnownStatus: task.TaskStopped,
+		CredentialsID: stoppedID}
+	return fakeHolders{pendingID: restored, execID: restored, stoppedID: stopped}
+}
+
+// credentialsEnv is newEnv with the holders, a stopped task's credentials still in the source, a
+// role being assumed, a role STS refuses, and the host's log driver credentials.
+func credentialsEnv(t *testing.T) *env {
+	return newEnv(t, func(c *taskendpoint.Config) {
+		src := c.Credentials.(*fakeCredentials)
+		src.creds[stoppedID] = taskcreds.Credentials{AccessKeyID: "ASIASTOPPED"}
+		src.errs = map[string]error{
+			"assuming-id": fmt.Errorf("task role credentials are not ready: %w", errdefs.ErrUnavailable),
+			"refused-id":  fmt.Errorf("STS refused to assume the role: AccessDenied: %w", errdefs.ErrUnauthorized),
+		}
+		c.CredentialsTasks = holders()
+		c.LogDriverCredentials = &fakeCredentials{creds: map[string]taskcreds.Credentials{"exec-id": {AccessKeyID: "exec-key"}}}
+		c.HostAddress = func(ip netip.Addr) bool { return ip == netip.MustParseAddr("10.0.0.1") }
+	})
+}
+
+// TestCredentials holds every answer of the two credentials endpoints to the byte.
+func TestCredentials(t *testing.T) {
+	tests := []struct {
+		name, path, from string
+		wantStatus       int
+		wantBody         string
+	}{
+		{"v2", "/v2/credentials/" + credsID, fromWeb, http.StatusOK, bodyOK},
+		{"v1", "/v1/credentials?id=" + credsID, fromWeb, http.StatusOK, bodyOK},
+		{"v1 first id", "/v1/credentials?id=" + credsID + "&id=other", fromWeb, http.StatusOK, bodyOK},
+		{"v2 unknown", "/v2/credentials/nope", fromWeb, http.StatusBadRequest, bodyV2NotFound},
+		{"v1 unknown", "/v1/credentials?id=nope", fromWeb, http.StatusBadRequest, bodyV1NotFound},
+		{"v2 ID with a slash", "/v2/credentials/" + credsID + "/x", fromWeb, http.StatusBadRequest, bodyV2NotFound},
+		{"v2 without an ID", "/v2/credentials/", fromWeb, http.StatusBadRequest, bodyV2NoID},
+		{"v1 without an ID", "/v1/credentials", fromWeb, http.StatusBadRequest, bodyV1NoID},
+		{"v1 with an empty ID", "/v1/credentials?id=", fromWeb, http.StatusBadRequest, bodyV1NoID},
+		{"v2 pending", "/v2/credentials/" + pendingID, fromWeb, http.StatusServiceUnavailable, bodyV2Uninitialized},
+		{"v1 pending", "/v1/credentials?id=" + pendingID, fromWeb, http.StatusServiceUnavailable, bodyV1Uninitialized},
+		{"v2 being assumed", "/v2/credentials/assuming-id", fromWeb, http.StatusServiceUnavailable, bodyV2Uninitialized},
+		{"v1 being assumed", "/v1/credentials?id=assuming-id", fromWeb, http.StatusServiceUnavailable, bodyV1Uninitialized},
+		{"v2 refused", "/v2/credentials/refused-id", fromWeb, http.StatusInternalServerError, bodyInternal},
+		{"v1 refused", "/v1/credentials?id=refused-id", fromWeb, http.StatusInternalServerError, bodyInternal},
+		{"v2 stopped task's task role", "/v2/credentials/" + stoppedID, fromWeb, http.StatusBadRequest, bodyV2NotFound},
+		{"v1 stopped task's task role", "/v1/credentials?id=" + stoppedID, fromWeb, http.StatusBadRequest, bodyV1NotFound},
+		{"v2 execution role pending, the host asks", "/v2/credentials/" + execID, hostAddr, http.StatusServiceUnavailable, bodyV2Uninitialized},
+		{"v2 execution role pending, a container asks", "/v2/credentials/" + execID, fromWeb, http.StatusBadRequest, bodyV2NotFound},
+	}
+	e := credentialsEnv(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := e.get(tt.path, tt.from)
+			assert.Equal(t, tt.wantStatus, rec.Code)
+			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			assert.Equal(t, tt.wantBody, rec.Body.String())
+		})
+	}
+}
+
+// TestCredentialsV2WithoutSlash: /v2/credentials is no route of the ECS agent's (its v2 route is
+// /v2/credentials/{id:.*}), so it is Go's 404.
+func TestCredentialsV2WithoutSlash(t *testing.T) {
+	rec := credentialsEnv(t).get("/v2/credentials", fromWeb)
+	assert.Equal(t, http.StatusNotFound, rec.Code)
+	assert.Equal(t, "404 page not found\n", rec.Body.String())
+}
+
+func TestCredentialsWithoutSources(t *testing.T) {
+	e := newEnv(t, func(c *taskendpoint.Config) { c.Credentials = nil })
+	rec := e.get("/v2/credentials/"+credsID, fromWeb)
+	assert.Equal(t, http.StatusBadRequest, rec.Code)
+	assert.Equal(t, bodyV2NotFound, rec.Body.String(), "no credentials source: every ID is unknown")
+	rec = e.get("/v2/credentials/"+pendingID, fromWeb)
+	assert.Equal(t, bodyV2NotFound, rec.Body.String(), "no CredentialsTasks: no ID is pending")
+}
+
+func TestCredentialsForTheLogDriver(t *testing.T) {
+	e := credentialsEnv(t)
+	rec := e.get("/v2/credentials/exec-id", hostAddr)
+	assert.Equal(t, http.StatusOK, rec.Code, "the Docker daemon, from the host, gets them")
+	assert.Equal(t, `{"RoleArn":"","AccessKeyId":"exec-key","SecretAccessKey":"","Token":""}`, rec.Body.String())
+	for _, from := range []string{fromWeb, fromAWSVPC} {
+		rec = e.get("/v2/credentials/exec-id", from)
+		assert.Equal(t, http.StatusBadRequest, rec.Code, "a container at %s does not", from)
+		assert.Equal(t, bodyV2NotFound, rec.Body.String())
+	}
+}
+
+// TestCredentialsWithoutExpiration: the field is left out rather than sent empty, which the AWS SDK
+// for Go v2 could not parse as a time.
+func TestCredentialsWithoutExpiration(t *testing.T) {
+	e := newEnv(t, func(c *taskendpoint.Config) {
+		c.Credentials = &fakeCredentials{creds: map[string]taskcreds.Credentials{"x": {AccessKeyID: "a"}}}
+	})
+	rec := e.get("/v2/credentials/x", fromWeb)
+	assert.Equal(t, `{"RoleArn":"","AccessKeyId":"a","SecretAccessKey":"","Token":""}`, rec.Body.String())
+}
+
+// TestCredentialsAfterRestart runs the agent's own store and chain behind the handler: a restored
+// task's ID is 503 until the control plane sends its credentials, they are then served (past their
+// expiration too) until replaced, and the ID is unknown once the task is removed.
+func TestCredentialsAfterRestart(t *testing.T) {
+	const arn = "arn:aws:ecs:us-west-2:012345678901:task/prod/restored"
+	store := taskcreds.NewStore()
+	tasks := holders()
+	e := newEnv(t, func(c *taskendpoint.Config) {
+		c.Credentials = taskcreds.NewChain(taskcreds.ChainConfig{Store: store})
+		c.CredentialsTasks = tasks
+	})
+	path := "/v2/credentials/" + pendingID
+	rec := e.get(path, fromWeb)
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, bodyV2Uninitialized, rec.Body.String())
+
+	expired := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	require.NoError(t, store.Put(arn, taskcreds.RoleTypeTaskApplication, pendingID, taskcreds.Credentials{
+		RoleArn: "arn:aws:iam::012345678901:role/web", AccessKeyID: "ASIAOLD", SecretAccessKey: "old-secret",
+		SessionToken: "old-token", Expiration: expired}))
+	rec = e.get(path, fromWeb)
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, `{"RoleArn":"arn:aws:iam::012345678901:role/web","AccessKeyId":"ASIAOLD","SecretAccessKey":"old-secret",`+
+		`"Token":"old-token","Expiration":"2020-01-02T03:04:05Z"}`, rec.Body.String(), "served past their expiration")
+
+	require.NoError(t, store.Put(arn, taskcreds.RoleTypeTaskApplication, pendingID, taskcreds.Credentials{
+		RoleArn: "arn:aws:iam::012345678901:role/web", AccessKeyID: "ASIANEW", SecretAccessKey: "new-secret",
+		SessionToken: "new-token", Expiration: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}))
+	rec = e.get("/v1/credentials?id="+pendingID, fromWeb)
+	assert.Equal(t, `{"RoleArn":"arn:aws:iam::012345678901:role/web","AccessKeyId":"ASIANEW","SecretAccessKey":"new-secret",`+
+		`"Token":"new-token","Expiration":"2030-01-02T03:04:05Z"}`, rec.Body.String(), "until the control plane replaces them")
+
+	store.TaskRemoved(arn)
+	delete(tasks, pendingID)
+	rec = e.get(path, fromWeb)
+	assert.Equal(t, http.StatusBadRequest, rec.Code)
+	assert.Equal(t, bodyV2NotFound, rec.Body.String(), "gone with the task")
+}
+
+// TestCredentialsMethods: the credentials routes are read with GET only; any other method is 405.
+func TestCredentialsMethods(t *testing.T) {
+	e := credentialsEnv(t)
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodHead} {
+		for _, p := range []string{"/v2/credentials/" + credsID, "/v1/credentials?id=" + credsID} {
+			rec := e.do(m, p, fromWeb)
+			assert.Equal(t, http.StatusMethodNotAllowed, rec.Code, "%s %s", m, p)
+			assert.Equal(t, "GET", rec.Header().Get("Allow"))
+			assert.NotContains(t, rec.Body.String(), secretKey)
+		}
+	}
+}
