@@ -239,8 +239,8 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "the refresh is served and acknowledged")
 
 	// An agent restart: the task keeps its credentials ID; as with the ECS agent, the credentials
-	// themselves are in memory only, and the endpoint answers again once ACS sends them, which the
-	// agent asks for on its first connection (sendCredentials=true).
+	// themselves are in memory only: the endpoint answers 503 until ACS sends them, which the agent
+	// asks for on its first connection (sendCredentials=true), and then serves them.
 	agent.stop()
 	connections, _ := standIn.lastConnection()
 	agent = env.start(ecsMode...)
@@ -248,8 +248,10 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 		n, q := standIn.lastConnection()
 		return n > connections && q.Get("sendCredentials") == "true"
 	}, 60*time.Second, 100*time.Millisecond, "the restarted agent asks ACS for credentials")
-	status, _ = endpointGet(t, "/v2/credentials/"+first.CredentialsID)
-	assert.Equal(t, http.StatusBadRequest, status, "not before ACS sent them")
+	status, got = endpointGet(t, "/v2/credentials/"+first.CredentialsID)
+	assert.Equal(t, http.StatusServiceUnavailable, status, "not before ACS sent them")
+	assert.Equal(t, map[string]any{"code": "CredentialsUninitialized", "message": "CredentialsV2Request: Credentials uninitialized for ID",
+		"HTTPErrorCode": float64(503)}, got, "the ECS agent's answer while the credentials are due")
 	third := first
 	third.AccessKeyID, third.SecretAccessKey, third.SessionToken = "ASIATHIRD"+randomHex(t, 4), "secret-third-"+randomHex(t, 8), "token-third-"+randomHex(t, 8)
 	standIn.out <- &acswire.IAMRoleCredentialsMessage{MessageID: "creds-3", TaskArn: arn, RoleType: acswire.RoleTypeTaskApplication, RoleCredentials: third}
