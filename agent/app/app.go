@@ -244,7 +244,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		CleanupWait: cfg.TaskCleanupWaitDuration, CleanupJitter: cfg.TaskCleanupWaitJitter,
 		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Resources: resources, AWSVPC: awsvpc, Probe: probe, DisablePrivileged: cfg.PrivilegedDisabled,
 		TaskEndpoint: endpoint, ExecutionRoleAuth: auth.ExecutionRoles(creds),
-		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource,
+		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource, Images: client,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
 			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: func() string { return state.InstanceARN(ctx, store, cfg.Cluster) }}},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),

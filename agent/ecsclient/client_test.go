@@ -15,7 +15,6 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/errdefs"
-	"github.com/berth-agent/berth/agent/task"
 )
 
 func baseRegistration() Registration {
@@ -511,13 +510,14 @@ func TestAttributesSecurityOptions(t *testing.T) {
 }
 
 // TestIPv6PortBindingsExcluded: ECS_EXCLUDE_IPV6_PORTBINDING (the ECS agent's default) leaves the
-// "::" bindings Docker makes beside "0.0.0.0" out of the state change; without it both go.
+// "::" bindings Docker makes beside "0.0.0.0" out of the state change, and only those (as the ECS
+// agent, which matches the address "::"); without it every binding goes.
 func TestIPv6PortBindingsExcluded(t *testing.T) {
 	change := TaskStateChange{TaskArn: "arn:task/1", Status: StatusRunning, Containers: []ContainerStateChange{{
-		Name: "web", Status: StatusRunning, NetworkBindings: []task.NetworkBinding{
+		Name: "web", Status: StatusRunning, NetworkBindings: []NetworkBinding{
 			{BindIP: "0.0.0.0", ContainerPort: 80, HostPort: 32768, Protocol: "tcp"},
 			{BindIP: "::", ContainerPort: 80, HostPort: 32768, Protocol: "tcp"},
-			{BindIP: "::ffff:10.0.0.1", ContainerPort: 81, HostPort: 32769, Protocol: "tcp"},
+			{BindIP: "::1", ContainerPort: 81, HostPort: 32769, Protocol: "tcp"},
 		}}}}
 	for _, exclude := range []bool{true, false} {
 		f := newFakeECS(t)
