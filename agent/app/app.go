@@ -3,6 +3,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/dockerstats"
+	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/imagecleanup"
 	"github.com/berth-agent/berth/agent/imds"
@@ -263,7 +265,8 @@ func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, res
 	if err != nil {
 		return nil, identity, err
 	}
-	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
+	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion, openOSRelease())
+	reg.CNIPluginVersion = ecscni.PluginsVersion
 	reg.PIDIPCSharing = eng.SharesNamespaces()
 	if plan.onEC2 {
 		identity = controlplane.AddEC2Identity(ctx, imdsClient, &reg, log)
@@ -274,6 +277,16 @@ func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, res
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Probe: probe,
 		CredentialsStore: credentials, Telemetry: tel},
 		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), identity, nil
+}
+
+// openOSRelease returns the host's /etc/os-release, for ecs.os-type-detailed; nil when it cannot be
+// read.
+func openOSRelease() io.Reader {
+	b, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return nil
+	}
+	return bytes.NewReader(b)
 }
 
 // connect keeps the control plane connected until ctx ends.
