@@ -174,6 +174,12 @@ func TestRegisterContainerInstance(t *testing.T) {
 					t.Errorf("attribute %s = %q (present %v), want %q", k, got, ok, v)
 				}
 			}
+			if list, _ := body["totalResources"].([]any); len(list) != 4 {
+				t.Errorf("%d resources, want CPU, MEMORY, PORTS, PORTS_UDP only", len(list))
+			}
+			if _, ok := body["platformDevices"]; ok {
+				t.Errorf("platformDevices sent: %v", body["platformDevices"])
+			}
 			if tok, _ := body["clientToken"].(string); !uuidV4.MatchString(tok) {
 				t.Errorf("clientToken = %q, want a UUID", tok)
 			}
