@@ -90,13 +90,14 @@ type ENIAttachment struct {
 	WaitTimeout time.Duration // how long ACS waits for the attachment; 0 when not given
 }
 
-// Defaults applied by New to zero Config fields.
+// Defaults applied by New to zero Config fields: the ECS agent's (ecs-agent/acs/session/session.go,
+// ecs-agent/wsclient/client.go).
 const (
 	DefaultHeartbeatTimeout        = time.Minute      // plus up to DefaultHeartbeatJitter
 	DefaultHeartbeatJitter         = time.Minute      //
 	DefaultPeriodicReconnect       = 30 * time.Minute // plus up to DefaultPeriodicReconnectJitter
-	DefaultPeriodicReconnectJitter = 15 * time.Minute //
-	DefaultInactiveBackoff         = 10 * time.Minute
+	DefaultPeriodicReconnectJitter = 5 * time.Minute  //
+	DefaultInactiveBackoff         = time.Hour
 )
 
 const (

@@ -836,3 +836,19 @@ func TestUpdatesRefusedAndOtherMessagesLoggedOnce(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(buf.String(), acswire.TypeAttachInstanceNetworkInterfacesMessage), buf.String())
 	assert.Equal(t, 1, strings.Count(buf.String(), acswire.TypeConfirmAttachmentMessage), buf.String())
 }
+
+// TestDefaultsAsTheECSAgent: the heartbeat timeout, the periodic reconnect and the wait after
+// InactiveInstanceException are the ECS agent's.
+func TestDefaultsAsTheECSAgent(t *testing.T) {
+	for name, c := range map[string]struct{ got, want time.Duration }{
+		"heartbeat timeout":         {DefaultHeartbeatTimeout, time.Minute},
+		"heartbeat jitter":          {DefaultHeartbeatJitter, time.Minute},
+		"periodic reconnect":        {DefaultPeriodicReconnect, 30 * time.Minute},
+		"periodic reconnect jitter": {DefaultPeriodicReconnectJitter, 5 * time.Minute},
+		"inactive instance wait":    {DefaultInactiveBackoff, time.Hour},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %s, want %s", name, c.got, c.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/dockerstats"
+	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/imagecleanup"
 	"github.com/berth-agent/berth/agent/imds"
@@ -244,7 +246,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		CleanupWait: cfg.TaskCleanupWaitDuration, CleanupJitter: cfg.TaskCleanupWaitJitter,
 		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Resources: resources, AWSVPC: awsvpc, Probe: probe, DisablePrivileged: cfg.PrivilegedDisabled,
 		TaskEndpoint: endpoint, ExecutionRoleAuth: auth.ExecutionRoles(creds),
-		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource,
+		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource, Images: client,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
 			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: func() string { return state.InstanceARN(ctx, store, cfg.Cluster) }}},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
@@ -263,7 +265,8 @@ func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, res
 	if err != nil {
 		return nil, identity, err
 	}
-	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion)
+	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion, openOSRelease())
+	reg.CNIPluginVersion = ecscni.PluginsVersion
 	reg.PIDIPCSharing = eng.SharesNamespaces()
 	if plan.onEC2 {
 		identity = controlplane.AddEC2Identity(ctx, imdsClient, &reg, log)
@@ -274,6 +277,16 @@ func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, res
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Probe: probe,
 		CredentialsStore: credentials, Telemetry: tel},
 		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), identity, nil
+}
+
+// openOSRelease returns the host's /etc/os-release, for ecs.os-type-detailed; nil when it cannot be
+// read.
+func openOSRelease() io.Reader {
+	b, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return nil
+	}
+	return bytes.NewReader(b)
 }
 
 // connect keeps the control plane connected until ctx ends.

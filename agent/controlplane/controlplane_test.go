@@ -294,7 +294,7 @@ func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
 
 	for _, disabled := range []bool{false, true} {
 		cfg := &config.Config{PrivilegedDisabled: disabled}
-		reg := NewRegistration(cfg, engine.Resources{}, "27.0", "1.47")
+		reg := NewRegistration(cfg, engine.Resources{}, "27.0", "1.47", nil)
 		assert.Equal(t, !disabled, reg.Privileged, "ECS_DISABLE_PRIVILEGED=%v", disabled)
 	}
 }

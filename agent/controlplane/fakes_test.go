@@ -40,6 +40,10 @@ func (f *fakeECS) SubmitTaskStateChange(ctx context.Context, ch ecsclient.TaskSt
 	f.attempts = append(f.attempts, ch)
 	switch {
 	case f.invalid:
+		select {
+		case f.failed <- ch:
+		default:
+		}
 		return invalidParameter{}
 	case f.down || f.failures > 0:
 		if f.failures > 0 {
@@ -70,6 +74,12 @@ func (f *fakeECS) SubmitAttachmentStateChanges(ctx context.Context, changes []ec
 	}
 	f.attachments = append(f.attachments, changes...)
 	return nil
+}
+
+func (f *fakeECS) setInvalid(invalid bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.invalid = invalid
 }
 
 func (f *fakeECS) setDown(down bool) {

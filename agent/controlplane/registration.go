@@ -1,9 +1,12 @@
 package controlplane
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"maps"
+	"strings"
 
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/ecsclient"
@@ -14,18 +17,51 @@ import (
 )
 
 // NewRegistration returns what this host registers with its control plane: the engine's resources,
-// the agent's and the Docker Engine's versions, and the configured capabilities and attributes.
-func NewRegistration(cfg *config.Config, resources engine.Resources, dockerVersion, dockerAPIVersion string) ecsclient.Registration {
+// the versions, and the configured capabilities and attributes; osRelease is the host's
+// /etc/os-release (nil when it cannot be read). The agent version registered, and sent when ACS and
+// TCS connect, is version.ECSAgentVersion: the control plane decides by the agent's version what
+// it may send and place on the instance, and Berth speaks that ECS agent release's wires; the agent
+// hash is Berth's own build.
+func NewRegistration(cfg *config.Config, resources engine.Resources, dockerVersion, dockerAPIVersion string, osRelease io.Reader) ecsclient.Registration {
 	return ecsclient.Registration{CPU: resources.CPU, MemoryMiB: resources.MemoryMiB,
 		ReservedPorts: resources.ReservedTCP, ReservedPortsUDP: resources.ReservedUDP,
-		AgentVersion: version.Get().Version, AgentHash: version.Get().GitHash, DockerVersion: dockerVersion,
+		AgentVersion: version.ECSAgentVersion, AgentHash: version.Get().GitHash, DockerVersion: dockerVersion,
 		DockerAPIVersion: dockerAPIVersion, LoggingDrivers: cfg.AvailableLoggingDrivers, TaskENI: cfg.TaskENIEnabled,
+		BlockIMDS: cfg.AWSVPCBlockIMDS, External: cfg.External, OSFamilyDetailed: DetailedOSFamily(osRelease),
 		Privileged: !cfg.PrivilegedDisabled, HealthCheckDisabled: cfg.DockerHealthCheckDisabled,
 		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Attributes: cfg.InstanceAttributes,
 		TaskIAMRole: cfg.TaskIAMRoleEnabled, TaskIAMRoleNetworkHost: cfg.TaskIAMRoleNetworkHost,
 		TaskCPUMemLimit: cfg.TaskCPUMemLimit, SELinux: cfg.SELinuxCapable, AppArmor: cfg.AppArmorCapable,
 		Tags: maps.Clone(cfg.ContainerInstanceTags)}
 }
+
+// DetailedOSFamily returns ecs.os-type-detailed from an os-release file, as ecs-init computes it for
+// the ECS agent (ecs-init/config/os_family.go): "<ID>_<VERSION_ID>" ("amzn_2023", "debian_12"), or
+// "linux" when the file is missing or lacks either. Only the first 64 KiB are read.
+func DetailedOSFamily(osRelease io.Reader) string {
+	const unknown = "linux"
+	if osRelease == nil {
+		return unknown
+	}
+	var id, versionID string
+	sc := bufio.NewScanner(io.LimitReader(osRelease, 64<<10))
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "ID="); ok {
+			id = osReleaseValue(v)
+		}
+		if v, ok := strings.CutPrefix(line, "VERSION_ID="); ok {
+			versionID = osReleaseValue(v)
+		}
+	}
+	if sc.Err() != nil || id == "" || versionID == "" {
+		return unknown
+	}
+	return id + "_" + versionID
+}
+
+// osReleaseValue unquotes an os-release value.
+func osReleaseValue(v string) string { return strings.Trim(strings.TrimSpace(v), `"'`) }
 
 // EC2Identity is what registration asks the instance metadata service (*imds.Client).
 type EC2Identity interface {

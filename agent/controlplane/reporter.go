@@ -1,9 +1,11 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,9 +65,11 @@ type ReporterConfig struct {
 //   - The Reporter remembers a task until the engine removes it (TaskRemoved) and everything queued
 //     for it is delivered; then it deletes the task's sent record and forgets it. Its memory is
 //     bounded by the live tasks.
-//   - A change ECS rejects as an invalid parameter is marked sent (resending cannot succeed and
-//     would block the task's later changes); other permanent errors drop the snapshot unsent, so the
-//     next snapshot of the task tries again.
+//   - A change ECS refuses as an invalid parameter (or that ECS would refuse:
+//     ecsclient.ErrTooManyBindings), like any other permanent error, is dropped unsent, as the ECS
+//     agent drops an event ECS refused with InvalidParameterException: resending it cannot succeed,
+//     and nothing is recorded as sent that ECS did not accept, so the task's next snapshot (its
+//     STOPPED, at the latest) tries again from what ECS really knows.
 type Reporter struct {
 	client     TaskStateSubmitter
 	store      SentStore
@@ -308,7 +312,8 @@ func (r *Reporter) deliver(ctx context.Context, log *logger.Logger, q *taskQueue
 	case !send && err == nil:
 		return
 	case errors.Is(err, ecsclient.ErrInvalidParameter):
-		log.Error("task state change rejected as invalid; marking it sent", "status", ch.Status, "error", err)
+		log.Error("task state change refused as invalid; dropped unsent, the task's next change tries again", "status", ch.Status, "error", err)
+		return
 	case err != nil && ctx.Err() != nil:
 		log.Debug("task state change not delivered before shutdown", "status", ch.Status)
 		return
@@ -368,7 +373,7 @@ func reportableContainer(c *task.Container) task.ContainerStatus {
 func changeFor(t *task.Task, sent sentView) (ecsclient.TaskStateChange, sentView, bool) {
 	after := sent.clone()
 	ch := ecsclient.TaskStateChange{TaskArn: t.Arn, Status: ecsclient.StatusPending,
-		PullStartedAt: t.PullStartedAt, PullStoppedAt: t.PullStoppedAt}
+		PullStartedAt: t.PullStartedAt, PullStoppedAt: t.PullStoppedAt, ExecutionStoppedAt: executionStoppedAt(t)}
 	rt := reportableTask(t.KnownStatus)
 	taskChanged := rt > sent.task
 	switch rt {
@@ -377,7 +382,6 @@ func changeFor(t *task.Task, sent sentView) (ecsclient.TaskStateChange, sentView
 	case task.TaskStopped:
 		ch.Status = ecsclient.StatusStopped
 		ch.Reason = t.StoppedReason
-		ch.ExecutionStoppedAt = t.StoppedAt
 	}
 	if taskChanged {
 		after.task = rt
@@ -392,12 +396,10 @@ func changeFor(t *task.Task, sent sentView) (ecsclient.TaskStateChange, sentView
 			Name:        c.Name,
 			Status:      ecsclient.StatusRunning,
 			RuntimeID:   c.DockerID,
-			ImageDigest: imageDigest(c.Image),
+			ImageDigest: cmp.Or(c.ImageDigest, imageDigest(c.Image)),
 			Reason:      c.Reason,
 		}
-		if len(c.NetworkBindings) > 0 {
-			cs.NetworkBindings = append([]task.NetworkBinding(nil), c.NetworkBindings...)
-		}
+		cs.NetworkBindings, cs.PortRange = networkBindings(c)
 		if rc == task.ContainerStopped {
 			cs.Status = ecsclient.StatusStopped
 			if c.ExitCode != nil {
@@ -410,8 +412,95 @@ func changeFor(t *task.Task, sent sentView) (ecsclient.TaskStateChange, sentView
 	return ch, after, taskChanged || len(ch.Containers) > 0
 }
 
-// imageDigest returns the manifest digest pinned in an image reference ("repo@sha256:…"), or "".
-// The model keeps only the image ID (the config digest), which is not what ECS expects.
+// executionStoppedAt is when the task's first essential container stopped, as the ECS agent reports
+// it (agent/api/task/task.go, RecordExecutionStoppedAt); zero while every essential container
+// runs. A task with no container (one rejected before the engine held it) stopped at StoppedAt.
+func executionStoppedAt(t *task.Task) time.Time {
+	var first time.Time
+	for _, c := range t.Containers {
+		if c.Pause || !c.Essential || c.KnownStatus != task.ContainerStopped || c.FinishedAt.IsZero() {
+			continue
+		}
+		if first.IsZero() || c.FinishedAt.Before(first) {
+			first = c.FinishedAt
+		}
+	}
+	if first.IsZero() && len(t.Containers) == 0 && t.KnownStatus == task.TaskStopped {
+		return t.StoppedAt
+	}
+	return first
+}
+
+// networkBindings returns the network bindings ECS is told of, consolidated as the ECS agent does
+// (agent/api/statechange.go, getNetworkBindings): the bindings of a containerPortRange mapping
+// become one binding per host address and protocol, with the containerPortRange and the
+// hostPortRange Docker bound it to (contiguous: the engine asks for host ports first..first+n);
+// every other binding is sent as it is. portRange reports whether the container maps a range.
+func networkBindings(c *task.Container) (out []ecsclient.NetworkBinding, portRange bool) {
+	type span struct {
+		lo, hi   int
+		protocol string
+		text     string
+	}
+	var spans []span
+	for _, pm := range c.PortMappings {
+		if pm.ContainerPortRange == "" {
+			continue
+		}
+		portRange = true
+		lo, hi, ok := parsePortRange(pm.ContainerPortRange)
+		if !ok {
+			continue // taskdef validated it; nothing of it can be bound
+		}
+		spans = append(spans, span{lo: lo, hi: hi, protocol: bindingProtocol(pm.Protocol), text: pm.ContainerPortRange})
+	}
+	inRange := func(b task.NetworkBinding) bool {
+		for _, sp := range spans {
+			if bindingProtocol(b.Protocol) == sp.protocol && int(b.ContainerPort) >= sp.lo && int(b.ContainerPort) <= sp.hi {
+				return true
+			}
+		}
+		return false
+	}
+	for _, b := range c.NetworkBindings {
+		if !inRange(b) {
+			out = append(out, ecsclient.NetworkBinding{BindIP: b.BindIP, Protocol: bindingProtocol(b.Protocol),
+				ContainerPort: b.ContainerPort, HostPort: b.HostPort})
+		}
+	}
+	for _, sp := range spans {
+		for _, b := range c.NetworkBindings {
+			if int(b.ContainerPort) != sp.lo || bindingProtocol(b.Protocol) != sp.protocol {
+				continue
+			}
+			out = append(out, ecsclient.NetworkBinding{BindIP: b.BindIP, Protocol: sp.protocol, ContainerPortRange: sp.text,
+				HostPortRange: fmt.Sprintf("%d-%d", b.HostPort, int(b.HostPort)+sp.hi-sp.lo)})
+		}
+	}
+	return out, portRange
+}
+
+// bindingProtocol names a port mapping's or a binding's protocol as ECS does: tcp unless udp.
+func bindingProtocol(p string) string {
+	if strings.EqualFold(p, "udp") {
+		return "udp"
+	}
+	return "tcp"
+}
+
+// parsePortRange parses a containerPortRange, "8000-8010".
+func parsePortRange(s string) (lo, hi int, ok bool) {
+	a, b, found := strings.Cut(s, "-")
+	lo, errA := strconv.Atoi(a)
+	hi, errB := strconv.Atoi(b)
+	if !found || errA != nil || errB != nil || lo < 1 || hi > 65535 || lo > hi {
+		return 0, 0, false
+	}
+	return lo, hi, true
+}
+
+// imageDigest returns the manifest digest pinned in an image reference ("repo@sha256:…"), or "":
+// what ECS is told of a container saved before the engine resolved Container.ImageDigest.
 func imageDigest(ref string) string {
 	if _, d, ok := strings.Cut(ref, "@"); ok && strings.Contains(d, ":") {
 		return d

@@ -55,9 +55,13 @@ func stopped(t *task.Task) *task.Task {
 		c.KnownStatus = task.ContainerStopped
 		c.ExitCode = intp(i)
 		c.Reason = "exited " + c.Name
+		c.FinishedAt = appStoppedAt.Add(time.Duration(i) * time.Second)
 	}
 	return t
 }
+
+// appStoppedAt is when stopped's first container (app, the essential one) stopped.
+var appStoppedAt = time.Date(2024, 1, 1, 11, 59, 50, 0, time.UTC)
 
 func newTestReporter(_ *testing.T, f *fakeECS, st SentStore) *Reporter {
 	return NewReporter(f, st, ReporterConfig{NewBackoff: zeroBackoff}, logger.Nop())
@@ -134,7 +138,7 @@ func TestReporterInOrderAndBatched(t *testing.T) {
 	if app.RuntimeID != "docker0" || app.ImageDigest != "sha256:aaaa" {
 		t.Errorf("app = %+v", app)
 	}
-	if nb := fmt.Sprint(app.NetworkBindings); nb != "[{0.0.0.0 80 32768 tcp}]" {
+	if nb := fmt.Sprint(app.NetworkBindings); nb != "[{0.0.0.0 tcp 80 32768  }]" {
 		t.Errorf("app networkBindings = %s", nb)
 	}
 	stop1 := subs[1]
@@ -363,19 +367,32 @@ func TestReporterPerTaskOrderManyTasks(t *testing.T) {
 	}
 }
 
-func TestReporterInvalidParameterMarkedSent(t *testing.T) {
+// TestReporterInvalidParameterDroppedUnsent: a change ECS refuses as invalid is dropped without
+// being recorded as sent, as the ECS agent drops it; the task's next change is sent from what ECS
+// really knows, so ECS still learns the task stopped, with every container.
+func TestReporterInvalidParameterDroppedUnsent(t *testing.T) {
 	f := newFakeECS()
-	f.invalid = true
+	f.setInvalid(true)
 	st := newFakeSentStore()
 	r := newTestReporter(t, f, st)
 	runReporter(t, r)
-	r.Report(running(newTask(taskArn)))
+	base := newTask(taskArn)
+	r.Report(running(base))
+	<-f.failed
+	f.setInvalid(false)
+	r.Report(stopped(running(base)))
 	saved := st.waitSaved(t, 1)[0]
-	if saved.Task != task.TaskRunning {
-		t.Errorf("sent status = %v", saved.Task)
+	if saved.Task != task.TaskStopped {
+		t.Errorf("first saved record: task %v, want STOPPED (nothing saved for the refused RUNNING)", saved.Task)
 	}
-	if n := f.attemptCount(); n != 1 {
-		t.Errorf("%d attempts, want 1", n)
+	subs := submissions(f)
+	if len(subs) != 1 || subs[0].Status != "STOPPED" {
+		t.Fatalf("accepted submissions %v, want one STOPPED", subs)
+	}
+	checkContainer(t, subs[0], "app", "STOPPED", intp(0))
+	checkContainer(t, subs[0], "sidecar", "STOPPED", intp(1))
+	if n := f.attemptCount(); n != 2 {
+		t.Errorf("%d attempts, want 2 (the refused one is not retried)", n)
 	}
 }
 
@@ -442,5 +459,110 @@ func TestChangeCarriesPullTimes(t *testing.T) {
 	ch, _, ok := changeFor(tk, sentView{containers: map[string]task.ContainerStatus{}})
 	if !ok || !ch.PullStartedAt.Equal(started) || !ch.PullStoppedAt.Equal(started.Add(3*time.Second)) {
 		t.Errorf("change %+v (send %v): want the pull times %s and %s", ch, ok, started, started.Add(3*time.Second))
+	}
+}
+
+// TestExecutionStoppedAt: executionStoppedAt is when the first essential container stopped, as the
+// ECS agent reports it, not when the task stopped; it is sent with every change once known, and not
+// before.
+func TestExecutionStoppedAt(t *testing.T) {
+	first := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	tk := &task.Task{Arn: taskArn, KnownStatus: task.TaskRunning, Containers: []*task.Container{
+		{Name: "web", Essential: true, KnownStatus: task.ContainerRunning},
+		{Name: "log", Essential: false, KnownStatus: task.ContainerStopped, FinishedAt: first.Add(-time.Minute)},
+		{Name: "api", Essential: true, KnownStatus: task.ContainerRunning},
+	}}
+	empty := sentView{containers: map[string]task.ContainerStatus{}}
+	if ch, _, _ := changeFor(tk, empty); !ch.ExecutionStoppedAt.IsZero() {
+		t.Errorf("a non-essential container's stop set executionStoppedAt %s", ch.ExecutionStoppedAt)
+	}
+	tk.Containers[2].KnownStatus, tk.Containers[2].FinishedAt = task.ContainerStopped, first
+	ch, _, _ := changeFor(tk, empty)
+	if ch.Status != ecsclient.StatusRunning || !ch.ExecutionStoppedAt.Equal(first) {
+		t.Errorf("essential api stopped: %s with executionStoppedAt %s, want RUNNING with %s", ch.Status, ch.ExecutionStoppedAt, first)
+	}
+	tk.Containers[0].KnownStatus, tk.Containers[0].FinishedAt = task.ContainerStopped, first.Add(5*time.Second)
+	tk.KnownStatus, tk.StoppedAt = task.TaskStopped, first.Add(10*time.Second)
+	if ch, _, _ := changeFor(tk, empty); !ch.ExecutionStoppedAt.Equal(first) {
+		t.Errorf("task stopped: executionStoppedAt %s, want the first essential stop %s", ch.ExecutionStoppedAt, first)
+	}
+	rejected := &task.Task{Arn: taskArn, KnownStatus: task.TaskStopped, StoppedAt: first}
+	if ch, _, _ := changeFor(rejected, empty); !ch.ExecutionStoppedAt.Equal(first) {
+		t.Errorf("rejected task: executionStoppedAt %s, want its stop %s", ch.ExecutionStoppedAt, first)
+	}
+}
+
+// TestNetworkBindingsConsolidated: the bindings of a containerPortRange mapping are sent as one
+// binding per host address and protocol with the ranges, as the ECS agent consolidates them; single
+// ports stay as they are, ports outside every range too.
+func TestNetworkBindingsConsolidated(t *testing.T) {
+	c := &task.Container{Name: "web", PortMappings: []task.PortMapping{
+		{ContainerPort: 80, Protocol: "tcp"},
+		{ContainerPortRange: "9000-9002", Protocol: "udp"},
+		{ContainerPortRange: "7000-7001"}, // protocol empty: tcp
+	}}
+	for i := range 3 {
+		for _, ip := range []string{"0.0.0.0", "::"} {
+			c.NetworkBindings = append(c.NetworkBindings, task.NetworkBinding{BindIP: ip, ContainerPort: uint16(9000 + i), HostPort: uint16(50010 + i), Protocol: "udp"})
+		}
+	}
+	c.NetworkBindings = append(c.NetworkBindings,
+		task.NetworkBinding{BindIP: "0.0.0.0", ContainerPort: 80, HostPort: 8080, Protocol: "tcp"},
+		task.NetworkBinding{BindIP: "0.0.0.0", ContainerPort: 7000, HostPort: 50100, Protocol: "tcp"},
+		task.NetworkBinding{BindIP: "0.0.0.0", ContainerPort: 7001, HostPort: 50101, Protocol: "tcp"},
+		// tcp 9001 is not in the udp range: a single binding.
+		task.NetworkBinding{BindIP: "0.0.0.0", ContainerPort: 9001, HostPort: 40000, Protocol: "tcp"},
+	)
+	got, portRange := networkBindings(c)
+	want := []ecsclient.NetworkBinding{
+		{BindIP: "0.0.0.0", Protocol: "tcp", ContainerPort: 80, HostPort: 8080},
+		{BindIP: "0.0.0.0", Protocol: "tcp", ContainerPort: 9001, HostPort: 40000},
+		{BindIP: "0.0.0.0", Protocol: "udp", ContainerPortRange: "9000-9002", HostPortRange: "50010-50012"},
+		{BindIP: "::", Protocol: "udp", ContainerPortRange: "9000-9002", HostPortRange: "50010-50012"},
+		{BindIP: "0.0.0.0", Protocol: "tcp", ContainerPortRange: "7000-7001", HostPortRange: "50100-50101"},
+	}
+	if !portRange || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("bindings (portRange %v):\n got %v\nwant %v", portRange, got, want)
+	}
+	if _, pr := networkBindings(&task.Container{PortMappings: []task.PortMapping{{ContainerPort: 80}}}); pr {
+		t.Error("a container without a range reported portRange")
+	}
+}
+
+// TestReporterPortRangeReportedConsolidated: a 1000-port containerPortRange reaches ECS as one
+// binding per host address, not 1000, so ECS accepts the task's RUNNING.
+func TestReporterPortRangeReportedConsolidated(t *testing.T) {
+	f := newFakeECS()
+	st := newFakeSentStore()
+	r := newTestReporter(t, f, st)
+	runReporter(t, r)
+	tk := running(newTask(taskArn))
+	app := tk.Container("app")
+	app.PortMappings = []task.PortMapping{{ContainerPortRange: "10000-10999", Protocol: "tcp"}}
+	app.NetworkBindings = nil
+	for i := range 1000 {
+		app.NetworkBindings = append(app.NetworkBindings, task.NetworkBinding{BindIP: "0.0.0.0", ContainerPort: uint16(10000 + i), HostPort: uint16(20000 + i), Protocol: "tcp"})
+	}
+	r.Report(tk)
+	st.waitSaved(t, 1)
+	got := submissions(f)[0].Containers["app"]
+	want := []ecsclient.NetworkBinding{{BindIP: "0.0.0.0", Protocol: "tcp", ContainerPortRange: "10000-10999", HostPortRange: "20000-20999"}}
+	if !got.PortRange || fmt.Sprint(got.NetworkBindings) != fmt.Sprint(want) {
+		t.Errorf("app bindings %v (portRange %v), want %v", got.NetworkBindings, got.PortRange, want)
+	}
+}
+
+// TestImageDigestReported: the digest the engine resolved is sent; a container saved before it
+// resolved one reports the digest pinned in its image reference, if any.
+func TestImageDigestReported(t *testing.T) {
+	tk := running(newTask(taskArn))
+	tk.Container("sidecar").ImageDigest = "sha256:bbbb"
+	ch, _, _ := changeFor(tk, sentView{containers: map[string]task.ContainerStatus{}})
+	got := map[string]string{}
+	for _, c := range ch.Containers {
+		got[c.Name] = c.ImageDigest
+	}
+	if want := map[string]string{"app": "sha256:aaaa", "sidecar": "sha256:bbbb"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("digests %v, want %v", got, want)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
-	"runtime"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +15,6 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/errdefs"
-	"github.com/berth-agent/berth/agent/task"
 )
 
 func baseRegistration() Registration {
@@ -26,7 +25,7 @@ func baseRegistration() Registration {
 		ReservedPortsUDP: []uint16{5353},
 		AgentVersion:     "1.2.3",
 		AgentHash:        "abc123",
-		DockerVersion:    "DockerVersion: 24.0.7",
+		DockerVersion:    "24.0.7",
 		DockerAPIVersion: "1.41",
 		LoggingDrivers:   []string{"json-file", "awslogs"},
 		Attributes:       map[string]string{"stack": "prod"},
@@ -156,7 +155,7 @@ func TestRegisterContainerInstance(t *testing.T) {
 			want := map[string]string{
 				AttrDockerRemoteAPIPrefix + "1.17":    "",
 				AttrDockerRemoteAPIPrefix + "1.29":    "",
-				AttrDockerRemoteAPIPrefix + "1.41":    "",
+				AttrDockerRemoteAPIPrefix + "1.32":    "",
 				AttrLoggingDriverPrefix + "json-file": "",
 				AttrLoggingDriverPrefix + "awslogs":   "",
 				AttrContainerHealthCheck:              "",
@@ -166,7 +165,7 @@ func TestRegisterContainerInstance(t *testing.T) {
 				AttrDockerPluginLocal:                 "",
 				AttrOSType:                            "linux",
 				AttrOSFamily:                          "LINUX",
-				AttrCPUArchitecture:                   cpuArchitecture(runtime.GOARCH),
+				AttrOSTypeDetailed:                    "LINUX",
 				"stack":                               "prod",
 			}
 			for k, v := range want {
@@ -175,7 +174,17 @@ func TestRegisterContainerInstance(t *testing.T) {
 					t.Errorf("attribute %s = %q (present %v), want %q", k, got, ok, v)
 				}
 			}
-			for _, absent := range []string{AttrDockerRemoteAPIPrefix + "1.16", AttrDockerRemoteAPIPrefix + "1.42"} {
+			if list, _ := body["totalResources"].([]any); len(list) != 4 {
+				t.Errorf("%d resources, want CPU, MEMORY, PORTS, PORTS_UDP only", len(list))
+			}
+			if _, ok := body["platformDevices"]; ok {
+				t.Errorf("platformDevices sent: %v", body["platformDevices"])
+			}
+			if tok, _ := body["clientToken"].(string); !uuidV4.MatchString(tok) {
+				t.Errorf("clientToken = %q, want a UUID", tok)
+			}
+			for _, absent := range []string{AttrDockerRemoteAPIPrefix + "1.16", AttrDockerRemoteAPIPrefix + "1.26",
+				AttrDockerRemoteAPIPrefix + "1.33", AttrDockerRemoteAPIPrefix + "1.41", AttrCPUArchitecture} {
 				if _, ok := attrs[absent]; ok {
 					t.Errorf("attribute %s registered", absent)
 				}
@@ -259,6 +268,8 @@ func TestRegisterStopsAtContextEnd(t *testing.T) {
 	}
 }
 
+// TestAttributesDockerAPIVersions: the docker-remote-api capabilities are the ECS agent's: each
+// version from 1.17 the Engine supports, up to 1.32, but 1.26, 1.27 and 1.31.
 func TestAttributesDockerAPIVersions(t *testing.T) {
 	tests := []struct {
 		version string
@@ -268,7 +279,11 @@ func TestAttributesDockerAPIVersions(t *testing.T) {
 		{version: "1.16"},
 		{version: "1.17", want: []string{"1.17"}},
 		{version: "1.20", want: []string{"1.17", "1.18", "1.19", "1.20"}},
-		{version: "1.41.0", want: nil}, // checked by count below
+		{version: "1.27", want: []string{"1.17", "1.18", "1.19", "1.20", "1.21", "1.22", "1.23", "1.24", "1.25"}},
+		{version: "1.41.0", want: []string{"1.17", "1.18", "1.19", "1.20", "1.21", "1.22", "1.23", "1.24", "1.25",
+			"1.28", "1.29", "1.30", "1.32"}},
+		{version: "1.52", want: []string{"1.17", "1.18", "1.19", "1.20", "1.21", "1.22", "1.23", "1.24", "1.25",
+			"1.28", "1.29", "1.30", "1.32"}},
 		{version: "2.0", wantErr: true},
 		{version: "", wantErr: true},
 		{version: "latest", wantErr: true},
@@ -291,23 +306,122 @@ func TestAttributesDockerAPIVersions(t *testing.T) {
 					got = append(got, v)
 				}
 			}
-			slices.Sort(got)
-			if tc.version == "1.41.0" {
-				if len(got) != 41-17+1 {
-					t.Errorf("%d versions, want %d", len(got), 41-17+1)
-				}
-			} else if !slices.Equal(got, tc.want) {
+			slices.Sort(got) // every minor has two digits
+			if !slices.Equal(got, tc.want) {
 				t.Errorf("versions = %v, want %v", got, tc.want)
-			}
-			if attrs[AttrCPUArchitecture] != "arm64" {
-				t.Errorf("cpu architecture = %q", attrs[AttrCPUArchitecture])
 			}
 		})
 	}
-	if got := cpuArchitecture("amd64"); got != "x86_64" {
-		t.Errorf("amd64 maps to %q", got)
+}
+
+// TestAttributesExternal: ECS_EXTERNAL registers ecs.capability.external and ecs.cpu-architecture
+// (ECS reads the architecture from the instance identity document on EC2) and leaves out task-eni
+// and its attributes, as the ECS agent does.
+func TestAttributesExternal(t *testing.T) {
+	r := Registration{DockerAPIVersion: "1.41", TaskENI: true, BlockIMDS: true, CNIPluginVersion: "v1.10.0"}
+	onEC2, err := Attributes(r, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.External = true
+	external, err := Attributes(r, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{AttrTaskENI: "", AttrTaskENIBlockIMDS: "", AttrCNIPluginVersion: "v1.10.0"} {
+		if got, ok := onEC2[name]; !ok || got != want {
+			t.Errorf("on EC2: %s = %q (present %v), want %q", name, got, ok, want)
+		}
+		if _, ok := external[name]; ok {
+			t.Errorf("external: %s registered", name)
+		}
+	}
+	if _, ok := onEC2[AttrCPUArchitecture]; ok {
+		t.Errorf("on EC2: %s registered", AttrCPUArchitecture)
+	}
+	if _, ok := onEC2[AttrExternal]; ok {
+		t.Errorf("on EC2: %s registered", AttrExternal)
+	}
+	if external[AttrCPUArchitecture] != "x86_64" {
+		t.Errorf("external: %s = %q, want x86_64", AttrCPUArchitecture, external[AttrCPUArchitecture])
+	}
+	if _, ok := external[AttrExternal]; !ok {
+		t.Errorf("external: %s not registered", AttrExternal)
+	}
+	for goarch, want := range map[string]string{"amd64": "x86_64", "386": "i386", "arm64": "arm64"} {
+		if got := cpuArchitecture(goarch); got != want {
+			t.Errorf("cpuArchitecture(%s) = %q, want %q", goarch, got, want)
+		}
 	}
 }
+
+// TestAttributesLoggingDrivers: a logging driver of ECS_AVAILABLE_LOGGING_DRIVERS is registered when
+// the ECS agent knows the Docker API version it needs and the Engine has it; awsfirelens never is.
+func TestAttributesLoggingDrivers(t *testing.T) {
+	all := []string{"json-file", "syslog", "journald", "gelf", "fluentd", "awslogs", "splunk", "logentries", "sumologic", "awsfirelens", "none"}
+	attrs, err := Attributes(Registration{DockerAPIVersion: "1.24", LoggingDrivers: all}, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for k := range attrs {
+		if d, ok := strings.CutPrefix(k, AttrLoggingDriverPrefix); ok {
+			got = append(got, d)
+		}
+	}
+	slices.Sort(got)
+	// logentries needs 1.25, sumologic 1.29; awsfirelens has no entry.
+	want := []string{"awslogs", "fluentd", "gelf", "journald", "json-file", "none", "splunk", "syslog"}
+	if !slices.Equal(got, want) {
+		t.Errorf("logging drivers at API 1.24 = %v, want %v", got, want)
+	}
+}
+
+// TestRegisterClientToken: every attempt of one registration carries the same clientToken, a UUID;
+// the next registration another.
+func TestRegisterClientToken(t *testing.T) {
+	f := newFakeECS(t)
+	f.failNext("RegisterContainerInstance", 2)
+	c := newTestClient(t, f, nil)
+	for range 2 {
+		if _, err := c.RegisterContainerInstance(context.Background(), baseRegistration()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tokens []string
+	for _, call := range f.callsOf("RegisterContainerInstance", false) {
+		tok, _ := call.Body["clientToken"].(string)
+		tokens = append(tokens, tok)
+	}
+	if len(tokens) != 4 {
+		t.Fatalf("%d calls, want 4 (3 attempts, then 1)", len(tokens))
+	}
+	if !uuidV4.MatchString(tokens[0]) || tokens[1] != tokens[0] || tokens[2] != tokens[0] || tokens[3] == tokens[0] || !uuidV4.MatchString(tokens[3]) {
+		t.Errorf("tokens %q: want one UUID for the three attempts of the first registration, another for the second", tokens)
+	}
+}
+
+// TestRegisterChecksEveryAttributeEchoed: a response that does not carry back every attribute
+// registered, with its value, fails the registration, as the ECS agent's check does.
+func TestRegisterChecksEveryAttributeEchoed(t *testing.T) {
+	f := newFakeECS(t)
+	f.handle("RegisterContainerInstance", func(body map[string]any) (int, any) {
+		var echoed []any
+		for _, a := range body["attributes"].([]any) {
+			if a.(map[string]any)["name"] != AttrContainerOrdering {
+				echoed = append(echoed, a)
+			}
+		}
+		return http.StatusOK, map[string]any{"containerInstance": map[string]any{"containerInstanceArn": testInstanceArn, "attributes": echoed}}
+	})
+	c := newTestClient(t, f, nil)
+	_, err := c.RegisterContainerInstance(context.Background(), baseRegistration())
+	if !errors.Is(err, ErrAttributesNotEchoed) || !strings.Contains(err.Error(), AttrContainerOrdering) {
+		t.Errorf("err = %v, want ErrAttributesNotEchoed naming %s", err, AttrContainerOrdering)
+	}
+}
+
+var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 func TestDiscoverPollEndpointCached(t *testing.T) {
 	f := newFakeECS(t)
@@ -511,13 +625,14 @@ func TestAttributesSecurityOptions(t *testing.T) {
 }
 
 // TestIPv6PortBindingsExcluded: ECS_EXCLUDE_IPV6_PORTBINDING (the ECS agent's default) leaves the
-// "::" bindings Docker makes beside "0.0.0.0" out of the state change; without it both go.
+// "::" bindings Docker makes beside "0.0.0.0" out of the state change, and only those (as the ECS
+// agent, which matches the address "::"); without it every binding goes.
 func TestIPv6PortBindingsExcluded(t *testing.T) {
 	change := TaskStateChange{TaskArn: "arn:task/1", Status: StatusRunning, Containers: []ContainerStateChange{{
-		Name: "web", Status: StatusRunning, NetworkBindings: []task.NetworkBinding{
+		Name: "web", Status: StatusRunning, NetworkBindings: []NetworkBinding{
 			{BindIP: "0.0.0.0", ContainerPort: 80, HostPort: 32768, Protocol: "tcp"},
 			{BindIP: "::", ContainerPort: 80, HostPort: 32768, Protocol: "tcp"},
-			{BindIP: "::ffff:10.0.0.1", ContainerPort: 81, HostPort: 32769, Protocol: "tcp"},
+			{BindIP: "::1", ContainerPort: 81, HostPort: 32769, Protocol: "tcp"},
 		}}}}
 	for _, exclude := range []bool{true, false} {
 		f := newFakeECS(t)

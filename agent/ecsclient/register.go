@@ -1,7 +1,9 @@
 package ecsclient
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
@@ -43,16 +45,43 @@ const (
 	AttrPIDIPCSharing         = "ecs.capability.pid-ipc-namespace-sharing"
 	AttrSELinux               = "com.amazonaws.ecs.capability.selinux"
 	AttrAppArmor              = "com.amazonaws.ecs.capability.apparmor"
+	AttrIncreasedTaskCPU      = "ecs.capability.increased-task-cpu-limit"
+	AttrTaskENIBlockIMDS      = "ecs.capability.task-eni-block-instance-metadata"
+	AttrCNIPluginVersion      = "ecs.capability.cni-plugin-version"
+	AttrFullSync              = "ecs.capability.full-sync"
+	AttrECREndpoint           = "ecs.capability.ecr-endpoint"
+	AttrExternal              = "ecs.capability.external"
 	AttrOSType                = "ecs.os-type"
 	AttrOSFamily              = "ecs.os-family"
+	AttrOSTypeDetailed        = "ecs.os-type-detailed"
 	AttrCPUArchitecture       = "ecs.cpu-architecture"
 )
 
-// minDockerAPIMinor is the oldest Docker remote API (1.17) ECS knows a capability for.
-const minDockerAPIMinor = 17
+// The Docker remote API versions (minor numbers of 1.N) the ECS agent knows and, of those, the ones
+// it registers a docker-remote-api capability for (agent/dockerclient/versions.go,
+// agent/app/agent_capability.go): 1.17 to 1.32 but 1.26, 1.27 and 1.31, each one the Engine
+// supports (every known version up to the Engine's own: the agent extends the Engine's list down to
+// 1.17 once the Engine's minimum is 1.24 or more).
+const (
+	minDockerAPIMinor       = 17
+	lastCapabilityAPIMinor  = 32
+	maxKnownDockerAPIMinor  = 44
+	dockerAPIForECRAuth     = 19 // ecr-auth, execution-role-ecr-pull, task-iam-role, task-iam-role-network-host
+	dockerAPIForTaskLimits  = 22 // task-cpu-mem-limit, and so increased-task-cpu-limit
+	dockerAPIForHealthCheck = 24 // container-health-check
+)
 
-// echoedAttributes are the attributes a registration response must carry back.
-var echoedAttributes = []string{AttrOSType, AttrOSFamily, AttrCPUArchitecture}
+// skippedCapabilityAPIMinors are the versions below lastCapabilityAPIMinor the ECS agent does not
+// register.
+var skippedCapabilityAPIMinors = []int{26, 27, 31}
+
+// loggingDriverMinAPI is the Docker remote API minor each logging driver needs before the ECS agent
+// registers its capability (agent/dockerclient/logging_drivers.go); a driver missing here (such as
+// awsfirelens) is never registered from ECS_AVAILABLE_LOGGING_DRIVERS.
+var loggingDriverMinAPI = map[string]int{
+	"json-file": 18, "syslog": 18, "journald": 19, "gelf": 20, "fluentd": 20, "awslogs": 21,
+	"splunk": 22, "logentries": 25, "sumologic": 29, "none": 19,
+}
 
 // Registration is what RegisterContainerInstance registers.
 type Registration struct {
@@ -70,9 +99,21 @@ type Registration struct {
 	ReservedPorts    []uint16
 	ReservedPortsUDP []uint16
 
+	// AgentVersion, AgentHash and DockerVersion are the registration's versionInfo (DockerVersion as
+	// the Engine reports it, "24.0.7"; it is sent as "DockerVersion: 24.0.7", the form ECS shows).
 	AgentVersion  string
 	AgentHash     string
 	DockerVersion string
+	// OSFamilyDetailed is ecs.os-type-detailed ("amzn_2023", "debian_12"); empty: "LINUX".
+	OSFamilyDetailed string
+	// External registers ecs.capability.external and ecs.cpu-architecture and leaves out what ECS
+	// Anywhere hosts cannot run (task-eni and its attributes), as the ECS agent does (ECS_EXTERNAL).
+	External bool
+	// BlockIMDS registers task-eni-block-instance-metadata with TaskENI (ECS_AWSVPC_BLOCK_IMDS).
+	BlockIMDS bool
+	// CNIPluginVersion is ecs.capability.cni-plugin-version, registered with TaskENI: the version of
+	// the CNI plugins awsvpc tasks run with.
+	CNIPluginVersion string
 
 	// DockerAPIVersion is the Engine's API version, e.g. "1.43"; it selects the docker-remote-api
 	// capabilities (1.17 up to it).
@@ -127,11 +168,15 @@ func (c *Client) RegisterContainerInstance(ctx context.Context, r Registration) 
 		VersionInfo: &types.VersionInfo{
 			AgentVersion:  aws.String(r.AgentVersion),
 			AgentHash:     aws.String(r.AgentHash),
-			DockerVersion: aws.String(r.DockerVersion),
+			DockerVersion: aws.String("DockerVersion: " + r.DockerVersion),
 		},
 		InstanceIdentityDocument:          optString(r.InstanceIdentityDocument),
 		InstanceIdentityDocumentSignature: optString(r.InstanceIdentityDocumentSignature),
 	}
+	// One token for every attempt of this registration, a new one for the next: a retry after a lost
+	// answer is the same registration to ECS, not a second container instance (the ECS agent makes
+	// one UUID per registration, agent/app/agent.go).
+	token := withClientToken(newClientToken())
 	for _, k := range slices.Sorted(maps.Keys(r.Tags)) {
 		in.Tags = append(in.Tags, types.Tag{Key: aws.String(k), Value: aws.String(r.Tags[k])})
 	}
@@ -145,7 +190,7 @@ func (c *Client) RegisterContainerInstance(ctx context.Context, r Registration) 
 
 	var arn string
 	err = c.retry(ctx, func() error {
-		out, err := c.api.RegisterContainerInstance(ctx, in)
+		out, err := c.api.RegisterContainerInstance(ctx, in, token)
 		if err != nil {
 			c.log.Debug("register container instance failed", "cluster", c.cluster, "error", err)
 			return translate("RegisterContainerInstance", err)
@@ -166,13 +211,15 @@ func (c *Client) RegisterContainerInstance(ctx context.Context, r Registration) 
 	return arn, nil
 }
 
+// checkEchoed checks that the response carries every attribute sent, with its value, as the ECS
+// agent checks it (ecs-agent/api/ecs/client/ecs_client.go, validateRegisteredAttributes).
 func checkEchoed(sent map[string]string, got []types.Attribute) error {
 	have := make(map[string]string, len(got))
 	for _, a := range got {
 		have[aws.ToString(a.Name)] = aws.ToString(a.Value)
 	}
 	var missing []string
-	for _, name := range echoedAttributes {
+	for _, name := range slices.Sorted(maps.Keys(sent)) {
 		if v, ok := have[name]; !ok || v != sent[name] {
 			missing = append(missing, name+"="+sent[name])
 		}
@@ -184,68 +231,68 @@ func checkEchoed(sent map[string]string, got []types.Attribute) error {
 }
 
 // Attributes returns the attributes a registration carries, by name (capabilities have an empty
-// value), for an agent built for goarch. It fails when r.DockerAPIVersion is not "1.N".
+// value), for an agent built for goarch, computed as the ECS agent computes them
+// (agent/app/agent_capability.go, agent/app/agent_capability_unix.go,
+// ecs-agent/api/ecs/client/ecs_client.go); docs/parity/ECS-API.md lists each one. It fails when
+// r.DockerAPIVersion is not "1.N".
 func Attributes(r Registration, goarch string) (map[string]string, error) {
-	minor, err := dockerAPIMinor(r.DockerAPIVersion)
+	api, err := dockerAPIMinor(r.DockerAPIVersion)
 	if err != nil {
 		return nil, err
 	}
 	attrs := map[string]string{
-		AttrContainerHealthCheck: "",
-		AttrECRAuth:              "",
-		AttrExecutionRoleECRPull: "",
-		AttrContainerOrdering:    "",
-		AttrDockerPluginLocal:    "",
-		AttrSecretsSSMEnv:        "",
-		AttrSecretsASMEnv:        "",
-		AttrSecretsSSMLogDriver:  "",
-		AttrSecretsASMLogDriver:  "",
-		AttrPrivateRegistryASM:   "",
-		AttrEnvFilesS3:           "",
-		AttrContainerPortRange:   "",
-		AttrContainerRestart:     "",
-		AttrOSType:               "linux",
-		AttrOSFamily:             "LINUX",
-		AttrCPUArchitecture:      cpuArchitecture(goarch),
+		AttrContainerOrdering:   "",
+		AttrDockerPluginLocal:   "",
+		AttrSecretsSSMEnv:       "",
+		AttrSecretsASMEnv:       "",
+		AttrSecretsSSMLogDriver: "",
+		AttrSecretsASMLogDriver: "",
+		AttrPrivateRegistryASM:  "",
+		AttrEnvFilesS3:          "",
+		AttrContainerPortRange:  "",
+		AttrContainerRestart:    "",
+		AttrFullSync:            "",
+		AttrECREndpoint:         "",
+		AttrOSType:              "linux",
+		AttrOSFamily:            "LINUX",
+		AttrOSTypeDetailed:      cmp.Or(r.OSFamilyDetailed, "LINUX"),
 	}
-	for v := minDockerAPIMinor; v <= minor; v++ {
-		attrs[AttrDockerRemoteAPIPrefix+"1."+strconv.Itoa(v)] = ""
+	set := func(on bool, names ...string) {
+		if on {
+			for _, n := range names {
+				attrs[n] = ""
+			}
+		}
+	}
+	for v := minDockerAPIMinor; v <= min(api, lastCapabilityAPIMinor); v++ {
+		set(!slices.Contains(skippedCapabilityAPIMinors, v), AttrDockerRemoteAPIPrefix+"1."+strconv.Itoa(v))
 	}
 	for _, d := range r.LoggingDrivers {
-		if d = strings.TrimSpace(d); d != "" {
-			attrs[AttrLoggingDriverPrefix+d] = ""
-		}
+		need, known := loggingDriverMinAPI[strings.TrimSpace(d)]
+		set(known && api >= need, AttrLoggingDriverPrefix+strings.TrimSpace(d))
 	}
-	if r.HealthCheckDisabled {
-		delete(attrs, AttrContainerHealthCheck)
-	}
-	if r.TaskENI {
+	set(api >= dockerAPIForECRAuth, AttrECRAuth, AttrExecutionRoleECRPull)
+	set(api >= dockerAPIForHealthCheck && !r.HealthCheckDisabled, AttrContainerHealthCheck)
+	set(r.TaskCPUMemLimit && api >= dockerAPIForTaskLimits, AttrTaskCPUMemLimit, AttrIncreasedTaskCPU)
+	set(r.PIDIPCSharing, AttrPIDIPCSharing)
+	set(r.SELinux, AttrSELinux)
+	set(r.AppArmor, AttrAppArmor)
+	set(r.Privileged, AttrPrivilegedContainer)
+	// The Docker daemon's awslogs driver reaches the credentials endpoint from the host.
+	set(slices.Contains(r.LoggingDrivers, "awslogs") && r.AWSLogsExecutionRole && r.TaskIAMRoleNetworkHost, AttrExecutionRoleAWSLogs)
+	set(r.TaskIAMRole && api >= dockerAPIForECRAuth, AttrTaskIAMRole)
+	set(r.TaskIAMRole && r.TaskIAMRoleNetworkHost && api >= dockerAPIForECRAuth, AttrTaskIAMRoleHost)
+	if r.TaskENI && !r.External {
 		attrs[AttrTaskENI] = ""
-	}
-	if r.TaskCPUMemLimit {
-		attrs[AttrTaskCPUMemLimit] = ""
-	}
-	if r.PIDIPCSharing {
-		attrs[AttrPIDIPCSharing] = ""
-	}
-	if r.SELinux {
-		attrs[AttrSELinux] = ""
-	}
-	if r.AppArmor {
-		attrs[AttrAppArmor] = ""
-	}
-	if slices.Contains(r.LoggingDrivers, "awslogs") && r.AWSLogsExecutionRole && r.TaskIAMRoleNetworkHost {
-		// The Docker daemon's awslogs driver reaches the credentials endpoint from the host.
-		attrs[AttrExecutionRoleAWSLogs] = ""
-	}
-	if r.TaskIAMRole {
-		attrs[AttrTaskIAMRole] = ""
-		if r.TaskIAMRoleNetworkHost {
-			attrs[AttrTaskIAMRoleHost] = ""
+		if r.CNIPluginVersion != "" {
+			attrs[AttrCNIPluginVersion] = r.CNIPluginVersion
 		}
+		set(r.BlockIMDS, AttrTaskENIBlockIMDS)
 	}
-	if r.Privileged {
-		attrs[AttrPrivilegedContainer] = ""
+	if r.External {
+		attrs[AttrExternal] = ""
+		// On EC2 ECS reads the architecture from the instance identity document.
+		attrs[AttrCPUArchitecture] = cpuArchitecture(goarch)
 	}
 	for k, v := range r.Attributes {
 		attrs[k] = v
@@ -269,9 +316,20 @@ func cpuArchitecture(goarch string) string {
 	switch goarch {
 	case "amd64":
 		return "x86_64"
+	case "386":
+		return "i386"
 	default:
 		return goarch
 	}
+}
+
+// newClientToken returns a random UUID (version 4), a registration's idempotency token.
+func newClientToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes the program instead)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 func portStrings(ports []uint16) []string {

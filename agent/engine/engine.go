@@ -126,6 +126,9 @@ type Config struct {
 	// Features are run at points of every task's life after the engine's own (awsvpc, secrets, task
 	// cgroup, task endpoint, metadata file), in this order; see hooks.go.
 	Features []Feature
+	// Images reads pulled images' repo digests for Container.ImageDigest; nil: only digests pinned
+	// in image references are known.
+	Images ImageInspector
 }
 
 // Probe is called at a named step of a task's life with the task, which it must not keep or change.

@@ -49,7 +49,7 @@ func newITHarness(t *testing.T, mutate ...func(*Config)) *itHarness {
 
 	cluster := fmt.Sprintf("it-%s-%d", strings.NewReplacer("/", "-", "_", "-").Replace(strings.ToLower(t.Name())), time.Now().UnixNano())
 	cfg := Config{Cluster: cluster, StopTimeout: 5 * time.Second, StartTimeout: 30 * time.Second, CleanupWait: time.Hour,
-		ReconcileInterval: time.Second, Resources: Resources{CPU: 64 * 1024, MemoryMiB: 64 * 1024}}
+		ReconcileInterval: time.Second, Resources: Resources{CPU: 64 * 1024, MemoryMiB: 64 * 1024}, Images: client}
 	for _, m := range mutate {
 		m(&cfg)
 	}
@@ -339,4 +339,27 @@ func TestIntegrationFiftyTasksAtOnce(t *testing.T) {
 	for _, arn := range arns {
 		h.waitTask(t, arn, 3*time.Minute, "run", itRunning)
 	}
+}
+
+// TestIntegrationImageDigest: a container's ImageDigest is the manifest digest the registry serves
+// for the tag it was pulled by (the registry's Docker-Content-Digest), not the image ID.
+func TestIntegrationImageDigest(t *testing.T) {
+	h := newITHarness(t)
+	arn := h.run(t, itTaskDef("digest", itContainer("web", true, "", "sleep")))
+	tk := h.waitTask(t, arn, 60*time.Second, "run", itRunning)
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, "http://127.0.0.1:5000/v2/berth/testapp/manifests/latest", nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", strings.Join([]string{"application/vnd.oci.image.index.v1+json",
+		"application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.manifest.v1+json",
+		"application/vnd.docker.distribution.manifest.v2+json"}, ", "))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	want := resp.Header.Get("Docker-Content-Digest")
+	require.NotEmpty(t, want, "the registry names the manifest's digest")
+	c := tk.Container("web")
+	assert.Equal(t, want, c.ImageDigest)
+	assert.NotEqual(t, c.ImageID, c.ImageDigest, "the digest is the manifest's, not the image ID")
 }

@@ -60,9 +60,10 @@ func (w *worker) prepare(ctx context.Context) bool {
 // container with the classified error and the task with a reason naming the image.
 func (w *worker) pullAll(ctx context.Context) bool {
 	type result struct {
-		c   *task.Container
-		err error
-		res dockerclient.PullResult
+		c      *task.Container
+		err    error
+		res    dockerclient.PullResult
+		digest string
 	}
 	var pending []*task.Container
 	for _, c := range w.t.Containers {
@@ -76,10 +77,17 @@ func (w *worker) pullAll(ctx context.Context) bool {
 	results := make(chan result, len(pending))
 	for _, c := range pending {
 		auth := w.e.pullAuth(w.t, c)
-		go func(c *task.Container) {
-			res, err := w.e.puller.Pull(ctx, c.Image, auth)
-			results <- result{c: c, err: err, res: res}
-		}(c)
+		go func(c *task.Container, image string) {
+			res, err := w.e.puller.Pull(ctx, image, auth)
+			var digest string
+			if err == nil {
+				var derr error
+				if digest, derr = w.e.imageDigest(ctx, image); derr != nil && ctx.Err() == nil {
+					w.log.Warn("the image's digest is unknown; state changes will not carry it", "container", c.Name, "image", image, "error", derr)
+				}
+			}
+			results <- result{c: c, err: err, res: res, digest: digest}
+		}(c, c.Image)
 	}
 	ok := true
 	for range pending {
@@ -95,7 +103,8 @@ func (w *worker) pullAll(ctx context.Context) bool {
 			continue
 		}
 		r.c.KnownStatus = task.ContainerPulled
-		w.log.Info("image ready", "container", r.c.Name, "image", r.c.Image, "cached", r.res.Cached, "attempts", len(r.res.Attempts))
+		r.c.ImageDigest = r.digest
+		w.log.Info("image ready", "container", r.c.Name, "image", r.c.Image, "digest", r.digest, "cached", r.res.Cached, "attempts", len(r.res.Attempts))
 	}
 	if len(pending) > 0 {
 		w.t.PullStoppedAt = w.e.clock.Now().UTC()

@@ -226,6 +226,11 @@ type Container struct {
 	// RestartCount counts the restarts of RestartPolicy; RestartedAt is the last one.
 	RestartCount int       `json:"restartCount,omitempty"`
 	RestartedAt  time.Time `json:"restartedAt,omitzero"`
+
+	// ImageDigest is the manifest digest of the image as pulled ("sha256:…"), which state changes
+	// report: the one pinned in Image, else the one of the image's repo digests for Image's
+	// repository; empty when the image has none (built or loaded on the host).
+	ImageDigest string `json:"imageDigest,omitempty"`
 }
 
 // SteadyState is the status the container settles in while its task runs.
