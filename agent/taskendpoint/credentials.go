@@ -76,7 +76,7 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 		err = fmt.Errorf("credentials %s: %w: the task stopped", short, errdefs.ErrNotFound)
 	}
 	switch {
-	case errdefs.IsNotFound(err) && pending(holder, id, host):
+	case errdefs.IsNotFound(err) && pending(holder, id):
 		h.log.Debug("task credentials not received yet", "credentials_id", short, "task_arn", holder.Arn, "api_version", version)
 		fail(http.StatusServiceUnavailable, codeUninitialized, prefix+"Credentials uninitialized for ID")
 		return
@@ -89,7 +89,9 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 		fail(http.StatusServiceUnavailable, codeUninitialized, prefix+"Credentials uninitialized for ID")
 		return
 	case err != nil:
-		h.log.Warn("task credentials cannot be had", "credentials_id", short, "api_version", version, "error", err)
+		// Debug: the source logs the cause once per task and role; a WARN per request would let any
+		// local process flood the log.
+		h.log.Debug("task credentials cannot be had", "credentials_id", short, "api_version", version, "error", err)
 		fail(http.StatusInternalServerError, codeInternalError, messageInternalFail)
 		return
 	}
@@ -108,18 +110,11 @@ func stoppedTaskRole(t *task.Task, id string) bool {
 	return t != nil && t.CredentialsID == id && t.KnownStatus == task.TaskStopped
 }
 
-// pending reports whether the credentials with this ID are due from the control plane: a task the
-// agent knows holds the ID for its task role and has not stopped, or for its execution role when
-// the host itself (the log driver, host) asks.
-func pending(t *task.Task, id string, host bool) bool {
-	switch {
-	case t == nil:
-		return false
-	case t.CredentialsID == id:
-		return t.KnownStatus != task.TaskStopped
-	default:
-		return host && t.ExecutionCredentialsID == id
-	}
+// pending reports whether the task role credentials with this ID are due from the control plane: a
+// task the agent knows holds the ID for its task role and has not stopped. (The execution role's,
+// which only the host's log driver is served, are due when the log driver source says so.)
+func pending(t *task.Task, id string) bool {
+	return t != nil && t.CredentialsID == id && t.KnownStatus != task.TaskStopped
 }
 
 // fromHost reports whether r comes from one of the host's own addresses, as the Docker daemon's

@@ -33,7 +33,9 @@ const (
 	pendingID = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0" // a restored task's, not sent again yet
 	stoppedID = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d" // a stopped task's task role
 	execID    = "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a" // a restored task's execution role
-	hostAddr  = "10.0.0.1:40000"                       // the host's own address, as the Docker daemon asks
+	// pendingExecOther is the execution role of a task no log driver uses the role of.
+	pendingExecOther = "7e6d5c4b-3a29-4817-9605-f4e3d2c1b0a9"
+	hostAddr         = "10.0.0.1:40000" // the host's own address, as the Docker daemon asks
 )
 
 // Hand-written from the ECS agent's answers (ecs-agent/tmds/handlers/credentials_handler_test.go).
@@ -56,7 +58,9 @@ func holders() fakeHolders {
 		CredentialsID: pendingID, ExecutionCredentialsID: execID}
 	stopped := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/stopped", KnownStatus: task.TaskStopped,
 		CredentialsID: stoppedID}
-	return fakeHolders{pendingID: restored, execID: restored, stoppedID: stopped}
+	other := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/other", KnownStatus: task.TaskRunning,
+		ExecutionCredentialsID: pendingExecOther}
+	return fakeHolders{pendingID: restored, execID: restored, stoppedID: stopped, pendingExecOther: other}
 }
 
 // credentialsEnv is newEnv with the holders, a stopped task's credentials still in the source, a
@@ -70,7 +74,8 @@ func credentialsEnv(t *testing.T) *env {
 			"refused-id":  fmt.Errorf("STS refused to assume the role: AccessDenied: %w", errdefs.ErrUnauthorized),
 		}
 		c.CredentialsTasks = holders()
-		c.LogDriverCredentials = &fakeCredentials{creds: map[string]taskcreds.Credentials{"exec-id": {AccessKeyID: "exec-key"}}}
+		c.LogDriverCredentials = &fakeCredentials{creds: map[string]taskcreds.Credentials{"exec-id": {AccessKeyID: "exec-key"}},
+			errs: map[string]error{execID: fmt.Errorf("not arrived: %w", errdefs.ErrUnavailable)}}
 		c.HostAddress = func(ip netip.Addr) bool { return ip == netip.MustParseAddr("10.0.0.1") }
 	})
 }
@@ -101,6 +106,8 @@ func TestCredentials(t *testing.T) {
 		{"v1 stopped task's task role", "/v1/credentials?id=" + stoppedID, fromWeb, http.StatusBadRequest, bodyV1NotFound},
 		{"v2 execution role pending, the host asks", "/v2/credentials/" + execID, hostAddr, http.StatusServiceUnavailable, bodyV2Uninitialized},
 		{"v2 execution role pending, a container asks", "/v2/credentials/" + execID, fromWeb, http.StatusBadRequest, bodyV2NotFound},
+		// A task's execution role the host's log driver does not use: the credentials are the agent's.
+		{"v2 execution role of no log driver, the host asks", "/v2/credentials/" + pendingExecOther, hostAddr, http.StatusBadRequest, bodyV2NotFound},
 	}
 	e := credentialsEnv(t)
 	for _, tt := range tests {

@@ -124,13 +124,19 @@ type LogDriverCredentials struct {
 var _ taskendpoint.CredentialsSource = LogDriverCredentials{}
 
 // TaskCredentials returns the execution role's credentials under id, with the role's ARN, when a
-// task's awslogs driver uses them; any other ID matches errdefs.ErrNotFound.
+// task's awslogs driver uses them (errdefs.ErrUnavailable while they have not arrived); any other ID
+// matches errdefs.ErrNotFound.
 func (l LogDriverCredentials) TaskCredentials(ctx context.Context, id string) (taskcreds.Credentials, error) {
 	role, ok := l.Engine.LogDriverRole(id)
 	if !ok {
 		return taskcreds.Credentials{}, errdefs.New(errdefs.ErrNotFound, "no log driver credentials with this ID")
 	}
 	c, err := l.Creds.ExecutionRoleCredentials(ctx, id)
+	if errdefs.IsNotFound(err) {
+		// The driver's task holds the ID: its credentials are due from the control plane (after a
+		// restart, until ACS resends them), which the endpoint answers as the ECS agent does (503).
+		return taskcreds.Credentials{}, errdefs.New(errdefs.ErrUnavailable, "the execution role's credentials have not arrived yet")
+	}
 	if err != nil {
 		return taskcreds.Credentials{}, err
 	}

@@ -443,7 +443,8 @@ func TestIntegrationTaskRoleCredentialsLocalMode(t *testing.T) {
 		assert.Contains(t, string(logs), "CredentialsSource=", family)
 	}
 
-	// The refused role: the task runs on, the endpoint says why, the log says it once.
+	// The refused role: the task runs on, the endpoint answers as the ECS agent does, the log says
+	// why once.
 	denied, _ := probeDone(ts, "role-denied")
 	assert.NotEqual(t, 0, *denied.ExitCode, "no credentials for a refused role")
 	var deniedApp string
@@ -468,8 +469,9 @@ func TestIntegrationTaskRoleCredentialsLocalMode(t *testing.T) {
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	assert.GreaterOrEqual(t, resp.StatusCode, 400)
-	assert.Contains(t, string(body), "AccessDenied", "the endpoint says why")
+	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	assert.Equal(t, `{"code":"InternalServerError","message":"Internal server error","HTTPErrorCode":500}`, strings.TrimSpace(string(body)),
+		"the ECS agent's answer; the log says why")
 	stopTasks()
 	agent.stop()
 	logged, err := os.ReadFile(logFile)
