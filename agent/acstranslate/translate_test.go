@@ -327,6 +327,8 @@ func TestTranslateRejects(t *testing.T) {
 		{"ECS Exec", func(t *acswire.Task) {
 			t.Containers[0].ManagedAgents = json.RawMessage(`[{"name":"ExecuteCommandAgent"}]`)
 		}, "containerDefinitions[0].managedAgents: ECS Exec is not supported by Berth yet"},
+		{"fault injection", func(t *acswire.Task) { t.EnableFaultInjection = true },
+			"enableFaultInjection: fault injection is not supported by Berth yet"},
 		{"App Mesh", func(t *acswire.Task) { t.ProxyConfiguration = json.RawMessage(`{"type":"APPMESH"}`) },
 			"proxyConfiguration: App Mesh proxy configuration is not supported by Berth yet"},
 		{"Service Connect", func(t *acswire.Task) { t.Attachments = json.RawMessage(`[{"attachmentType":"serviceconnectdetail"}]`) },

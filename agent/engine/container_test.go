@@ -365,6 +365,15 @@ func TestApplyInspect(t *testing.T) {
 			},
 		},
 		{
+			name: "network mode none: no network",
+			c:    task.Container{KnownStatus: task.ContainerRunning},
+			ci: docker.Container{State: docker.State{Running: true}, NetworkSettings: &docker.NetworkSettings{
+				Networks: map[string]docker.ContainerNetwork{"none": {}}}},
+			want: func(t *testing.T, c *task.Container) {
+				assert.Empty(t, c.Networks)
+			},
+		},
+		{
 			name: "mounts as Docker reports them",
 			c:    task.Container{KnownStatus: task.ContainerRunning},
 			ci: docker.Container{State: docker.State{Running: true}, Mounts: []docker.Mount{
