@@ -73,6 +73,10 @@ func TestTaskWireTaskRoundTrip(t *testing.T) {
 			for _, desired := range []task.TaskStatus{task.TaskRunning, task.TaskStopped} {
 				want := def.NewTask(arn)
 				want.DesiredStatus = desired
+				want.ServiceName, want.LaunchType = "web-svc", "EXTERNAL"
+				for _, c := range want.Containers {
+					c.ARN = "arn:aws:ecs:us-east-1:012345678901:container/default/0123/" + c.Name
+				}
 				if desired == task.TaskStopped {
 					for _, c := range want.Containers {
 						c.DesiredStatus = task.ContainerStopped

@@ -73,7 +73,9 @@ func TranslateTask(t *acswire.Task) (Accepted, error) {
 	if tk.ENI, err = taskENI(t.ElasticNetworkInterfaces); err != nil {
 		return Accepted{}, err
 	}
+	tk.ServiceName, tk.LaunchType = t.ServiceName, t.LaunchType
 	for i, c := range t.Containers {
+		tk.Containers[i].ARN = c.ContainerArn
 		tk.Containers[i].ECRAuth = ecrAuth(c.RegistryAuthentication)
 		tk.Containers[i].LogsAuthExecutionRole = c.LogsAuthStrategy == "ExecutionRole"
 	}

@@ -35,6 +35,7 @@ const realisticPayload = `{
       "memory": 1024,
       "taskDefinitionAccountId": "123456789012",
       "launchType": "EC2",
+      "serviceName": "web-svc",
       "volumes": [
         {"name": "data", "type": "host", "host": {"sourcePath": "/srv/data"}},
         {"name": "scratch", "type": "host", "host": {}},
@@ -45,6 +46,7 @@ const realisticPayload = `{
       "containers": [
         {
           "name": "app",
+          "containerArn": "arn:aws:ecs:us-west-2:123456789012:container/default/t1/2f4e6a8c-0b1d-4e3f-9a7c-5d6e7f8a9b0c",
           "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/app:1",
           "cpu": 256,
           "memory": 512,
@@ -102,6 +104,8 @@ func TestTranslateRealisticPayload(t *testing.T) {
 	assert.Equal(t, 512, tk.CPU, "0.5 vCPU is 512 units")
 	assert.Equal(t, 1024, tk.Memory)
 	assert.Equal(t, task.TaskRunning, tk.DesiredStatus)
+	assert.Equal(t, "web-svc", tk.ServiceName)
+	assert.Equal(t, "EC2", tk.LaunchType)
 	assert.Equal(t, []task.Volume{
 		{Name: "data", Host: &task.HostVolume{SourcePath: "/srv/data"}},
 		{Name: "scratch", Host: &task.HostVolume{}},
@@ -112,6 +116,8 @@ func TestTranslateRealisticPayload(t *testing.T) {
 	app := tk.Container("app")
 	require.NotNil(t, app)
 	assert.Equal(t, "123456789012.dkr.ecr.us-west-2.amazonaws.com/app:1", app.Image)
+	assert.Equal(t, "arn:aws:ecs:us-west-2:123456789012:container/default/t1/2f4e6a8c-0b1d-4e3f-9a7c-5d6e7f8a9b0c", app.ARN)
+	assert.Empty(t, tk.Container("init").ARN, "a container without containerArn has none")
 	assert.Equal(t, 256, app.CPU)
 	assert.Equal(t, 512, app.Memory)
 	assert.Equal(t, 256, app.MemoryReservation, "from hostConfig.MemoryReservation bytes")
@@ -321,6 +327,8 @@ func TestTranslateRejects(t *testing.T) {
 		{"ECS Exec", func(t *acswire.Task) {
 			t.Containers[0].ManagedAgents = json.RawMessage(`[{"name":"ExecuteCommandAgent"}]`)
 		}, "containerDefinitions[0].managedAgents: ECS Exec is not supported by Berth yet"},
+		{"fault injection", func(t *acswire.Task) { t.EnableFaultInjection = true },
+			"enableFaultInjection: fault injection is not supported by Berth yet"},
 		{"App Mesh", func(t *acswire.Task) { t.ProxyConfiguration = json.RawMessage(`{"type":"APPMESH"}`) },
 			"proxyConfiguration: App Mesh proxy configuration is not supported by Berth yet"},
 		{"Service Connect", func(t *acswire.Task) { t.Attachments = json.RawMessage(`[{"attachmentType":"serviceconnectdetail"}]`) },

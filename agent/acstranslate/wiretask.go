@@ -16,7 +16,7 @@ import (
 
 // WireTask renders a task of the model as ACS sends it, the inverse of TranslateTask: what
 // TranslateTask makes of the result is the task again (see the round-trip test). The desired status
-// is the task's by name; launch type and account are the caller's to set. The model holds no
+// is the task's by name; the account is the caller's to set. The model holds no
 // credentials, so the task and execution roles travel as ARNs, without keys. An error names the
 // container whose Docker config cannot be encoded.
 func WireTask(m *task.Task) (*acswire.Task, error) {
@@ -31,6 +31,8 @@ func WireTask(m *task.Task) (*acswire.Task, error) {
 		Containers:    make([]*acswire.Container, 0, len(m.Containers)),
 		PidMode:       m.PidMode,
 		IpcMode:       m.IpcMode,
+		LaunchType:    m.LaunchType,
+		ServiceName:   m.ServiceName,
 	}
 	if m.RoleArn != "" {
 		out.RoleCredentials = &acswire.IAMRoleCredentials{RoleArn: m.RoleArn}
@@ -72,6 +74,7 @@ func wireVolume(v task.Volume) *acswire.Volume {
 func wireContainer(c *task.Container) (*acswire.Container, error) {
 	out := &acswire.Container{
 		Name:         c.Name,
+		ContainerArn: c.ARN,
 		Image:        c.Image,
 		CPU:          int64(c.CPU),
 		Memory:       int64(c.Memory),

@@ -87,6 +87,7 @@ type Task struct {
 // have no field of their own travel as Docker JSON in DockerConfig.
 type Container struct {
 	Name                   string                  `json:"name"`
+	ContainerArn           string                  `json:"containerArn,omitempty"`
 	Image                  string                  `json:"image"`
 	CPU                    int64                   `json:"cpu,omitempty"`
 	Memory                 int64                   `json:"memory,omitempty"` // MiB, hard limit

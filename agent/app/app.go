@@ -20,6 +20,7 @@ import (
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/dockerstats"
+	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/imagecleanup"
@@ -106,7 +107,10 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	defer servers.close()
 	installTaskEndpointNAT(ctx, cfg, log)
 	// One stats stream per container, shared by the task endpoint's /stats and the telemetry source.
-	stats := dockerstats.New(client, dockerstats.Config{Logger: log.With("component", "container_stats")})
+	// An awsvpc task's containers show its namespace's interfaces but the task bridge, as the ECS
+	// agent shows only the ENI.
+	stats := dockerstats.New(client, dockerstats.Config{Logger: log.With("component", "container_stats"),
+		NetNSIgnore: []string{ecscni.TaskBridgeIfName}})
 	defer stats.Close()
 	var sampleEvery time.Duration // the telemetry source's default: about once a second
 	if cfg.PollMetrics {
@@ -114,7 +118,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	tel := taskmetrics.New(eng, stats, taskmetrics.Config{SampleInterval: sampleEvery,
 		Runtime: func(ctx context.Context) error { _, err := client.Version(ctx); return err }, Logger: log.With("component", "telemetry")})
-	cp, identity, err := newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, store, credentials, imdsClient,
+	cp, ecs, ec2, err := newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, store, credentials, imdsClient,
 		controlplane.TelemetryConfig{Source: tel, DisableMetrics: cfg.MetricsDisabled, DisableHealth: cfg.DockerHealthCheckDisabled},
 		opts.Probe, log)
 	if err != nil {
@@ -145,7 +149,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	defer stopEngine()
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := servers.serve(gctx, g, eng, stats, tel, m, cp, creds, identity, cfg); err != nil {
+	if err := servers.serve(gctx, g, eng, stats, tel, m, cp, ecs, creds, ec2, cfg); err != nil {
 		return err
 	}
 	g.Go(func() error { tel.WatchRuntime(gctx); return nil })
@@ -256,27 +260,41 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	return eng, resources, nil
 }
 
-// newControlPlane builds the agent's side of the control plane the configuration chose.
+// ec2Instance is what the agent learned of its EC2 instance (zero off EC2): its identity, and the
+// VPC and availability zone ID the task metadata endpoint shows.
+type ec2Instance struct {
+	imds.Identity
+	VPCID, AvailabilityZoneID string
+}
+
+// newControlPlane builds the agent's side of the control plane the configuration chose, with the
+// ECS API client it uses.
 func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, resources engine.Resources, docker dockerclient.VersionInfo,
 	eng *engine.Engine, store state.Store, credentials *taskcreds.Store, imdsClient *imds.Client,
-	tel controlplane.TelemetryConfig, probe engine.Probe, log *logger.Logger) (*controlplane.ControlPlane, imds.Identity, error) {
-	var identity imds.Identity
+	tel controlplane.TelemetryConfig, probe engine.Probe, log *logger.Logger) (*controlplane.ControlPlane, *ecsclient.Client, ec2Instance, error) {
+	var ec2 ec2Instance
 	ecs, creds, region, err := NewECSClient(ctx, cfg, log)
 	if err != nil {
-		return nil, identity, err
+		return nil, nil, ec2, err
 	}
 	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion, openOSRelease())
 	reg.CNIPluginVersion = ecscni.PluginsVersion
 	reg.PIDIPCSharing = eng.SharesNamespaces()
 	if plan.onEC2 {
-		identity = controlplane.AddEC2Identity(ctx, imdsClient, &reg, log)
+		ec2.Identity = controlplane.AddEC2Identity(ctx, imdsClient, &reg, log)
 		if cfg.ContainerInstancePropagateTagsFrom == config.PropagateTagsEC2Instance {
 			controlplane.AddEC2Tags(ctx, imdsClient, &reg, log)
+		}
+		ec2.VPCID = reg.Attributes[imds.AttrVPCID]
+		if ec2.InstanceID != "" {
+			if ec2.AvailabilityZoneID, err = imdsClient.AvailabilityZoneID(ctx); err != nil {
+				log.Warn("the availability zone ID cannot be read; task metadata will not show it", "error", err)
+			}
 		}
 	}
 	return controlplane.New(controlplane.Config{Cluster: cfg.Cluster, Registration: reg, Region: region, Credentials: creds, Probe: probe,
 		CredentialsStore: credentials, Telemetry: tel},
-		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), identity, nil
+		ecs, eng, store, log.With("control_plane", string(cfg.Mode))), ecs, ec2, nil
 }
 
 // openOSRelease returns the host's /etc/os-release, for ecs.os-type-detailed; nil when it cannot be

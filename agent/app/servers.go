@@ -15,10 +15,10 @@ import (
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/dockerstats"
+	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/hostnat"
-	"github.com/berth-agent/berth/agent/imds"
 	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
@@ -113,10 +113,11 @@ func listen(cfg *config.Config, embedded bool, log *logger.Logger) (*servers, er
 
 // serve serves every listener in g until ctx ends.
 func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, stats *dockerstats.Cache, tel *taskmetrics.Source,
-	m *prommetrics.Metrics, cp *controlplane.ControlPlane, creds *taskcreds.Chain, identity imds.Identity, cfg *config.Config) error {
-	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: endpointInstance(cfg, identity),
+	m *prommetrics.Metrics, cp *controlplane.ControlPlane, ecs *ecsclient.Client, creds *taskcreds.Chain, ec2 ec2Instance, cfg *config.Config) error {
+	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: endpointInstance(cfg, ec2),
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
-		Tasks:     eng, Credentials: creds, CredentialsTasks: eng, Stats: stats, Logger: s.log.With("component", "task_endpoint"),
+		Tasks:     eng, Credentials: creds, CredentialsTasks: eng, Stats: stats, Tags: ecs, InstanceARN: instanceARN(cp),
+		Logger:               s.log.With("component", "task_endpoint"),
 		LogDriverCredentials: tasksecrets.LogDriverCredentials{Engine: eng, Creds: creds}})
 	if err != nil {
 		return fmt.Errorf("task endpoint: %w", err)
@@ -134,7 +135,7 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 		}
 		return out
 	})
-	intro := introspection.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng, ec2: identity},
+	intro := introspection.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng, ec2: ec2.Identity},
 		tasksWithUsage{Engine: eng, tel: tel}, m.Handler())
 	g.Go(func() error { return serveHTTP(ctx, s.introspection, intro, "introspection API", s.log) })
 	g.Go(func() error { return serveHTTP(ctx, s.taskEndpoint, endpoint, "task endpoint", s.log) })
@@ -205,12 +206,27 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, name string
 	return nil
 }
 
-// endpointInstance is what the task metadata endpoint says of the instance: the cluster and, unless
-// ECS_DISABLE_TASK_METADATA_AZ, the EC2 availability zone (none off EC2 and in local mode).
-func endpointInstance(cfg *config.Config, identity imds.Identity) taskendpoint.Instance {
-	in := taskendpoint.Instance{Cluster: cfg.Cluster}
+// endpointInstance is what the task metadata endpoint says of the instance: the cluster, the VPC
+// and, unless ECS_DISABLE_TASK_METADATA_AZ, the EC2 availability zone and its ID (none off EC2 and
+// in local mode).
+func endpointInstance(cfg *config.Config, ec2 ec2Instance) taskendpoint.Instance {
+	in := taskendpoint.Instance{Cluster: cfg.Cluster, VPCID: ec2.VPCID}
 	if !cfg.TaskMetadataAZDisabled {
-		in.AvailabilityZone = identity.AvailabilityZone
+		in.AvailabilityZone, in.AvailabilityZoneID = ec2.AvailabilityZone, ec2.AvailabilityZoneID
 	}
 	return in
 }
+
+// instanceARN is the container instance's ARN for the task endpoint; "" until registration.
+func instanceARN(cp *controlplane.ControlPlane) func() string {
+	return func() string {
+		if arn := cp.InstanceArn(); arn != nil {
+			return *arn
+		}
+		return ""
+	}
+}
+
+// The ECS API client answers /taskWithTags' ListTagsForResource, against ECS or the embedded
+// control plane.
+var _ taskendpoint.TagSource = (*ecsclient.Client)(nil)

@@ -124,11 +124,13 @@ func isTimeout(err error) bool {
 }
 
 func TestEndpointInstanceAvailabilityZone(t *testing.T) {
-	identity := imds.Identity{InstanceID: "i-1", AvailabilityZone: "eu-west-3b"}
+	ec2 := ec2Instance{Identity: imds.Identity{InstanceID: "i-1", AvailabilityZone: "eu-west-3b"}, VPCID: "vpc-0123abcd",
+		AvailabilityZoneID: "euw3-az2"}
 	cfg := &config.Config{Cluster: "prod"}
-	assert.Equal(t, taskendpoint.Instance{Cluster: "prod", AvailabilityZone: "eu-west-3b"}, endpointInstance(cfg, identity))
-	cfg.TaskMetadataAZDisabled = true // ECS_DISABLE_TASK_METADATA_AZ
-	assert.Equal(t, taskendpoint.Instance{Cluster: "prod"}, endpointInstance(cfg, identity))
-	assert.Equal(t, taskendpoint.Instance{Cluster: "prod"}, endpointInstance(&config.Config{Cluster: "prod"}, imds.Identity{}),
+	assert.Equal(t, taskendpoint.Instance{Cluster: "prod", AvailabilityZone: "eu-west-3b", AvailabilityZoneID: "euw3-az2", VPCID: "vpc-0123abcd"},
+		endpointInstance(cfg, ec2))
+	cfg.TaskMetadataAZDisabled = true // ECS_DISABLE_TASK_METADATA_AZ: neither the zone nor its ID, as the ECS agent
+	assert.Equal(t, taskendpoint.Instance{Cluster: "prod", VPCID: "vpc-0123abcd"}, endpointInstance(cfg, ec2))
+	assert.Equal(t, taskendpoint.Instance{Cluster: "prod"}, endpointInstance(&config.Config{Cluster: "prod"}, ec2Instance{}),
 		"off EC2 there is no zone to tell")
 }

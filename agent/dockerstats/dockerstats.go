@@ -26,6 +26,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -71,6 +72,13 @@ type Config struct {
 	Clock clockwork.Clock
 	// Logger receives the cache's records; nil discards them.
 	Logger *logger.Logger
+	// NetNSIgnore names the interfaces of an awsvpc task's namespace left out of its containers'
+	// networks besides the loopback (Berth's task bridge, which the ECS agent leaves out too, being a
+	// veth).
+	NetNSIgnore []string
+	// ProcRoot is where /proc is mounted ("/proc"): a task's namespace /proc/PID/ns/net is read as
+	// ProcRoot/PID/net/dev.
+	ProcRoot string
 }
 
 func (c Config) withDefaults() Config {
@@ -92,15 +100,19 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = logger.Nop()
 	}
+	if c.ProcRoot == "" {
+		c.ProcRoot = "/proc"
+	}
 	return c
 }
 
 // Cache holds the latest stats sample of each container read recently; it is safe for concurrent
 // use. Close it to end its streams.
 type Cache struct {
-	docker Docker
-	cfg    Config
-	log    *logger.Logger
+	docker  Docker
+	cfg     Config
+	log     *logger.Logger
+	netSkip map[string]bool // Config.NetNSIgnore
 
 	ctx    context.Context // parent of every entry's streams; Close cancels it
 	cancel context.CancelFunc
@@ -115,7 +127,12 @@ type Cache struct {
 func New(docker Docker, cfg Config) *Cache {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Cache{docker: docker, cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, entries: map[string]*entry{}}
+	skip := make(map[string]bool, len(cfg.NetNSIgnore))
+	for _, name := range cfg.NetNSIgnore {
+		skip[name] = true
+	}
+	return &Cache{docker: docker, cfg: cfg, log: cfg.Logger, netSkip: skip, ctx: ctx, cancel: cancel,
+		entries: map[string]*entry{}}
 }
 
 // entry is one container's stream and latest sample.
@@ -131,6 +148,7 @@ type entry struct {
 	done     bool                     // stopped, idle or closed: the entry's goroutines are ending
 	expires  time.Time                // when a stopped entry is forgotten
 	lastRead time.Time                // when Stats last asked for the entry
+	netDev   string                   // the task namespace's net/dev its networks are read from; "": Docker's
 	changed  chan struct{}            // closed and replaced whenever sample or err changes
 }
 
@@ -148,9 +166,44 @@ type point struct {
 // missing container is an errdefs.ErrNotFound, one not running a dockerclient.ErrNotRunning, a
 // failure to reach Docker its error (retriable). The caller must not modify the result: every
 // reader of a sample shares it.
-func (c *Cache) Stats(ctx context.Context, dockerID string) (json.RawMessage, error) {
+//
+// netns, when not empty, is the network namespace of the container's awsvpc task, /proc/PID/ns/net:
+// from the next sample on, the container's networks (and so its network_rate_stats) are the
+// namespace's interfaces, read when each sample arrives, instead of Docker's, which has none. A
+// namespace of another form, or one that cannot be read, leaves Docker's.
+func (c *Cache) Stats(ctx context.Context, dockerID, netns string) (json.RawMessage, error) {
+	if netns != "" {
+		if dev, ok := netDevOf(c.cfg.ProcRoot, netns); ok {
+			if e, err := c.get(dockerID); err == nil {
+				e.mu.Lock()
+				e.netDev = dev
+				e.mu.Unlock()
+			}
+		}
+	}
 	s, err := c.Sample(ctx, dockerID)
 	return s.JSON, err
+}
+
+// inNetNS returns s with the networks of e's task namespace, when e has one and it can be read.
+func (c *Cache) inNetNS(e *entry, s dockerclient.StatsSample) dockerclient.StatsSample {
+	e.mu.Lock()
+	dev := e.netDev
+	e.mu.Unlock()
+	if dev == "" {
+		return s
+	}
+	b, err := os.ReadFile(dev)
+	if err == nil {
+		var nets map[string]dockerclient.NetworkStats
+		if nets, err = parseNetDev(b, c.netSkip); err == nil {
+			s.Networks = nets
+			s.JSON = withNetworks(s.JSON, nets)
+			return s
+		}
+	}
+	c.log.Debug("task network namespace counters unavailable", "docker_id", e.id, "path", dev, "error", err)
+	return s
 }
 
 // Sample is Stats with the sample's counters, decoded once where the stream is read: what telemetry
@@ -294,7 +347,7 @@ func (c *Cache) stream(ctx context.Context, e *entry) {
 		got := false
 		err := c.docker.ContainerStats(ctx, e.id, func(s dockerclient.StatsSample) error {
 			got = true
-			e.offer(s)
+			e.offer(c.inNetNS(e, s))
 			return nil
 		})
 		if ctx.Err() != nil {

@@ -116,7 +116,7 @@ func readTogether(t *testing.T, cache *Cache, id string, n int) ([]json.RawMessa
 		wg.Go(func() {
 			<-start
 			t0 := time.Now()
-			answers[i], errs[i] = cache.Stats(ctxWithin(t, 5*time.Second), id)
+			answers[i], errs[i] = cache.Stats(ctxWithin(t, 5*time.Second), id, "")
 			latency[i] = time.Since(t0)
 		})
 	}
@@ -184,7 +184,7 @@ func TestIntegrationOneStreamServesManyReaders(t *testing.T) {
 			first := string(fieldsOf(t, answers[0])["read"])
 			var later map[string]json.RawMessage
 			require.Eventually(t, func() bool {
-				raw, err := cache.Stats(t.Context(), id)
+				raw, err := cache.Stats(t.Context(), id, "")
 				require.NoError(t, err)
 				later = fieldsOf(t, raw)
 				return string(later["read"]) != first
@@ -213,7 +213,7 @@ func TestIntegrationOneStreamServesManyReaders(t *testing.T) {
 					defer pace.Stop()
 					for range 20 {
 						t0 := time.Now()
-						_, err := cache.Stats(t.Context(), id)
+						_, err := cache.Stats(t.Context(), id, "")
 						if !assert.NoError(t, err) {
 							return
 						}
@@ -238,12 +238,12 @@ func TestIntegrationStoppedContainerEndsItsStream(t *testing.T) {
 	d := &countingDocker{Docker: client}
 	cache := New(d, Config{StoppedTTL: time.Hour})
 	t.Cleanup(cache.Close)
-	_, err := cache.Stats(ctxWithin(t, 5*time.Second), id)
+	_, err := cache.Stats(ctxWithin(t, 5*time.Second), id, "")
 	require.NoError(t, err)
 
 	require.NoError(t, client.StopContainer(ctxWithin(t, time.Minute), id, 0))
 	require.Eventually(t, func() bool {
-		_, err = cache.Stats(t.Context(), id)
+		_, err = cache.Stats(t.Context(), id, "")
 		return err != nil
 	}, 10*time.Second, 50*time.Millisecond, "stats of the stopped container to fail")
 	assert.ErrorIs(t, err, dockerclient.ErrNotRunning)
@@ -253,11 +253,11 @@ func TestIntegrationStoppedContainerEndsItsStream(t *testing.T) {
 	fresh := New(client, Config{FirstSampleWait: 3 * time.Second})
 	t.Cleanup(fresh.Close)
 	t0 := time.Now()
-	_, err = fresh.Stats(ctxWithin(t, 5*time.Second), id)
+	_, err = fresh.Stats(ctxWithin(t, 5*time.Second), id, "")
 	assert.ErrorIs(t, err, dockerclient.ErrNotRunning)
 	t.Logf("a stopped container's first read failed in %v", time.Since(t0))
 
 	// A container that was never there.
-	_, err = cache.Stats(ctxWithin(t, 5*time.Second), "berth-dockerstats-it-nosuch")
+	_, err = cache.Stats(ctxWithin(t, 5*time.Second), "berth-dockerstats-it-nosuch", "")
 	assert.ErrorIs(t, err, dockerclient.ErrNotFound)
 }

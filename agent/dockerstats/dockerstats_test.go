@@ -38,7 +38,7 @@ type answer struct {
 func statsAsync(ctx context.Context, c *Cache, id string) <-chan answer {
 	ch := make(chan answer, 1)
 	go func() {
-		raw, err := c.Stats(ctx, id)
+		raw, err := c.Stats(ctx, id, "")
 		ch <- answer{raw, err}
 	}()
 	return ch
@@ -85,7 +85,7 @@ func TestManyReadersShareOneStream(t *testing.T) {
 	second := sample("abc", t0.Add(time.Second), 1100, 510)
 	st.send(t, second)
 	for range readers {
-		raw, err := c.Stats(ctx, "abc")
+		raw, err := c.Stats(ctx, "abc", "")
 		require.NoError(t, err)
 		assert.Equal(t, &networkRate{RxBytesPerSec: 1000, TxBytesPerSec: 500}, rateOf(t, raw))
 	}
@@ -120,7 +120,7 @@ func TestFirstSampleWaitIsBounded(t *testing.T) {
 
 	// The stream was left running: its first sample serves the next reader at once.
 	st.send(t, sample("abc", t0, 1, 1))
-	_, err = c.Stats(ctx, "abc")
+	_, err = c.Stats(ctx, "abc", "")
 	require.NoError(t, err)
 	assert.Equal(t, 1, f.streamCount("abc"))
 }
@@ -134,7 +134,7 @@ func TestIdleStreamIsClosed(t *testing.T) {
 	require.NoError(t, await(t, ch).err)
 
 	clock.Advance(30 * time.Second)
-	_, err := c.Stats(ctx, "abc") // read at 30 s: the stream stays until 90 s
+	_, err := c.Stats(ctx, "abc", "") // read at 30 s: the stream stays until 90 s
 	require.NoError(t, err)
 	clock.Advance(30 * time.Second)
 	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the idle check rescheduled")
@@ -178,11 +178,11 @@ func TestContainerGoneEndsItsEntry(t *testing.T) {
 			st.end(t, tc.err)
 			var err error
 			requireEventually(t, func() bool {
-				_, err = c.Stats(ctx, "abc")
+				_, err = c.Stats(ctx, "abc", "")
 				return err != nil
 			}, "the stopped container's stats to fail")
 			tc.check(t, err)
-			_, err = c.Stats(ctx, "abc")
+			_, err = c.Stats(ctx, "abc", "")
 			tc.check(t, err)
 			assert.Equal(t, 1, f.streamCount("abc"), "a stopped container is not asked again within StoppedTTL")
 
@@ -201,7 +201,7 @@ func TestContainerNotRunningBeforeAnySample(t *testing.T) {
 	ch := statsAsync(t.Context(), c, "abc")
 	f.nextStream(t).end(t, notRunning("abc"))
 	require.ErrorIs(t, await(t, ch).err, dockerclient.ErrNotRunning, "the reader waiting for a first sample")
-	_, err := c.Stats(t.Context(), "abc")
+	_, err := c.Stats(t.Context(), "abc", "")
 	require.ErrorIs(t, err, dockerclient.ErrNotRunning)
 	assert.Equal(t, 1, f.streamCount("abc"))
 }
@@ -218,7 +218,7 @@ func TestStreamFailuresReachReadersAndTheStreamReopens(t *testing.T) {
 	err := await(t, ch).err
 	require.ErrorIs(t, err, dockerclient.ErrConnection)
 	require.ErrorIs(t, err, syscall.ECONNREFUSED)
-	_, err = c.Stats(ctx, "abc")
+	_, err = c.Stats(ctx, "abc", "")
 	require.ErrorIs(t, err, syscall.ECONNREFUSED, "until a sample arrives")
 
 	// The stream reopens after the backoff.
@@ -227,20 +227,20 @@ func TestStreamFailuresReachReadersAndTheStreamReopens(t *testing.T) {
 	st = f.nextStream(t)
 	first := sample("abc", t0, 1000, 100)
 	st.send(t, first)
-	raw, err := c.Stats(ctx, "abc")
+	raw, err := c.Stats(ctx, "abc", "")
 	require.NoError(t, err)
 	assert.JSONEq(t, string(first.JSON), string(raw))
 
 	// A drop keeps the latest sample served while the stream reopens.
 	st.end(t, refused)
-	raw, err = c.Stats(ctx, "abc")
+	raw, err = c.Stats(ctx, "abc", "")
 	require.NoError(t, err)
 	assert.JSONEq(t, string(first.JSON), string(raw))
 	require.NoError(t, clock.BlockUntilContext(ctx, 2))
 	clock.Advance(2 * time.Second)
 	st = f.nextStream(t)
 	st.send(t, sample("abc", t0.Add(4*time.Second), 5000, 300))
-	raw, err = c.Stats(ctx, "abc")
+	raw, err = c.Stats(ctx, "abc", "")
 	require.NoError(t, err)
 	assert.Equal(t, &networkRate{RxBytesPerSec: 1000, TxBytesPerSec: 50}, rateOf(t, raw), "the rate spans the drop")
 	assert.Equal(t, 3, f.streamCount("abc"))
@@ -282,7 +282,7 @@ func TestCloseEndsEverything(t *testing.T) {
 	assert.True(t, st2.ended())
 	err := await(t, waiting).err
 	require.ErrorIs(t, err, ErrClosed)
-	_, err = c.Stats(ctx, "abc")
+	_, err = c.Stats(ctx, "abc", "")
 	require.ErrorIs(t, err, ErrClosed)
 	assert.True(t, errdefs.IsFailedPrecondition(err))
 	c.Close() // idempotent
@@ -307,7 +307,7 @@ func TestNetworkRateSumsEveryInterface(t *testing.T) {
 	require.NoError(t, await(t, ch).err)
 	second := two(t0.Add(2*time.Second), 5000, 1500, 1200, 100)
 	st.send(t, second)
-	raw, err := c.Stats(ctx, "abc")
+	raw, err := c.Stats(ctx, "abc", "")
 	require.NoError(t, err)
 	// rx: (5000+1200 - (1000+200)) / 2 s = 2500; tx: (1500+100 - (500+100)) / 2 s = 500.
 	assert.Equal(t, &networkRate{RxBytesPerSec: 2500, TxBytesPerSec: 500}, rateOf(t, raw))

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -236,6 +237,8 @@ func TestEffectiveTimeouts(t *testing.T) {
 
 func TestApplyInspect(t *testing.T) {
 	started := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	inspectedAt := time.Date(2024, 1, 2, 3, 5, 0, 0, time.UTC)
+	longOutput := strings.Repeat("x", 1500)
 	tests := []struct {
 		name string
 		c    task.Container
@@ -323,13 +326,69 @@ func TestApplyInspect(t *testing.T) {
 			ci:   docker.Container{State: docker.State{Running: true, Health: docker.Health{Status: "healthy"}}},
 			want: func(t *testing.T, c *task.Container) {
 				assert.Equal(t, task.HealthHealthy, c.Health)
+				assert.Equal(t, inspectedAt, c.HealthSince)
+			},
+		},
+		{
+			name: "unhealthy: the latest run's output, cut at 1024 bytes, and exit code",
+			c:    task.Container{KnownStatus: task.ContainerRunning, HealthCheck: &task.HealthCheck{}, Health: task.HealthHealthy},
+			ci: docker.Container{State: docker.State{Running: true, Health: docker.Health{Status: "unhealthy", Log: []docker.HealthCheck{
+				{ExitCode: 0, Output: "ok"}, {ExitCode: 3, Output: longOutput}}}}},
+			want: func(t *testing.T, c *task.Container) {
+				assert.Equal(t, task.HealthUnhealthy, c.Health)
+				assert.Equal(t, inspectedAt, c.HealthSince)
+				assert.Equal(t, longOutput[:1024], c.HealthOutput)
+				assert.Equal(t, 3, c.HealthExitCode)
+			},
+		},
+		{
+			name: "healthy again: the output changes, the failed run's exit code stays (as the ECS agent keeps it)",
+			c: task.Container{KnownStatus: task.ContainerRunning, HealthCheck: &task.HealthCheck{}, Health: task.HealthUnhealthy,
+				HealthSince: started, HealthOutput: "down", HealthExitCode: 3},
+			ci: docker.Container{State: docker.State{Running: true, Health: docker.Health{Status: "healthy", Log: []docker.HealthCheck{
+				{ExitCode: 0, Output: "up"}}}}},
+			want: func(t *testing.T, c *task.Container) {
+				assert.Equal(t, inspectedAt, c.HealthSince)
+				assert.Equal(t, "up", c.HealthOutput)
+				assert.Equal(t, 3, c.HealthExitCode)
+			},
+		},
+		{
+			name: "no change: since and output stay",
+			c: task.Container{KnownStatus: task.ContainerRunning, HealthCheck: &task.HealthCheck{}, Health: task.HealthHealthy,
+				HealthSince: started, HealthOutput: "up"},
+			ci: docker.Container{State: docker.State{Running: true, Health: docker.Health{Status: "healthy", Log: []docker.HealthCheck{
+				{ExitCode: 0, Output: "later run"}}}}},
+			want: func(t *testing.T, c *task.Container) {
+				assert.Equal(t, started, c.HealthSince)
+				assert.Equal(t, "up", c.HealthOutput)
+			},
+		},
+		{
+			name: "network mode none: no network",
+			c:    task.Container{KnownStatus: task.ContainerRunning},
+			ci: docker.Container{State: docker.State{Running: true}, NetworkSettings: &docker.NetworkSettings{
+				Networks: map[string]docker.ContainerNetwork{"none": {}}}},
+			want: func(t *testing.T, c *task.Container) {
+				assert.Empty(t, c.Networks)
+			},
+		},
+		{
+			name: "mounts as Docker reports them",
+			c:    task.Container{KnownStatus: task.ContainerRunning},
+			ci: docker.Container{State: docker.State{Running: true}, Mounts: []docker.Mount{
+				{Name: "data", Source: "/var/lib/docker/volumes/data/_data", Destination: "/data", Driver: "local"},
+				{Source: "/etc/app", Destination: "/config"}}},
+			want: func(t *testing.T, c *task.Container) {
+				assert.Equal(t, []task.Mount{{Name: "data", Source: "/var/lib/docker/volumes/data/_data", Destination: "/data"},
+					{Source: "/etc/app", Destination: "/config"}}, c.Mounts)
 			},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.c
-			applyInspect(&c, &tc.ci)
+			applyInspect(&c, &tc.ci, inspectedAt)
 			tc.want(t, &c)
 		})
 	}

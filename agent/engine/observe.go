@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	docker "github.com/fsouza/go-dockerclient"
 
@@ -31,7 +32,7 @@ func (w *worker) drain(ctx context.Context) {
 		switch {
 		case strings.HasPrefix(ev.Action, "health_status"):
 			if h := healthOf(strings.TrimSpace(strings.TrimPrefix(ev.Action, "health_status:"))); h != c.Health {
-				c.Health = h
+				setHealth(c, h, w.healthLog(ctx, c), w.e.clock.Now())
 				w.log.Info("container health changed", "container", c.Name, "health", string(h))
 				changed = true
 			}
@@ -85,6 +86,36 @@ func exitCode(c *task.Container) string {
 	return fmt.Sprint(*c.ExitCode)
 }
 
+// maxHealthOutput bounds the health check output kept, as the ECS agent keeps it.
+const maxHealthOutput = 1024
+
+// healthLog returns the runs of the container's health check Docker keeps; nil when it cannot be
+// inspected now (the status change is recorded without the run's output).
+func (w *worker) healthLog(ctx context.Context, c *task.Container) []docker.HealthCheck {
+	ci, err := w.e.docker.InspectContainer(ctx, c.DockerID)
+	if err != nil {
+		return nil
+	}
+	return ci.State.Health.Log
+}
+
+// setHealth records a change of the container's health at now, with the output and, for
+// UNHEALTHY, the exit code of the latest run in log; a status that is not a change is ignored.
+func setHealth(c *task.Container, h task.HealthStatus, log []docker.HealthCheck, now time.Time) {
+	if h == c.Health {
+		return
+	}
+	c.Health, c.HealthSince, c.HealthOutput = h, now, ""
+	if len(log) == 0 {
+		return
+	}
+	last := log[len(log)-1]
+	c.HealthOutput = last.Output[:min(len(last.Output), maxHealthOutput)]
+	if h == task.HealthUnhealthy {
+		c.HealthExitCode = last.ExitCode
+	}
+}
+
 func healthOf(s string) task.HealthStatus {
 	switch s {
 	case "healthy":
@@ -107,11 +138,12 @@ func (w *worker) refresh(ctx context.Context, c *task.Container) {
 		}
 		return
 	}
-	applyInspect(c, ci)
+	applyInspect(c, ci, w.e.clock.Now())
 }
 
-// applyInspect copies what Docker reports about a container into the model.
-func applyInspect(c *task.Container, ci *docker.Container) {
+// applyInspect copies what Docker reports about a container into the model; now is when a health
+// change is recorded.
+func applyInspect(c *task.Container, ci *docker.Container, now time.Time) {
 	if ci.Image != "" {
 		c.ImageID = ci.Image
 	}
@@ -120,8 +152,9 @@ func applyInspect(c *task.Container, ci *docker.Container) {
 	}
 	st := ci.State
 	if st.Health.Status != "" && c.HealthCheck != nil {
-		c.Health = healthOf(st.Health.Status)
+		setHealth(c, healthOf(st.Health.Status), st.Health.Log, now)
 	}
+	c.Mounts = mounts(ci)
 	switch {
 	case st.Running || st.Paused || st.Restarting:
 		// A pause container stays RUNNING until its network is set up (RESOURCES_PROVISIONED).
@@ -202,4 +235,13 @@ func (e *Engine) reconcileLoop(ctx context.Context) {
 			e.recheckUnknown(ctx)
 		}
 	}
+}
+
+// mounts reads the container's mounts as Docker reports them.
+func mounts(ci *docker.Container) []task.Mount {
+	var out []task.Mount
+	for _, m := range ci.Mounts {
+		out = append(out, task.Mount{Name: m.Name, Source: m.Source, Destination: m.Destination})
+	}
+	return out
 }

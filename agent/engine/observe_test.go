@@ -41,7 +41,8 @@ func TestDockerEventsDriveKnownStatus(t *testing.T) {
 			name: "unhealthy",
 			act:  func(h *harness, id string) { h.docker.setHealth(id, "unhealthy") },
 			check: func(t *testing.T, tk *task.Task) bool {
-				return tk.Container("app").Health == task.HealthUnhealthy && tk.KnownStatus == task.TaskRunning
+				c := tk.Container("app")
+				return c.Health == task.HealthUnhealthy && !c.HealthSince.IsZero() && tk.KnownStatus == task.TaskRunning
 			},
 		},
 		{

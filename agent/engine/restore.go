@@ -129,7 +129,7 @@ func (e *Engine) reinspect(ctx context.Context, c *task.Container) restoreOutcom
 	if c.KnownStatus < task.ContainerCreated {
 		c.KnownStatus = task.ContainerCreated
 	}
-	applyInspect(c, ci)
+	applyInspect(c, ci, e.clock.Now())
 	switch {
 	case ci.State.Running:
 		return outcomeRunning

@@ -313,7 +313,7 @@ func (w *worker) adopt(ctx context.Context, c *task.Container) bool {
 	}
 	c.DockerID = ci.ID
 	c.KnownStatus = max(c.KnownStatus, task.ContainerCreated)
-	applyInspect(c, ci)
+	applyInspect(c, ci, w.e.clock.Now())
 	w.e.trackContainer(c.DockerID, w)
 	w.log.Info("adopted a container created before a restart", "container", c.Name, "docker_id", shortDockerID(c.DockerID))
 	w.commit(ctx)

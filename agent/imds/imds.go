@@ -347,6 +347,13 @@ func (c *Client) Region(ctx context.Context) (string, error) {
 	return c.getValue(ctx, "meta-data/placement/region")
 }
 
+// AvailabilityZoneID returns the ID of this instance's availability zone, the same zone in every
+// account (meta-data/placement/availability-zone-id, e.g. euw1-az2): task metadata v4's
+// AvailabilityZoneID.
+func (c *Client) AvailabilityZoneID(ctx context.Context) (string, error) {
+	return c.getValue(ctx, "meta-data/placement/availability-zone-id")
+}
+
 // Identity is the instance identity document, as IMDS served it and signed, with the fields the
 // agent uses.
 type Identity struct {

@@ -40,6 +40,7 @@ const (
 func instance() map[string]answer {
 	return map[string]answer{
 		"meta-data/placement/region":                              ok("eu-west-1\n"),
+		"meta-data/placement/availability-zone-id":                ok("euw1-az2\n"),
 		"dynamic/instance-identity/document":                      ok(doc),
 		"dynamic/instance-identity/signature":                     ok(signature + "\n"),
 		"meta-data/mac":                                           ok(mac),
@@ -58,6 +59,13 @@ func TestRegion(t *testing.T) {
 	assert.Equal(t, "eu-west-1", region)
 	assert.Zero(t, f.refused, "every GET carries the IMDSv2 token")
 	assert.Equal(t, 1, f.tokens)
+}
+
+func TestAvailabilityZoneID(t *testing.T) {
+	f := newFakeIMDS(t, instance())
+	id, err := f.client(nil).AvailabilityZoneID(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, "euw1-az2", id)
 }
 
 func TestRegionErrors(t *testing.T) {

@@ -46,7 +46,14 @@ func acsTaskOf(t *taskRecord, desired task.TaskStatus) (*acswire.Task, error) {
 		return nil, fmt.Errorf("task %s: %w", t.Arn, err)
 	}
 	out.DesiredStatus = taskStatusName(desired)
-	out.LaunchType = "EC2"
+	out.LaunchType = launchTypeOf(t.LaunchType)
+	for _, c := range out.Containers {
+		for _, rec := range t.Containers {
+			if rec.Name == c.Name {
+				c.ContainerArn = rec.Arn
+			}
+		}
+	}
 	out.TaskDefinitionAccountID = accountID
 	return out, nil
 }

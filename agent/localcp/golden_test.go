@@ -97,7 +97,8 @@ func TestACSWireGolden(t *testing.T) {
 	}
 
 	got := strings.Join(frames, "\n") + "\n"
-	got = strings.NewReplacer(full, "TASK-FULL", sleep, "TASK-SLEEP", web, "TASK-WEB", ci, "INSTANCE").Replace(got)
+	got = strings.NewReplacer(full, "TASK-FULL", sleep, "TASK-SLEEP", web, "TASK-WEB", ci, "INSTANCE",
+		lastSegment(full), "FULL-ID", lastSegment(sleep), "SLEEP-ID", lastSegment(web), "WEB-ID").Replace(got)
 	got = goldenUUID.ReplaceAllString(got, "UUID")
 
 	path := filepath.Join("testdata", "acs_frames.golden")

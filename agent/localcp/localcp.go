@@ -143,6 +143,7 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 		"SubmitTaskStateChange":         op(s.submitTaskStateChange),
 		"SubmitContainerStateChange":    op(s.submitContainerStateChange),
 		"SubmitAttachmentStateChanges":  op(s.submitAttachmentStateChanges),
+		"ListTagsForResource":           op(s.listTagsForResource),
 	}
 	return s, nil
 }

@@ -106,6 +106,10 @@ type taskRecord struct {
 	ExecutionStoppedAt time.Time `json:"executionStoppedAt,omitzero"`
 
 	Containers []containerRecord `json:"containers"`
+
+	// LaunchType is the launch type RunTask named (EC2 when it named none), Tags the tags it gave.
+	LaunchType string `json:"launchType,omitempty"`
+	Tags       []tag  `json:"tags,omitempty"`
 }
 
 // containerRecord is one container of a task as reported by the agent.

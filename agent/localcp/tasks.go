@@ -46,6 +46,15 @@ func (s *Server) runTask(_ *http.Request, req *runTaskRequest) (any, error) {
 	return s.startTasks(req, false)
 }
 
+// launchTypeOf is the launch type a task has for the one RunTask named: EC2 when it named none
+// (tasks stored before launch types were, too).
+func launchTypeOf(requested string) string {
+	if requested == "" {
+		return "EC2"
+	}
+	return strings.ToUpper(requested)
+}
+
 // refuseUnsupported answers a RunTask or StartTask that asks for what Berth cannot do with a
 // ClientException naming the field, as a task definition field would be.
 func refuseUnsupported(req *runTaskRequest) error {
@@ -283,6 +292,8 @@ func (s *Server) newTask(cluster string, td *taskDefRecord, def *taskdef.Definit
 		LastStatus:           task.TaskNone,
 		DesiredStatus:        task.TaskRunning,
 		CreatedAt:            s.clock.Now(),
+		LaunchType:           launchTypeOf(req.LaunchType),
+		Tags:                 req.Tags,
 	}
 	if t.Group == "" {
 		t.Group = "family:" + td.Family
@@ -333,9 +344,12 @@ func (s *Server) taskOut(t *taskRecord) taskOut {
 		StoppingAt:           ts(t.StoppingAt),
 		StoppedAt:            ts(t.StoppedAt),
 		Group:                t.Group,
-		LaunchType:           "EC2",
+		LaunchType:           launchTypeOf(t.LaunchType),
 		Attachments:          []struct{}{},
-		Tags:                 []tag{},
+		Tags:                 slices.Clone(t.Tags),
+	}
+	if out.Tags == nil {
+		out.Tags = []tag{}
 	}
 	if t.Overrides != nil {
 		out.Overrides = *t.Overrides

@@ -231,6 +231,26 @@ type Container struct {
 	// report: the one pinned in Image, else the one of the image's repo digests for Image's
 	// repository; empty when the image has none (built or loaded on the host).
 	ImageDigest string `json:"imageDigest,omitempty"`
+
+	// ARN is the container's ARN as the control plane gave it (ACS containerArn); empty for a
+	// container no control plane knows (static tasks).
+	ARN string `json:"arn,omitempty"`
+	// HealthSince is when Health last changed; HealthOutput the output of the health check run
+	// that changed it (at most 1024 bytes, as Docker keeps); HealthExitCode that run's exit code,
+	// set when it made the container unhealthy and kept until the next such change.
+	HealthSince    time.Time `json:"healthSince,omitzero"`
+	HealthOutput   string    `json:"healthOutput,omitempty"`
+	HealthExitCode int       `json:"healthExitCode,omitempty"`
+	// Mounts are the container's mounts as Docker last reported them (its inspect's Mounts).
+	Mounts []Mount `json:"mounts,omitempty"`
+}
+
+// Mount is one mount of a running container as Docker reports it: the Docker volume's name (empty
+// for a bind mount), the host path and the path in the container.
+type Mount struct {
+	Name        string `json:"name,omitempty"`
+	Source      string `json:"source,omitempty"`
+	Destination string `json:"destination,omitempty"`
 }
 
 // SteadyState is the status the container settles in while its task runs.
@@ -308,6 +328,11 @@ type Task struct {
 	PullStoppedAt time.Time  `json:"pullStoppedAt,omitzero"` // the last image pull ended
 	StartedAt     time.Time  `json:"startedAt,omitzero"`
 	StoppedAt     time.Time  `json:"stoppedAt,omitzero"`
+
+	// ServiceName is the ECS service the task belongs to and LaunchType how it was launched (EC2,
+	// EXTERNAL), as the control plane said (ACS serviceName, launchType); empty when it said nothing.
+	ServiceName string `json:"serviceName,omitempty"`
+	LaunchType  string `json:"launchType,omitempty"`
 }
 
 // Clone returns a copy of the task that shares nothing mutable with it: the task and each container

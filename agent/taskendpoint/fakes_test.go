@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,17 +70,56 @@ func (f *fakeCredentials) TaskCredentials(_ context.Context, id string) (taskcre
 	return c, nil
 }
 
-// fakeStats is a StatsSource over fixed stats; a Docker ID it does not know is not found.
-type fakeStats map[string]string
+// fakeStats is a StatsSource over fixed stats; a Docker ID it does not know is not found. It records
+// the network namespace each container was last asked with.
+type fakeStats struct {
+	stats map[string]string
+	mu    sync.Mutex
+	netns map[string]string
+}
 
-var _ taskendpoint.StatsSource = fakeStats(nil)
+var _ taskendpoint.StatsSource = (*fakeStats)(nil)
 
-func (f fakeStats) Stats(_ context.Context, dockerID string) (json.RawMessage, error) {
-	s, ok := f[dockerID]
+func (f *fakeStats) Stats(_ context.Context, dockerID, netns string) (json.RawMessage, error) {
+	f.mu.Lock()
+	f.netns[dockerID] = netns
+	f.mu.Unlock()
+	s, ok := f.stats[dockerID]
 	if !ok {
 		return nil, fmt.Errorf("stats of %s: %w", dockerID, errdefs.ErrNotFound)
 	}
 	return json.RawMessage(s), nil
+}
+
+// askedNetNS returns the namespace the container's stats were last asked with, and whether they were.
+func (f *fakeStats) askedNetNS(dockerID string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ns, ok := f.netns[dockerID]
+	return ns, ok
+}
+
+// fakeTags is a TagSource: known ARNs answer their tags, ARNs in errs their error; it counts calls.
+type fakeTags struct {
+	tags  map[string]map[string]string
+	errs  map[string]error
+	mu    sync.Mutex
+	asked []string
+}
+
+var _ taskendpoint.TagSource = (*fakeTags)(nil)
+
+func (f *fakeTags) ListTagsForResource(_ context.Context, arn string) (map[string]string, error) {
+	f.mu.Lock()
+	f.asked = append(f.asked, arn)
+	f.mu.Unlock()
+	if err, ok := f.errs[arn]; ok {
+		return nil, err
+	}
+	if tags, ok := f.tags[arn]; ok {
+		return tags, nil
+	}
+	return map[string]string{}, nil
 }
 
 const (
@@ -90,6 +130,9 @@ const (
 	jobID       = "bbbb000000000000000000000000000000000000000000000000000000000002"
 	pauseID     = "cccc000000000000000000000000000000000000000000000000000000000003"
 	apiID       = "dddd000000000000000000000000000000000000000000000000000000000004"
+
+	webContainerARN = "arn:aws:ecs:us-west-2:012345678901:container/prod/1f0e5b8c0a9d4c7e8f6a5b4c3d2e1f00/7d0c9b8a-6f5e-4d3c-2b1a-0f9e8d7c6b5a"
+	instanceARN     = "arn:aws:ecs:us-west-2:012345678901:container-instance/prod/5a4b3c2d1e0f4a9b8c7d6e5f4a3b2c1d"
 
 	credsID      = "6c2e2a9d-4b1e-4f0e-9a8b-7c6d5e4f3a2b"
 	accessKeyID  = "ASIAEXAMPLEKEYID0001"
@@ -108,6 +151,7 @@ func bridgeTask() *task.Task {
 	return &task.Task{
 		Arn: bridgeARN, Family: "web", Revision: 3, NetworkMode: task.NetworkBridge, CPU: 512, Memory: 1024,
 		DesiredStatus: task.TaskRunning, KnownStatus: task.TaskRunning, CreatedAt: at(0), StartedAt: at(2),
+		LaunchType: "EC2", ServiceName: "web-svc",
 		Containers: []*task.Container{
 			{
 				Name: "web", Image: "nginx:1.27", CPU: 256, Memory: 512, Essential: true,
@@ -119,7 +163,9 @@ func bridgeTask() *task.Task {
 				Environment:   []task.KeyValue{{Name: "PASSWORD", Value: "hunter2"}},
 				DesiredStatus: task.ContainerRunning, KnownStatus: task.ContainerRunning,
 				DockerID: webID, DockerName: "ecs-web-3-web-0a1b2c3d4e5f", ImageID: "sha256:1111",
-				Health:          task.HealthHealthy,
+				Health: task.HealthHealthy, HealthSince: at(5), HealthOutput: "200 OK",
+				ARN:             webContainerARN,
+				Mounts:          []task.Mount{{Name: "cache", Source: "/var/lib/docker/volumes/cache/_data", Destination: "/cache"}, {Source: "/srv/conf", Destination: "/etc/nginx"}},
 				NetworkBindings: []task.NetworkBinding{{BindIP: "0.0.0.0", ContainerPort: 80, HostPort: 32768, Protocol: "tcp"}},
 				Networks:        []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.2"}}},
 				StartedAt:       at(1),
@@ -173,6 +219,8 @@ type env struct {
 	clock *clockwork.FakeClock
 	log   *logger.Buffer
 	tasks *fakeTasks
+	stats *fakeStats
+	tags  *fakeTags
 }
 
 func newEnv(t *testing.T, mutate ...func(*taskendpoint.Config)) *env {
@@ -198,24 +246,40 @@ func newEnv(t *testing.T, mutate ...func(*taskendpoint.Config)) *env {
 	require.NoError(t, err)
 	t.Cleanup(log.Close)
 	clock := clockwork.NewFakeClock()
+	stats := &fakeStats{stats: map[string]string{
+		webID:   webStatsJSON,
+		apiID:   apiStatsJSON,
+		pauseID: `{"id":"` + pauseID + `"}`,
+	}, netns: map[string]string{}}
+	tags := &fakeTags{tags: map[string]map[string]string{
+		bridgeARN:   {"team": "infra", "cost-center": "42"},
+		instanceARN: {"rack": "r12"},
+	}}
 	cfg := taskendpoint.Config{
-		Instance:    taskendpoint.Instance{Cluster: clusterName, AvailabilityZone: "us-west-2a"},
+		Instance: taskendpoint.Instance{Cluster: clusterName, AvailabilityZone: "us-west-2a", AvailabilityZoneID: "usw2-az1",
+			VPCID: "vpc-0a1b2c3d4e5f60718"},
 		Tasks:       tasks,
 		Credentials: creds,
-		Stats: fakeStats{
-			webID: `{"id":"` + webID + `","name":"/ecs-web-3-web-0a1b2c3d4e5f","read":"2026-11-30T14:00:10Z","cpu_stats":{"online_cpus":2}}`,
-			apiID: `{"id":"` + apiID + `","network_rate_stats":{"rx_bytes_per_sec":10,"tx_bytes_per_sec":20}}`,
-		},
-		Logger: log,
-		Clock:  clock,
+		Stats:       stats,
+		Tags:        tags,
+		InstanceARN: func() string { return instanceARN },
+		Logger:      log,
+		Clock:       clock,
 	}
 	for _, m := range mutate {
 		m(&cfg)
 	}
 	h, err := taskendpoint.New(cfg)
 	require.NoError(t, err)
-	return &env{h: h, clock: clock, log: &buf, tasks: tasks}
+	return &env{h: h, clock: clock, log: &buf, tasks: tasks, stats: stats, tags: tags}
 }
+
+// The stats the fake source has: the web container's Docker object, and the api container's with
+// the network_rate_stats only v4 shows.
+const (
+	webStatsJSON = `{"id":"` + webID + `","name":"/ecs-web-3-web-0a1b2c3d4e5f","read":"2026-11-30T14:00:10Z","cpu_stats":{"online_cpus":2}}`
+	apiStatsJSON = `{"id":"` + apiID + `","networks":{"eth0":{"rx_bytes":100}},"network_rate_stats":{"rx_bytes_per_sec":10,"tx_bytes_per_sec":20}}`
+)
 
 // do sends a request from the given source address (host:port).
 func (e *env) do(method, path, from string) *httptest.ResponseRecorder {

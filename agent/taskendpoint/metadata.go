@@ -20,8 +20,9 @@ const (
 	labelCluster       = "com.amazonaws.ecs.cluster"
 )
 
-// taskResponse is a task as the metadata endpoints show it. LaunchType and FaultInjectionEnabled are
-// v4's; v2 and v3 leave them out.
+// taskResponse is a task as the metadata endpoints show it. LaunchType, Errors, VPCID, ServiceName,
+// FaultInjectionEnabled and AvailabilityZoneID are v4's; v2 and v3 leave them out. The tags are
+// only /taskWithTags' (and v2's /metadataWithTags').
 type taskResponse struct {
 	Cluster               string              `json:"Cluster"`
 	TaskARN               string              `json:"TaskARN"`
@@ -38,7 +39,23 @@ type taskResponse struct {
 	TaskTags              map[string]string   `json:"TaskTags,omitempty"`
 	ContainerInstanceTags map[string]string   `json:"ContainerInstanceTags,omitempty"`
 	LaunchType            string              `json:"LaunchType,omitempty"`
+	Errors                []errorResponse     `json:"Errors,omitempty"`
+	VPCID                 string              `json:"VPCID,omitempty"`
+	ServiceName           string              `json:"ServiceName,omitempty"`
 	FaultInjectionEnabled *bool               `json:"FaultInjectionEnabled,omitempty"`
+	AvailabilityZoneID    string              `json:"AvailabilityZoneID,omitempty"`
+}
+
+// errorResponse is one failure to get the tags of /taskWithTags (v4): which field it left out, the
+// ECS API's error code and message (the error's text when the API did not answer), the HTTP status
+// and request ID of the answer, and the resource asked about.
+type errorResponse struct {
+	ErrorField   string `json:"ErrorField,omitempty"`
+	ErrorCode    string `json:"ErrorCode,omitempty"`
+	ErrorMessage string `json:"ErrorMessage,omitempty"`
+	StatusCode   int    `json:"StatusCode,omitempty"`
+	RequestID    string `json:"RequestId,omitempty"`
+	ResourceARN  string `json:"ResourceARN,omitempty"`
 }
 
 // taskLimits are the task-level limits: CPU in vCPUs, memory in MiB, each left out when unset.
@@ -47,14 +64,18 @@ type taskLimits struct {
 	Memory *int64   `json:"Memory,omitempty"`
 }
 
-// containerLimits are a container's limits: CPU units and memory in MiB, always present.
+// containerLimits are a container's limits: CPU units (at least 2, what Docker is given for less)
+// and memory in MiB, always present.
 type containerLimits struct {
 	CPU    float64 `json:"CPU"`
 	Memory int64   `json:"Memory"`
 }
 
-// containerResponse is a container as the metadata endpoints show it. LogDriver and LogOptions are
-// v4's.
+// minimumCPUUnits is the least CPU a container is shown with: Docker gets 2 shares for 0 and 1.
+const minimumCPUUnits = 2
+
+// containerResponse is a container as the metadata endpoints show it. LogDriver, LogOptions,
+// ContainerARN and RestartCount are v4's.
 type containerResponse struct {
 	DockerID      string            `json:"DockerId"`
 	Name          string            `json:"Name"`
@@ -71,11 +92,20 @@ type containerResponse struct {
 	StartedAt     *time.Time        `json:"StartedAt,omitempty"`
 	FinishedAt    *time.Time        `json:"FinishedAt,omitempty"`
 	Type          string            `json:"Type"`
-	LogDriver     string            `json:"LogDriver,omitempty"`
-	LogOptions    map[string]string `json:"LogOptions,omitempty"`
 	Networks      []networkResponse `json:"Networks,omitempty"`
 	Health        *healthResponse   `json:"Health,omitempty"`
+	Volumes       []volumeResponse  `json:"Volumes,omitempty"`
+	LogDriver     string            `json:"LogDriver,omitempty"`
+	LogOptions    map[string]string `json:"LogOptions,omitempty"`
+	ContainerARN  string            `json:"ContainerARN,omitempty"`
 	RestartCount  *int              `json:"RestartCount,omitempty"` // v4, with an enabled restart policy
+}
+
+// volumeResponse is one mount of a container, as Docker reports it.
+type volumeResponse struct {
+	DockerName  string `json:"DockerName,omitempty"`
+	Source      string `json:"Source,omitempty"`
+	Destination string `json:"Destination,omitempty"`
 }
 
 // portResponse is one port of a container.
@@ -100,9 +130,14 @@ type networkResponse struct {
 	SubnetGatewayIpv4Address string   `json:"SubnetGatewayIpv4Address,omitempty"`
 }
 
-// healthResponse is a container's health, for containers with a health check.
+// healthResponse is a container's health, for containers with a health check: its status (left
+// out while UNKNOWN), when it last changed, and the output and, for UNHEALTHY, the exit code of the
+// check that changed it.
 type healthResponse struct {
-	Status string `json:"status"`
+	Status   string     `json:"status,omitempty"`
+	Since    *time.Time `json:"statusSince,omitempty"`
+	ExitCode int        `json:"exitCode,omitempty"`
+	Output   string     `json:"output,omitempty"`
 }
 
 // shape says which version's fields a response carries.
@@ -111,10 +146,11 @@ type shape int
 const (
 	shapeV2 shape = 2 // no Docker networks for bridge and host containers
 	shapeV3 shape = 3
-	shapeV4 shape = 4 // adds log driver, ENI fields, launch type, fault injection
+	shapeV4 shape = 4 // adds log driver, container ARN, ENI fields, launch type, service, VPC, fault injection
 )
 
-// newTaskResponse renders a task and all its containers.
+// newTaskResponse renders a task and its containers: in v2 and v3 those Docker has, in v4 those
+// pulled too, as the ECS agent lists them.
 func (h *Handler) newTaskResponse(t *task.Task, s shape) taskResponse {
 	r := taskResponse{
 		Cluster:          h.instance.Cluster,
@@ -139,11 +175,17 @@ func (h *Handler) newTaskResponse(t *task.Task, s shape) taskResponse {
 	r.ExecutionStoppedAt = utc(t.StoppedAt)
 	r.PullStartedAt, r.PullStoppedAt = utc(t.PullStartedAt), utc(t.PullStoppedAt)
 	for _, c := range t.Containers {
+		if c.DockerID == "" && (s != shapeV4 || c.KnownStatus < task.ContainerPulled) {
+			continue
+		}
 		r.Containers = append(r.Containers, h.newContainerResponse(t, c, s))
 	}
 	if s == shapeV4 {
-		r.LaunchType = h.instance.LaunchType
-		r.FaultInjectionEnabled = new(bool)
+		r.LaunchType = t.LaunchType
+		r.ServiceName = t.ServiceName
+		r.VPCID = h.instance.VPCID
+		r.AvailabilityZoneID = h.instance.AvailabilityZoneID
+		r.FaultInjectionEnabled = new(bool) // Berth refuses tasks that enable it
 	}
 	return r
 }
@@ -160,29 +202,34 @@ func (h *Handler) newContainerResponse(t *task.Task, c *task.Container, s shape)
 		DesiredStatus: c.DesiredStatus.String(),
 		KnownStatus:   c.KnownStatus.String(),
 		ExitCode:      c.ExitCode,
-		Limits:        containerLimits{CPU: float64(c.CPU), Memory: int64(c.Memory)},
+		Limits:        containerLimits{CPU: float64(max(c.CPU, minimumCPUUnits)), Memory: int64(c.Memory)},
 		CreatedAt:     utc(c.CreatedAt),
 		StartedAt:     utc(c.StartedAt),
 		FinishedAt:    utc(c.FinishedAt),
 		Type:          "NORMAL",
-		Ports:         ports(t, c),
+		Ports:         ports(t, c, s),
 		Networks:      networks(t, c, s),
 	}
 	if c.Pause {
 		r.Type = "CNI_PAUSE"
 	}
 	if c.HealthCheck != nil {
-		status := c.Health
-		if status == "" {
-			status = task.HealthUnknown
+		r.Health = &healthResponse{Since: utc(c.HealthSince), Output: c.HealthOutput, ExitCode: c.HealthExitCode}
+		if c.Health != "" && c.Health != task.HealthUnknown {
+			r.Health.Status = string(c.Health)
 		}
-		r.Health = &healthResponse{Status: string(status)}
 	}
-	if s == shapeV4 && c.RestartPolicy != nil && c.RestartPolicy.Enabled {
-		r.RestartCount = new(c.RestartCount)
+	for _, m := range c.Mounts {
+		r.Volumes = append(r.Volumes, volumeResponse{DockerName: m.Name, Source: m.Source, Destination: m.Destination})
 	}
-	if s == shapeV4 && c.LogConfiguration != nil {
-		r.LogDriver, r.LogOptions = c.LogConfiguration.LogDriver, c.LogConfiguration.Options
+	if s == shapeV4 {
+		r.ContainerARN = c.ARN
+		if c.RestartPolicy != nil && c.RestartPolicy.Enabled {
+			r.RestartCount = new(c.RestartCount)
+		}
+		if c.LogConfiguration != nil {
+			r.LogDriver, r.LogOptions = c.LogConfiguration.LogDriver, c.LogConfiguration.Options
+		}
 	}
 	return r
 }
@@ -203,8 +250,8 @@ func (h *Handler) labels(t *task.Task, c *task.Container) map[string]string {
 }
 
 // ports returns the container's ports: in awsvpc mode its port mappings, where the host port is the
-// container port; otherwise the bindings Docker made.
-func ports(t *task.Task, c *task.Container) []portResponse {
+// container port; otherwise the bindings Docker made, with the host address in v4 only.
+func ports(t *task.Task, c *task.Container, s shape) []portResponse {
 	var out []portResponse
 	if t.NetworkMode == task.NetworkAWSVPC {
 		for _, pm := range c.PortMappings {
@@ -213,7 +260,11 @@ func ports(t *task.Task, c *task.Container) []portResponse {
 		return out
 	}
 	for _, b := range c.NetworkBindings {
-		out = append(out, portResponse{ContainerPort: b.ContainerPort, Protocol: protocol(b.Protocol), HostPort: b.HostPort, HostIP: b.BindIP})
+		p := portResponse{ContainerPort: b.ContainerPort, Protocol: protocol(b.Protocol), HostPort: b.HostPort}
+		if s == shapeV4 {
+			p.HostIP = b.BindIP
+		}
+		out = append(out, p)
 	}
 	return out
 }
@@ -262,7 +313,11 @@ func networks(t *task.Task, c *task.Container, s shape) []networkResponse {
 	}
 	var out []networkResponse
 	for _, n := range c.Networks {
-		out = append(out, networkResponse{NetworkMode: n.Mode, IPv4Addresses: n.IPv4Addresses})
+		addrs := n.IPv4Addresses
+		if len(addrs) == 0 {
+			addrs = []string{""} // Docker's empty address, as the ECS agent shows it (network mode host)
+		}
+		out = append(out, networkResponse{NetworkMode: n.Mode, IPv4Addresses: addrs})
 	}
 	return out
 }
@@ -293,17 +348,22 @@ func (h *Handler) serveToken(w http.ResponseWriter, r *http.Request, rt route, t
 	switch rt.kind {
 	case tokenContainer:
 		writeJSON(w, http.StatusOK, h.newContainerResponse(t, c, s))
-	case tokenTask, tokenTaskWithTags:
+	case tokenTask:
 		writeJSON(w, http.StatusOK, h.newTaskResponse(t, s))
+	case tokenTaskWithTags:
+		resp := h.newTaskResponse(t, s)
+		h.addTags(r, t, &resp, s == shapeV4)
+		writeJSON(w, http.StatusOK, resp)
 	case tokenContainerStats:
-		h.serveContainerStats(w, r, c.DockerID, http.StatusInternalServerError)
+		h.serveContainerStats(w, r, t, c, s)
 	case tokenTaskStats:
-		h.serveTaskStats(w, r, t)
+		h.serveTaskStats(w, r, t, s)
 	}
 }
 
 // unknownToken returns the ECS agent's answer to a token nobody holds: 404 in v4; in v3, 500 for
-// metadata and 400 for stats. The body is a JSON string naming the handler and the token.
+// metadata and 400 for stats. The body is a JSON string naming the handler, what it looked up
+// first (the container for container metadata, the task for the rest) and the token.
 func unknownToken(rt route) (int, string) {
 	const (
 		noContainer = "unable to get container ID from request: unable to get docker ID from v3 endpoint ID: "
@@ -314,7 +374,7 @@ func unknownToken(rt route) (int, string) {
 	case tokenTask, tokenTaskWithTags:
 		handler, what = "task metadata handler", noTask
 	case tokenContainerStats:
-		handler, stats = "container stats handler", true
+		handler, what, stats = "container stats handler", noTask, true
 	case tokenTaskStats:
 		handler, what, stats = "task stats handler", noTask, true
 	}

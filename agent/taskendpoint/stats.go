@@ -1,6 +1,7 @@
 package taskendpoint
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/netip"
@@ -29,6 +30,10 @@ func (h *Handler) serveV2(w http.ResponseWriter, r *http.Request, rt route, src 
 	switch rt.kind {
 	case v2Task:
 		writeJSON(w, http.StatusOK, h.newTaskResponse(t, shapeV2))
+	case v2TaskWithTags:
+		resp := h.newTaskResponse(t, shapeV2)
+		h.addTags(r, t, &resp, false)
+		writeJSON(w, http.StatusOK, resp)
 	case v2Container:
 		c := byDockerID(t, rt.arg)
 		if c == nil {
@@ -37,13 +42,14 @@ func (h *Handler) serveV2(w http.ResponseWriter, r *http.Request, rt route, src 
 		}
 		writeJSON(w, http.StatusOK, h.newContainerResponse(t, c, shapeV2))
 	case v2TaskStats:
-		h.serveTaskStats(w, r, t)
+		h.serveTaskStats(w, r, t, shapeV2)
 	case v2ContainerStats:
-		if byDockerID(t, rt.arg) == nil {
+		c := byDockerID(t, rt.arg)
+		if c == nil {
 			writeJSON(w, http.StatusBadRequest, "Unable to get container stats for: "+rt.arg)
 			return
 		}
-		h.serveContainerStats(w, r, rt.arg, http.StatusInternalServerError)
+		h.serveContainerStats(w, r, t, c, shapeV2)
 	}
 }
 
@@ -60,12 +66,22 @@ func byDockerID(t *task.Task, id string) *task.Container {
 	return nil
 }
 
-// containerStats returns the stats of one container, or nil when they cannot be had.
-func (h *Handler) containerStats(r *http.Request, dockerID string) json.RawMessage {
+// netNS is the network namespace whose interfaces are the networks of t's containers: an awsvpc
+// task's; "" for the others, whose networks Docker knows.
+func netNS(t *task.Task) string {
+	if t.NetworkMode != task.NetworkAWSVPC || t.AWSVPC == nil || t.AWSVPC.TornDown {
+		return ""
+	}
+	return t.AWSVPC.NetNS
+}
+
+// containerStats returns the stats of one container of t as version s shows them, or nil when they
+// cannot be had.
+func (h *Handler) containerStats(r *http.Request, t *task.Task, dockerID string, s shape) json.RawMessage {
 	if h.stats == nil || dockerID == "" {
 		return nil
 	}
-	raw, err := h.stats.Stats(r.Context(), dockerID)
+	raw, err := h.stats.Stats(r.Context(), dockerID, netNS(t))
 	if err != nil {
 		h.log.Debug("container stats unavailable", "docker_id", dockerID, "error", err)
 		return nil
@@ -74,37 +90,72 @@ func (h *Handler) containerStats(r *http.Request, dockerID string) json.RawMessa
 		h.log.Warn("container stats are not JSON", "docker_id", dockerID)
 		return nil
 	}
+	if s != shapeV4 {
+		return withoutNetworkRate(raw)
+	}
 	return raw
 }
 
-// serveContainerStats answers with one container's stats, or failStatus and the ECS agent's message.
-func (h *Handler) serveContainerStats(w http.ResponseWriter, r *http.Request, dockerID string, failStatus int) {
-	raw := h.containerStats(r, dockerID)
+// withoutNetworkRate returns the stats object raw without its network_rate_stats, which only v4
+// serves (v2 and v3 serve Docker's object).
+func withoutNetworkRate(raw json.RawMessage) json.RawMessage {
+	if !bytes.Contains(raw, []byte(`"network_rate_stats"`)) {
+		return raw
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return raw
+	}
+	delete(obj, "network_rate_stats")
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return raw
+	}
+	return b
+}
+
+// serveContainerStats answers with one container's stats, or the ECS agent's message: with 400 in
+// v2 and v3, 500 in v4.
+func (h *Handler) serveContainerStats(w http.ResponseWriter, r *http.Request, t *task.Task, c *task.Container, s shape) {
+	raw := h.containerStats(r, t, c.DockerID, s)
 	if raw == nil {
-		writeJSON(w, failStatus, "Unable to get container stats for: "+dockerID)
+		status := http.StatusBadRequest
+		if s == shapeV4 {
+			status = http.StatusInternalServerError
+		}
+		writeJSON(w, status, "Unable to get container stats for: "+c.DockerID)
 		return
 	}
 	writeRaw(w, http.StatusOK, raw)
 }
 
-// serveTaskStats answers with the stats of every container of t that Docker knows, by Docker ID; a
-// container whose stats cannot be had now maps to null. The pause container of an awsvpc task is
-// left out.
-func (h *Handler) serveTaskStats(w http.ResponseWriter, r *http.Request, t *task.Task) {
+// serveTaskStats answers with the stats of every container of t that Docker has, the pause
+// container of an awsvpc task included, by Docker ID. A container whose stats cannot be had now
+// maps to null in v2 and v3, to {} in v4, as in the ECS agent. Without a stats source the answer is
+// the ECS agent's for a task it cannot find containers of: 400 in v2 and v3, 500 in v4.
+func (h *Handler) serveTaskStats(w http.ResponseWriter, r *http.Request, t *task.Task, s shape) {
 	if h.stats == nil {
-		writeJSON(w, http.StatusInternalServerError, "Unable to get task stats for: "+t.Arn)
+		status := http.StatusBadRequest
+		if s == shapeV4 {
+			status = http.StatusInternalServerError
+		}
+		writeJSON(w, status, "Unable to get task stats for: "+t.Arn)
 		return
 	}
+	missing := json.RawMessage("null")
+	if s == shapeV4 {
+		missing = json.RawMessage("{}")
+	}
 	// Each container's first sample may take Docker about a second: they are asked for together, and
-	// a container that is not running is not asked (its stats are null).
+	// a container that is not running is not asked.
 	out := make(map[string]json.RawMessage, len(t.Containers))
 	var running []string
 	for _, c := range t.Containers {
-		if c.Pause || c.DockerID == "" {
+		if c.DockerID == "" {
 			continue
 		}
-		out[c.DockerID] = nil
-		if c.KnownStatus == task.ContainerRunning {
+		out[c.DockerID] = missing
+		if c.KnownStatus == task.ContainerRunning || c.KnownStatus == task.ContainerResourcesProvisioned {
 			running = append(running, c.DockerID)
 		}
 	}
@@ -114,12 +165,14 @@ func (h *Handler) serveTaskStats(w http.ResponseWriter, r *http.Request, t *task
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stats[i] = h.containerStats(r, id)
+			stats[i] = h.containerStats(r, t, id, s)
 		}()
 	}
 	wg.Wait()
 	for i, id := range running {
-		out[id] = stats[i]
+		if stats[i] != nil {
+			out[id] = stats[i]
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

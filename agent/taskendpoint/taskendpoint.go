@@ -6,16 +6,18 @@
 //	GET /v1/credentials?id=ID        a task role's credentials (the older form)
 //	GET /v2/credentials/ID           a task role's credentials
 //	GET /v2/metadata                 the asking task (found by the request's source address)
+//	GET /v2/metadataWithTags         the same, with the task's and the container instance's tags
 //	GET /v2/metadata/DOCKERID        one container of the asking task
 //	GET /v2/stats                    Docker stats of every container of the asking task, by Docker ID
 //	GET /v2/stats/DOCKERID           Docker stats of one container of the asking task
 //	GET /v3/TOKEN, /v4/TOKEN         the container whose metadata token is TOKEN
 //	GET /v{3,4}/TOKEN/task           its task, with every container
-//	GET /v{3,4}/TOKEN/taskWithTags   the same (Berth knows no tags, so none are added)
+//	GET /v{3,4}/TOKEN/taskWithTags   the same, with the task's and the container instance's tags
 //	GET /v{3,4}/TOKEN/stats          Docker stats of the container
 //	GET /v{3,4}/TOKEN/task/stats     Docker stats of every container of its task, by Docker ID
 //
-// Any other method is answered 405, any other path 404. Every answer carries X-Rate-Limit-Limit and
+// A path that is not clean (dot segments, doubled slashes) is redirected, 301, to its clean form. Any
+// other method than GET is answered 405, any other path 404. Every answer carries X-Rate-Limit-Limit and
 // X-Rate-Limit-Duration; a caller over its rate (steady requests per second with a burst, the ECS
 // agent's ECS_TASK_METADATA_RPS_LIMIT) gets 429. v3 and v4 requests are counted per metadata token,
 // the others (and requests with a token nobody holds) per source address.
@@ -28,6 +30,8 @@
 //		Tasks:       tasks, // TaskSource
 //		Credentials: creds, // CredentialsSource; nil: no task has credentials
 //		Stats:       stats, // StatsSource; nil: stats requests fail
+//		Tags:        ecs,   // TagSource; nil: /taskWithTags shows no tags
+//		InstanceARN: cp.InstanceArn,
 //		Logger:      log,
 //	})
 //	srv := &http.Server{Addr: "127.0.0.1:51679", Handler: h}
@@ -45,6 +49,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"path"
 	"strings"
 
 	"github.com/jonboulle/clockwork"
@@ -80,16 +86,27 @@ type TaskSource interface {
 // StatsSource supplies Docker's stats of a container. It must be safe for concurrent use.
 type StatsSource interface {
 	// Stats returns the Docker stats JSON object of the container with this Docker ID, as v4 serves it
-	// (network_rate_stats included where known); the caller caches it, so this is cheap. An error
-	// makes the container's stats unavailable for this request.
-	Stats(ctx context.Context, dockerID string) (json.RawMessage, error)
+	// (network_rate_stats included where known); the source caches it, so this is cheap. netns is the
+	// network namespace of the container's awsvpc task (/proc/PID/ns/net), whose interfaces are the
+	// container's networks; empty for other tasks. An error makes the container's stats unavailable
+	// for this request.
+	Stats(ctx context.Context, dockerID, netns string) (json.RawMessage, error)
+}
+
+// TagSource lists the ECS tags of a task or container instance by its ARN: the ECS API's
+// ListTagsForResource (*ecsclient.Client is one, against ECS or the embedded control plane). It must
+// be safe for concurrent use. An error is shown in v4's Errors: its text, or, when it wraps the AWS
+// SDK's error, the API's error code and message, the HTTP status and the request ID.
+type TagSource interface {
+	ListTagsForResource(ctx context.Context, arn string) (map[string]string, error)
 }
 
 // Instance is what the endpoints say about the host itself. It does not change while the agent runs.
 type Instance struct {
-	Cluster          string // the cluster's name or ARN, as the task's Cluster field and label
-	AvailabilityZone string // empty: not served
-	LaunchType       string // "EC2" (the default when empty) or "EXTERNAL"
+	Cluster            string // the cluster's name or ARN, as the task's Cluster field and label
+	AvailabilityZone   string // empty: not served
+	AvailabilityZoneID string // the zone's ID (usw2-az1), v4's AvailabilityZoneID; empty: not served
+	VPCID              string // the instance's VPC, v4's VPCID; empty: not served
 }
 
 // Config is what New needs. Tasks is required; the rest may be left zero.
@@ -109,7 +126,11 @@ type Config struct {
 	LogDriverCredentials CredentialsSource
 	// HostAddress reports whether an address is the host's own; nil: the host's interface addresses.
 	HostAddress func(netip.Addr) bool
-	Stats       StatsSource     // nil: every stats request fails with 500
+	Stats       StatsSource // nil: every stats request fails
+	Tags        TagSource   // nil: /taskWithTags shows no tags
+	// InstanceARN returns the container instance's ARN, whose tags /taskWithTags shows; "" while the
+	// instance is not registered. nil: no instance tags.
+	InstanceARN func() string
 	Logger      *logger.Logger  // nil: nothing is logged
 	Clock       clockwork.Clock // nil: the real clock; it drives the rate limiters
 }
@@ -123,6 +144,8 @@ type Handler struct {
 	holders  CredentialsTasks
 	isHost   func(netip.Addr) bool
 	stats    StatsSource
+	tags     TagSource
+	instARN  func() string
 	log      *logger.Logger
 	limits   *limiter
 	limitHdr string
@@ -149,9 +172,6 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = logger.Nop()
 	}
-	if cfg.Instance.LaunchType == "" {
-		cfg.Instance.LaunchType = "EC2"
-	}
 	if cfg.HostAddress == nil {
 		cfg.HostAddress = hostAddress
 	}
@@ -163,6 +183,8 @@ func New(cfg Config) (*Handler, error) {
 		holders:  cfg.CredentialsTasks,
 		isHost:   cfg.HostAddress,
 		stats:    cfg.Stats,
+		tags:     cfg.Tags,
+		instARN:  cfg.InstanceARN,
 		log:      cfg.Logger,
 		limits:   newLimiter(rl, cfg.Clock, maxLimiters),
 		limitHdr: fmt.Sprintf("%.2f", float64(rl.Steady)),
@@ -177,6 +199,7 @@ const (
 	credentialsV1
 	credentialsV2
 	v2Task
+	v2TaskWithTags
 	v2Container
 	v2TaskStats
 	v2ContainerStats
@@ -203,6 +226,8 @@ func parse(path string) route {
 		return route{kind: credentialsV2, version: 2, arg: path[len("/v2/credentials/"):]}
 	case path == "/v2/metadata" || path == "/v2/metadata/":
 		return route{kind: v2Task, version: 2}
+	case path == "/v2/metadataWithTags" || path == "/v2/metadataWithTags/":
+		return route{kind: v2TaskWithTags, version: 2}
 	case strings.HasPrefix(path, "/v2/metadata/"):
 		return route{kind: v2Container, version: 2, arg: path[len("/v2/metadata/"):]}
 	case path == "/v2/stats" || path == "/v2/stats/":
@@ -244,6 +269,12 @@ func parse(path string) route {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Rate-Limit-Limit", h.limitHdr)
 	w.Header().Set("X-Rate-Limit-Duration", "1")
+	if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
+		u := url.URL{Path: clean, RawQuery: r.URL.RawQuery}
+		w.Header().Set("Location", u.String())
+		w.WriteHeader(http.StatusMovedPermanently)
+		return
+	}
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
 		http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
@@ -279,7 +310,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveCredentials(w, r, 1, r.URL.Query().Get("id"))
 	case credentialsV2:
 		h.serveCredentials(w, r, 2, rt.arg)
-	case v2Task, v2Container, v2TaskStats, v2ContainerStats:
+	case v2Task, v2TaskWithTags, v2Container, v2TaskStats, v2ContainerStats:
 		h.serveV2(w, r, rt, src, srcOK)
 	default:
 		h.serveToken(w, r, rt, tk, container, found)
@@ -299,10 +330,26 @@ func (k kind) String() string {
 		return "task_stats"
 	case v2ContainerStats, tokenContainerStats:
 		return "container_stats"
-	case tokenTaskWithTags:
+	case tokenTaskWithTags, v2TaskWithTags:
 		return "task_with_tags"
 	}
 	return "not_found"
+}
+
+// cleanPath is the path a request is redirected to when its own is not clean: path.Clean's, with
+// the trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean
 }
 
 // sourceAddr returns the request's source IP address, IPv4-mapped addresses unmapped.

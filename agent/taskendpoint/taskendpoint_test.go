@@ -2,6 +2,7 @@ package taskendpoint_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -9,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -43,8 +47,13 @@ var (
 		"StartedAt": "2026-11-30T14:00:01.123456789Z",
 		"Type": "NORMAL",
 		"LogDriver": "json-file", "LogOptions": {"max-size": "10m"},
+		"ContainerARN": "` + webContainerARN + `",
 		"Networks": [{"NetworkMode": "bridge", "IPv4Addresses": ["172.17.0.2"]}],
-		"Health": {"status": "HEALTHY"}
+		"Health": {"status": "HEALTHY", "statusSince": "2026-11-30T14:00:05.123456789Z", "output": "200 OK"},
+		"Volumes": [
+			{"DockerName": "cache", "Source": "/var/lib/docker/volumes/cache/_data", "Destination": "/cache"},
+			{"Source": "/srv/conf", "Destination": "/etc/nginx"}
+		]
 	}`
 	jobV4 = `{
 		"DockerId": "` + jobID + `", "Name": "job", "DockerName": "ecs-web-3-job-5f4e3d2c1b0a",
@@ -58,7 +67,7 @@ var (
 			"com.amazonaws.ecs.task-definition-version": "3"
 		},
 		"DesiredStatus": "RUNNING", "KnownStatus": "STOPPED", "ExitCode": 0,
-		"Limits": {"CPU": 0, "Memory": 0},
+		"Limits": {"CPU": 2, "Memory": 0},
 		"StartedAt": "2026-11-30T14:00:01.123456789Z", "FinishedAt": "2026-11-30T14:00:09.123456789Z",
 		"Type": "NORMAL",
 		"Networks": [{"NetworkMode": "bridge", "IPv4Addresses": ["172.17.0.3"]}]
@@ -82,7 +91,7 @@ var (
 			"com.amazonaws.ecs.task-definition-version": "7"
 		},
 		"DesiredStatus": "RESOURCES_PROVISIONED", "KnownStatus": "RESOURCES_PROVISIONED",
-		"Limits": {"CPU": 0, "Memory": 0},
+		"Limits": {"CPU": 2, "Memory": 0},
 		"StartedAt": "2026-11-30T14:00:03.123456789Z",
 		"Type": "CNI_PAUSE",
 		"Networks": ` + eniNetworkV4 + `
@@ -100,7 +109,7 @@ var (
 			"com.amazonaws.ecs.task-definition-version": "7"
 		},
 		"DesiredStatus": "RUNNING", "KnownStatus": "RUNNING",
-		"Limits": {"CPU": 0, "Memory": 256},
+		"Limits": {"CPU": 2, "Memory": 256},
 		"StartedAt": "2026-11-30T14:00:04.123456789Z",
 		"Type": "NORMAL",
 		"Networks": ` + eniNetworkV4 + `
@@ -111,20 +120,39 @@ var (
 		"Containers": [` + webV4 + `,` + jobV4 + `],
 		"Limits": {"CPU": 0.5, "Memory": 1024},
 		"AvailabilityZone": "us-west-2a",
-		"LaunchType": "EC2", "FaultInjectionEnabled": false
+		"LaunchType": "EC2", "ServiceName": "web-svc", "FaultInjectionEnabled": false,
+		"VPCID": "vpc-0a1b2c3d4e5f60718", "AvailabilityZoneID": "usw2-az1"
 	}`
+	// The tags /taskWithTags adds to the bridge task: the task's and the container instance's.
+	bridgeTags   = `{"TaskTags": {"team": "infra", "cost-center": "42"}, "ContainerInstanceTags": {"rack": "r12"}}`
 	awsvpcTaskV4 = `{
 		"Cluster": "prod", "TaskARN": "` + awsvpcARN + `", "Family": "api", "Revision": "7",
 		"DesiredStatus": "RUNNING", "KnownStatus": "RUNNING",
 		"Containers": [` + pauseV4 + `,` + apiV4 + `],
 		"AvailabilityZone": "us-west-2a",
-		"LaunchType": "EC2", "FaultInjectionEnabled": false
+		"FaultInjectionEnabled": false,
+		"VPCID": "vpc-0a1b2c3d4e5f60718", "AvailabilityZoneID": "usw2-az1"
 	}`
 )
 
 // Fields v4 has and v3 has not.
-var v4Only = []string{"LogDriver", "LogOptions", "LaunchType", "FaultInjectionEnabled", "AttachmentIndex",
-	"MACAddress", "IPv4SubnetCIDRBlock", "PrivateDNSName", "SubnetGatewayIpv4Address", "DomainNameServers", "DomainNameSearchList"}
+var v4Only = []string{"LogDriver", "LogOptions", "ContainerARN", "HostIp", "LaunchType", "ServiceName", "VPCID",
+	"AvailabilityZoneID", "FaultInjectionEnabled", "AttachmentIndex", "MACAddress", "IPv4SubnetCIDRBlock", "PrivateDNSName",
+	"SubnetGatewayIpv4Address", "DomainNameServers", "DomainNameSearchList"}
+
+// merge returns the JSON object doc with the members of extra added.
+func merge(t *testing.T, doc, extra string) string {
+	t.Helper()
+	var a, b map[string]any
+	require.NoError(t, json.Unmarshal([]byte(doc), &a))
+	require.NoError(t, json.Unmarshal([]byte(extra), &b))
+	for k, v := range b {
+		a[k] = v
+	}
+	out, err := json.Marshal(a)
+	require.NoError(t, err)
+	return string(out)
+}
 
 // drop returns doc with every object member named in keys removed, at any depth.
 func drop(t *testing.T, doc string, keys ...string) string {
@@ -164,16 +192,18 @@ func TestMetadataShapes(t *testing.T) {
 		{"v4 bridge container", "/v4/tok-web", fromWeb, webV4},
 		{"v4 bridge stopped container", "/v4/tok-job", fromWeb, jobV4},
 		{"v4 bridge task", "/v4/tok-web/task", fromWeb, bridgeTaskV4},
-		{"v4 bridge task with tags", "/v4/tok-web/taskWithTags", fromWeb, bridgeTaskV4},
+		{"v4 bridge task with tags", "/v4/tok-web/taskWithTags", fromWeb, merge(t, bridgeTaskV4, bridgeTags)},
 		{"v4 awsvpc container", "/v4/tok-api", fromAWSVPC, apiV4},
 		{"v4 awsvpc task", "/v4/tok-api/task", fromAWSVPC, awsvpcTaskV4},
 		{"v3 bridge container", "/v3/tok-web", fromWeb, v3(webV4)},
 		{"v3 bridge task", "/v3/tok-web/task", fromWeb, v3(bridgeTaskV4)},
-		{"v3 bridge task with tags", "/v3/tok-web/taskWithTags", fromWeb, v3(bridgeTaskV4)},
+		{"v3 bridge task with tags", "/v3/tok-web/taskWithTags", fromWeb, merge(t, v3(bridgeTaskV4), bridgeTags)},
 		{"v3 awsvpc container", "/v3/tok-api", fromAWSVPC, v3(apiV4)},
 		{"v3 awsvpc task", "/v3/tok-api/task", fromAWSVPC, v3(awsvpcTaskV4)},
 		{"v2 bridge task", "/v2/metadata", fromWeb, dropBridgeNetworks(t, v3(bridgeTaskV4))},
 		{"v2 bridge task, trailing slash", "/v2/metadata/", fromWeb, dropBridgeNetworks(t, v3(bridgeTaskV4))},
+		{"v2 bridge task with tags", "/v2/metadataWithTags", fromWeb, merge(t, dropBridgeNetworks(t, v3(bridgeTaskV4)), bridgeTags)},
+		{"v2 bridge task with tags, trailing slash", "/v2/metadataWithTags/", fromWeb, merge(t, dropBridgeNetworks(t, v3(bridgeTaskV4)), bridgeTags)},
 		{"v2 bridge container", "/v2/metadata/" + jobID, fromWeb, dropBridgeNetworks(t, v3(jobV4))},
 		{"v2 awsvpc task", "/v2/metadata", fromAWSVPC, v3(awsvpcTaskV4)},
 		{"v2 awsvpc container", "/v2/metadata/" + apiID, fromAWSVPC, v3(apiV4)},
@@ -193,16 +223,24 @@ func TestMetadataShapes(t *testing.T) {
 // TestTaskFieldsWhenTheyApply covers the fields the fixtures leave out: a stopped task's
 // ExecutionStoppedAt, a task without limits, an awsvpc task in local mode (no ENI), a container
 // whose health check has not reported yet, a container with a restart policy (RestartCount, v4
-// only), and an instance of ECS Anywhere.
+// only), a task of ECS Anywhere (launch type EXTERNAL, no zone, VPC or service), a container no
+// control plane gave an ARN, an unhealthy container's check exit code, and containers Docker does
+// not have yet.
 func TestTaskFieldsWhenTheyApply(t *testing.T) {
 	tk := awsvpcTask()
 	tk.ENI = nil
+	tk.LaunchType = "EXTERNAL"
 	tk.KnownStatus, tk.DesiredStatus, tk.StoppedAt = task.TaskStopped, task.TaskStopped, at(30)
 	tk.Containers[1].HealthCheck = &task.HealthCheck{Command: []string{"CMD", "true"}}
 	tk.Containers[1].RestartPolicy = &task.RestartPolicy{Enabled: true, AttemptPeriod: 300 * time.Second}
 	tk.Containers[1].RestartCount = 2
+	tk.Containers = append(tk.Containers,
+		&task.Container{Name: "pulled", Image: "busybox", DesiredStatus: task.ContainerRunning, KnownStatus: task.ContainerPulled,
+			HealthCheck: &task.HealthCheck{Command: []string{"CMD", "false"}}, Health: task.HealthUnhealthy, HealthSince: at(20),
+			HealthOutput: "connection refused", HealthExitCode: 7},
+		&task.Container{Name: "waiting", Image: "busybox", DesiredStatus: task.ContainerRunning, KnownStatus: task.ContainerNone})
 	e := newEnv(t, func(c *taskendpoint.Config) {
-		c.Instance = taskendpoint.Instance{Cluster: "edge", LaunchType: "EXTERNAL"}
+		c.Instance = taskendpoint.Instance{Cluster: "edge"}
 		c.Tasks.(*fakeTasks).tokens["tok-local"] = held{tk, "api"}
 	})
 	rec := e.get("/v4/tok-local/task", fromAWSVPC)
@@ -212,13 +250,27 @@ func TestTaskFieldsWhenTheyApply(t *testing.T) {
 	assert.Equal(t, "2026-11-30T14:00:30.123456789Z", got["ExecutionStoppedAt"])
 	assert.Equal(t, "EXTERNAL", got["LaunchType"])
 	assert.Equal(t, "edge", got["Cluster"])
-	assert.NotContains(t, got, "Limits")
-	assert.NotContains(t, got, "AvailabilityZone")
-	api := got["Containers"].([]any)[1].(map[string]any)
+	for _, absent := range []string{"Limits", "AvailabilityZone", "AvailabilityZoneID", "VPCID", "ServiceName", "TaskTags", "Errors"} {
+		assert.NotContains(t, got, absent)
+	}
+	containers := got["Containers"].([]any)
+	require.Len(t, containers, 3, "v4: the containers Docker has and the one pulled, not the one waiting")
+	api := containers[1].(map[string]any)
 	assert.Equal(t, []any{map[string]any{"NetworkMode": "awsvpc", "IPv4Addresses": []any{"10.0.2.61"}}}, api["Networks"])
-	assert.Equal(t, map[string]any{"status": "UNKNOWN"}, api["Health"])
+	assert.Equal(t, map[string]any{}, api["Health"], "no status while UNKNOWN")
 	assert.Equal(t, 2.0, api["RestartCount"])
-	assert.NotContains(t, got["Containers"].([]any)[0], "RestartCount", "only a container with a restart policy has one")
+	assert.NotContains(t, api, "ContainerARN")
+	assert.NotContains(t, containers[0], "RestartCount", "only a container with a restart policy has one")
+	pulled := containers[2].(map[string]any)
+	assert.Equal(t, "", pulled["DockerId"])
+	assert.Equal(t, "PULLED", pulled["KnownStatus"])
+	assert.Equal(t, map[string]any{"status": "UNHEALTHY", "statusSince": "2026-11-30T14:00:20.123456789Z", "exitCode": 7.0,
+		"output": "connection refused"}, pulled["Health"])
+
+	rec = e.get("/v3/tok-local/task", fromAWSVPC)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+	assert.Len(t, got["Containers"], 2, "v3: the containers Docker has")
 	rec = e.get("/v3/tok-local", fromAWSVPC)
 	require.Equal(t, http.StatusOK, rec.Code)
 	assert.NotContains(t, rec.Body.String(), "RestartCount", "v3 has no RestartCount")
@@ -227,6 +279,22 @@ func TestTaskFieldsWhenTheyApply(t *testing.T) {
 	rec = e.get("/v4/tok-local", fromAWSVPC)
 	require.Equal(t, http.StatusOK, rec.Code)
 	assert.NotContains(t, rec.Body.String(), "Networks")
+}
+
+// TestHostNetworkAddresses: a container on a network Docker gives no address (network mode host)
+// shows it with an empty address in v3 and v4, as the ECS agent does.
+func TestHostNetworkAddresses(t *testing.T) {
+	tk := bridgeTask()
+	tk.NetworkMode = task.NetworkHost
+	tk.Containers[0].Networks = []task.Network{{Mode: "host"}}
+	e := newEnv(t, func(c *taskendpoint.Config) { c.Tasks.(*fakeTasks).tokens["tok-host"] = held{tk, "web"} })
+	for _, p := range []string{"/v4/tok-host", "/v3/tok-host"} {
+		rec := e.get(p, fromWeb)
+		require.Equal(t, http.StatusOK, rec.Code)
+		var got map[string]any
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+		assert.Equal(t, []any{map[string]any{"NetworkMode": "host", "IPv4Addresses": []any{""}}}, got["Networks"], p)
+	}
 }
 
 func TestUnknownToken(t *testing.T) {
@@ -241,11 +309,11 @@ func TestUnknownToken(t *testing.T) {
 		{"/v4/", http.StatusNotFound, "V4 container metadata handler: " + noContainer},
 		{"/v4/bad/task", http.StatusNotFound, "V4 task metadata handler: " + noTask + "bad"},
 		{"/v4/bad/taskWithTags", http.StatusNotFound, "V4 task metadata handler: " + noTask + "bad"},
-		{"/v4/bad/stats", http.StatusNotFound, "V4 container stats handler: " + noContainer + "bad"},
+		{"/v4/bad/stats", http.StatusNotFound, "V4 container stats handler: " + noTask + "bad"},
 		{"/v4/bad/task/stats", http.StatusNotFound, "V4 task stats handler: " + noTask + "bad"},
 		{"/v3/bad", http.StatusInternalServerError, "V3 container metadata handler: " + noContainer + "bad"},
 		{"/v3/bad/task", http.StatusInternalServerError, "V3 task metadata handler: " + noTask + "bad"},
-		{"/v3/bad/stats", http.StatusBadRequest, "V3 container stats handler: " + noContainer + "bad"},
+		{"/v3/bad/stats", http.StatusBadRequest, "V3 container stats handler: " + noTask + "bad"},
 		{"/v3/bad/task/stats", http.StatusBadRequest, "V3 task stats handler: " + noTask + "bad"},
 	}
 	e := newEnv(t)
@@ -285,24 +353,31 @@ func TestV2Errors(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
-	webStats := `{"id":"` + webID + `","name":"/ecs-web-3-web-0a1b2c3d4e5f","read":"2026-11-30T14:00:10Z","cpu_stats":{"online_cpus":2}}`
-	apiStats := `{"id":"` + apiID + `","network_rate_stats":{"rx_bytes_per_sec":10,"tx_bytes_per_sec":20}}`
+	apiStatsV3 := `{"id":"` + apiID + `","networks":{"eth0":{"rx_bytes":100}}}`
+	pauseStats := `{"id":"` + pauseID + `"}`
 	tests := []struct {
 		name, path, from string
 		wantStatus       int
 		wantBody         string
 	}{
-		{"v4 container", "/v4/tok-web/stats", fromWeb, http.StatusOK, webStats},
-		{"v4 awsvpc container", "/v4/tok-api/stats", fromAWSVPC, http.StatusOK, apiStats},
-		{"v4 task: a container without stats is null", "/v4/tok-web/task/stats", fromWeb, http.StatusOK,
-			`{"` + webID + `":` + webStats + `,"` + jobID + `":null}`},
-		{"v4 awsvpc task: no pause container", "/v4/tok-api/task/stats", fromAWSVPC, http.StatusOK, `{"` + apiID + `":` + apiStats + `}`},
-		{"v3 container", "/v3/tok-web/stats", fromWeb, http.StatusOK, webStats},
-		{"v3 task", "/v3/tok-api/task/stats", fromAWSVPC, http.StatusOK, `{"` + apiID + `":` + apiStats + `}`},
-		{"v2 task", "/v2/stats", fromAWSVPC, http.StatusOK, `{"` + apiID + `":` + apiStats + `}`},
-		{"v2 container", "/v2/stats/" + webID, fromWeb, http.StatusOK, webStats},
+		{"v4 container", "/v4/tok-web/stats", fromWeb, http.StatusOK, webStatsJSON},
+		{"v4 awsvpc container", "/v4/tok-api/stats", fromAWSVPC, http.StatusOK, apiStatsJSON},
+		{"v4 task: a container without stats is {}", "/v4/tok-web/task/stats", fromWeb, http.StatusOK,
+			`{"` + webID + `":` + webStatsJSON + `,"` + jobID + `":{}}`},
+		{"v4 awsvpc task, with its pause container", "/v4/tok-api/task/stats", fromAWSVPC, http.StatusOK,
+			`{"` + pauseID + `":` + pauseStats + `,"` + apiID + `":` + apiStatsJSON + `}`},
+		{"v3 container", "/v3/tok-web/stats", fromWeb, http.StatusOK, webStatsJSON},
+		{"v3 awsvpc container: no network_rate_stats", "/v3/tok-api/stats", fromAWSVPC, http.StatusOK, apiStatsV3},
+		{"v3 task: a container without stats is null", "/v3/tok-web/task/stats", fromWeb, http.StatusOK,
+			`{"` + webID + `":` + webStatsJSON + `,"` + jobID + `":null}`},
+		{"v3 awsvpc task", "/v3/tok-api/task/stats", fromAWSVPC, http.StatusOK,
+			`{"` + pauseID + `":` + pauseStats + `,"` + apiID + `":` + apiStatsV3 + `}`},
+		{"v2 task", "/v2/stats", fromAWSVPC, http.StatusOK, `{"` + pauseID + `":` + pauseStats + `,"` + apiID + `":` + apiStatsV3 + `}`},
+		{"v2 task, trailing slash", "/v2/stats/", fromWeb, http.StatusOK, `{"` + webID + `":` + webStatsJSON + `,"` + jobID + `":null}`},
+		{"v2 container", "/v2/stats/" + webID, fromWeb, http.StatusOK, webStatsJSON},
 		{"v4 container without stats", "/v4/tok-job/stats", fromWeb, http.StatusInternalServerError, `"Unable to get container stats for: ` + jobID + `"`},
-		{"v2 container without stats", "/v2/stats/" + jobID, fromWeb, http.StatusInternalServerError, `"Unable to get container stats for: ` + jobID + `"`},
+		{"v3 container without stats", "/v3/tok-job/stats", fromWeb, http.StatusBadRequest, `"Unable to get container stats for: ` + jobID + `"`},
+		{"v2 container without stats", "/v2/stats/" + jobID, fromWeb, http.StatusBadRequest, `"Unable to get container stats for: ` + jobID + `"`},
 	}
 	e := newEnv(t)
 	for _, tt := range tests {
@@ -314,6 +389,18 @@ func TestStats(t *testing.T) {
 		})
 	}
 
+	t.Run("an awsvpc task's containers are read in its network namespace", func(t *testing.T) {
+		e := newEnv(t)
+		require.Equal(t, http.StatusOK, e.get("/v4/tok-api/stats", fromAWSVPC).Code)
+		ns, ok := e.stats.askedNetNS(apiID)
+		require.True(t, ok)
+		assert.Equal(t, "/proc/4242/ns/net", ns)
+		require.Equal(t, http.StatusOK, e.get("/v4/tok-web/stats", fromWeb).Code)
+		ns, ok = e.stats.askedNetNS(webID)
+		require.True(t, ok)
+		assert.Empty(t, ns, "a bridge container's networks are Docker's")
+	})
+
 	t.Run("no stats source", func(t *testing.T) {
 		e := newEnv(t, func(c *taskendpoint.Config) { c.Stats = nil })
 		rec := e.get("/v4/tok-web/stats", fromWeb)
@@ -321,7 +408,90 @@ func TestStats(t *testing.T) {
 		rec = e.get("/v4/tok-web/task/stats", fromWeb)
 		assert.Equal(t, http.StatusInternalServerError, rec.Code)
 		assert.JSONEq(t, `"Unable to get task stats for: `+bridgeARN+`"`, rec.Body.String())
+		for _, p := range []string{"/v3/tok-web/task/stats", "/v2/stats"} {
+			rec = e.get(p, fromWeb)
+			assert.Equal(t, http.StatusBadRequest, rec.Code, p)
+			assert.JSONEq(t, `"Unable to get task stats for: `+bridgeARN+`"`, rec.Body.String(), p)
+		}
 	})
+}
+
+// TestTaskWithTagsErrors: a tags call that fails leaves its field out and, in v4 only, is in
+// Errors with the ECS API's code, message, status and request ID; a static task's tags are not
+// asked for; an unregistered instance's are an error.
+func TestTaskWithTagsErrors(t *testing.T) {
+	denied := &awshttp.ResponseError{
+		ResponseError: &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: &http.Response{StatusCode: 400}},
+			Err: &smithy.GenericAPIError{Code: "AccessDeniedException", Message: "User is not authorized to perform: ecs:ListTagsForResource"}},
+		RequestID: "8c2f6a1e-1b2c-4d3e-9f8a-7b6c5d4e3f2a",
+	}
+	e := newEnv(t, func(c *taskendpoint.Config) {
+		c.Tags.(*fakeTags).errs = map[string]error{
+			bridgeARN:   fmt.Errorf("tags of %q: ecs ListTagsForResource: %w", bridgeARN, &smithy.OperationError{ServiceID: "ECS", OperationName: "ListTagsForResource", Err: denied}),
+			instanceARN: fmt.Errorf("tags of %q: ecs ListTagsForResource: dial tcp 10.0.0.1:443: connection refused", instanceARN),
+		}
+	})
+	rec := e.get("/v4/tok-web/taskWithTags", fromWeb)
+	require.Equal(t, http.StatusOK, rec.Code)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+	assert.NotContains(t, got, "TaskTags")
+	assert.NotContains(t, got, "ContainerInstanceTags")
+	wantErrors := `[
+		{"ErrorField": "ContainerInstanceTags", "ResourceARN": "` + instanceARN + `",
+		 "ErrorMessage": "tags of \"` + instanceARN + `\": ecs ListTagsForResource: dial tcp 10.0.0.1:443: connection refused"},
+		{"ErrorField": "TaskTags", "ResourceARN": "` + bridgeARN + `", "ErrorCode": "AccessDeniedException",
+		 "ErrorMessage": "User is not authorized to perform: ecs:ListTagsForResource", "StatusCode": 400,
+		 "RequestId": "8c2f6a1e-1b2c-4d3e-9f8a-7b6c5d4e3f2a"}
+	]`
+	b, err := json.Marshal(got["Errors"])
+	require.NoError(t, err)
+	assert.JSONEq(t, wantErrors, string(b))
+
+	for _, p := range []string{"/v3/tok-web/taskWithTags", "/v2/metadataWithTags"} {
+		rec = e.get(p, fromWeb)
+		require.Equal(t, http.StatusOK, rec.Code, p)
+		assert.NotContains(t, rec.Body.String(), "Errors", "%s: only v4 reports them", p)
+		assert.NotContains(t, rec.Body.String(), "Tags", p)
+	}
+	assert.Contains(t, e.log.String(), "tags unavailable")
+
+	t.Run("static task, unregistered instance", func(t *testing.T) {
+		static := bridgeTask()
+		static.Static = true
+		e := newEnv(t, func(c *taskendpoint.Config) {
+			c.Tasks.(*fakeTasks).tokens["tok-static"] = held{static, "web"}
+			c.InstanceARN = func() string { return "" }
+		})
+		rec := e.get("/v4/tok-static/taskWithTags", fromWeb)
+		require.Equal(t, http.StatusOK, rec.Code)
+		var got map[string]any
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+		assert.Equal(t, []any{map[string]any{"ErrorField": "ContainerInstanceTags", "ErrorMessage": "the container instance is not registered yet"}}, got["Errors"])
+		assert.Empty(t, e.tags.asked, "neither is asked")
+	})
+	t.Run("no tag source: no tags, no errors", func(t *testing.T) {
+		e := newEnv(t, func(c *taskendpoint.Config) { c.Tags = nil })
+		rec := e.get("/v4/tok-web/taskWithTags", fromWeb)
+		require.Equal(t, http.StatusOK, rec.Code)
+		assert.JSONEq(t, bridgeTaskV4, rec.Body.String())
+	})
+}
+
+// TestPathsAreCleaned: a path with dot segments or doubled slashes is redirected to its clean form,
+// the query kept, as the ECS agent's router does.
+func TestPathsAreCleaned(t *testing.T) {
+	e := newEnv(t)
+	for in, want := range map[string]string{
+		"//v4/tok-web":                   "/v4/tok-web",
+		"/v4/tok-web/./task":             "/v4/tok-web/task",
+		"/v4/x/../tok-web/task/":         "/v4/tok-web/task/",
+		"/v1//credentials?id=" + credsID: "/v1/credentials?id=" + credsID,
+	} {
+		rec := e.get(in, fromWeb)
+		assert.Equal(t, http.StatusMovedPermanently, rec.Code, in)
+		assert.Equal(t, want, rec.Header().Get("Location"), in)
+	}
 }
 
 // TestNoSecretInLogs makes every kind of request, successful or not, and checks that the log names
@@ -390,7 +560,9 @@ func TestMethodsAndPaths(t *testing.T) {
 		})
 	}
 	for _, p := range []string{"/", "/v1/metadata", "/v4", "/v4/tok-web/", "/v4/tok-web/tasks", "/v4/tok-web/task/", "/v5/tok-web",
-		"/v4/tok-web/task/stats/more", "/v1/credentials/x", "/api/tok-web"} {
+		"/v4/tok-web/task/stats/more", "/v1/credentials/x", "/api/tok-web", "/v4/tok-web/tasks/stats", "/v2/metadataWithTags/" + webID,
+		"/v3/tok-web/associations/elastic-inference", "/v4/tok-web/associations/gpu/0", "/api/tok-web/task-protection/v1/state",
+		"/api/tok-web/fault/v1/network-latency/status"} {
 		t.Run(p, func(t *testing.T) {
 			rec := e.get(p, fromWeb)
 			assert.Equal(t, http.StatusNotFound, rec.Code)
@@ -444,7 +616,7 @@ func FuzzServeHTTP(f *testing.F) {
 		f.Add("GET", s)
 	}
 	f.Add("POST", "/v4/tok-web")
-	allowed := map[int]bool{200: true, 400: true, 404: true, 405: true, 429: true, 500: true}
+	allowed := map[int]bool{200: true, 301: true, 400: true, 404: true, 405: true, 429: true, 500: true}
 	f.Fuzz(func(t *testing.T, method, target string) {
 		e := newEnv(t)
 		req, err := http.NewRequest(http.MethodGet, "http://169.254.170.2/", nil)

@@ -605,7 +605,9 @@ func TestIntegrationTaskMetadata(t *testing.T) {
 		assert.Equal(t, "1", task["Revision"])
 		assert.Equal(t, "RUNNING", task["DesiredStatus"])
 		assert.Equal(t, "RUNNING", task["KnownStatus"])
-		assert.Equal(t, "EC2", task["LaunchType"])
+		assert.NotContains(t, task, "LaunchType", "a static task: no control plane gave it a launch type")
+		assert.NotContains(t, c, "ContainerARN", "a static task's container: no control plane gave it an ARN")
+		assert.Equal(t, false, task["FaultInjectionEnabled"])
 		pullStarted, err1 := time.Parse(time.RFC3339Nano, task["PullStartedAt"].(string))
 		pullStopped, err2 := time.Parse(time.RFC3339Nano, task["PullStoppedAt"].(string))
 		require.NoError(t, errors.Join(err1, err2))
@@ -633,6 +635,33 @@ func TestIntegrationTaskMetadata(t *testing.T) {
 		status, taskStats := endpointGet(t, "/v4/"+token+"/task/stats")
 		require.Equal(t, http.StatusOK, status)
 		assert.Contains(t, taskStats, app.DockerID)
+
+		// Networks: a bridge container's are Docker's; an awsvpc container's are its task
+		// namespace's interfaces (the ENI's eth0, not the loopback nor the task bridge), which Docker
+		// does not see. Either has network_rate_stats once two samples were read (v4 only).
+		var stats map[string]any
+		require.Eventually(t, func() bool {
+			status, stats = endpointGet(t, "/v4/"+token+"/stats")
+			return status == http.StatusOK && stats["network_rate_stats"] != nil
+		}, 10*time.Second, 200*time.Millisecond, "%s: network_rate_stats; last answer %v", family, stats)
+		nets, ok := stats["networks"].(map[string]any)
+		require.True(t, ok, "%s: networks in %v", family, stats)
+		require.Contains(t, nets, "eth0", family)
+		assert.NotContains(t, nets, "lo", family)
+		assert.NotContains(t, nets, "ecs-eth0", family)
+		rate := stats["network_rate_stats"].(map[string]any)
+		assert.Contains(t, rate, "rx_bytes_per_sec")
+		assert.Contains(t, rate, "tx_bytes_per_sec")
+		status, v3Stats := endpointGet(t, "/v3/"+token+"/stats")
+		require.Equal(t, http.StatusOK, status)
+		assert.Contains(t, v3Stats, "networks", family)
+		assert.NotContains(t, v3Stats, "network_rate_stats", "%s: v3 serves Docker's object", family)
+
+		// Tags: the embedded control plane knows no static task; the instance registered without tags.
+		status, withTags := endpointGet(t, "/v4/"+token+"/taskWithTags")
+		require.Equal(t, http.StatusOK, status)
+		assert.NotContains(t, withTags, "TaskTags", family)
+		assert.NotContains(t, withTags, "Errors", "%s: %v", family, withTags["Errors"])
 	}
 
 	// v2 answered the awsvpc task's own container, found by its address.
