@@ -25,7 +25,7 @@ func otelECS(ctx context.Context, w io.Writer, timeout time.Duration) error {
 	}
 	var lines []string
 	for _, kv := range res.Attributes() {
-		lines = append(lines, string(kv.Key)+"="+kv.Value.Emit())
+		lines = append(lines, string(kv.Key)+"="+kv.Value.String())
 	}
 	slices.Sort(lines)
 	for _, l := range lines {
