@@ -172,16 +172,7 @@ type point struct {
 // namespace's interfaces, read when each sample arrives, instead of Docker's, which has none. A
 // namespace of another form, or one that cannot be read, leaves Docker's.
 func (c *Cache) Stats(ctx context.Context, dockerID, netns string) (json.RawMessage, error) {
-	if netns != "" {
-		if dev, ok := netDevOf(c.cfg.ProcRoot, netns); ok {
-			if e, err := c.get(dockerID); err == nil {
-				e.mu.Lock()
-				e.netDev = dev
-				e.mu.Unlock()
-			}
-		}
-	}
-	s, err := c.Sample(ctx, dockerID)
+	s, err := c.Sample(ctx, dockerID, netns)
 	return s.JSON, err
 }
 
@@ -207,11 +198,18 @@ func (c *Cache) inNetNS(e *entry, s dockerclient.StatsSample) dockerclient.Stats
 }
 
 // Sample is Stats with the sample's counters, decoded once where the stream is read: what telemetry
-// reads every second, without decoding the JSON again. The same rules and sharing apply.
-func (c *Cache) Sample(ctx context.Context, dockerID string) (dockerclient.StatsSample, error) {
+// reads every second, without decoding the JSON again. The same rules, netns and sharing apply.
+func (c *Cache) Sample(ctx context.Context, dockerID, netns string) (dockerclient.StatsSample, error) {
 	e, err := c.get(dockerID)
 	if err != nil {
 		return dockerclient.StatsSample{}, err
+	}
+	if netns != "" {
+		if dev, ok := netDevOf(c.cfg.ProcRoot, netns); ok {
+			e.mu.Lock()
+			e.netDev = dev
+			e.mu.Unlock()
+		}
 	}
 	sample, changed, err := e.read()
 	if sample.JSON != nil || err != nil {

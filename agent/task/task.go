@@ -380,6 +380,16 @@ func (e *PrivilegedError) Error() string {
 // Unwrap returns ErrPrivilegedRefused.
 func (e *PrivilegedError) Unwrap() error { return ErrPrivilegedRefused }
 
+// NetworkNamespace is the network namespace whose interfaces are the networks of t's containers: an
+// awsvpc task's, /proc/PID/ns/net of its pause container, while it is set up; "" for the others,
+// whose networks Docker knows.
+func (t *Task) NetworkNamespace() string {
+	if t.NetworkMode != NetworkAWSVPC || t.AWSVPC == nil || t.AWSVPC.TornDown {
+		return ""
+	}
+	return t.AWSVPC.NetNS
+}
+
 // RefusePrivileged returns a *PrivilegedError naming the first container that asks for privileged
 // mode, or nil when none does. The engine asks it when ECS_DISABLE_PRIVILEGED=true.
 func (t *Task) RefusePrivileged() error {

@@ -66,22 +66,13 @@ func byDockerID(t *task.Task, id string) *task.Container {
 	return nil
 }
 
-// netNS is the network namespace whose interfaces are the networks of t's containers: an awsvpc
-// task's; "" for the others, whose networks Docker knows.
-func netNS(t *task.Task) string {
-	if t.NetworkMode != task.NetworkAWSVPC || t.AWSVPC == nil || t.AWSVPC.TornDown {
-		return ""
-	}
-	return t.AWSVPC.NetNS
-}
-
 // containerStats returns the stats of one container of t as version s shows them, or nil when they
 // cannot be had.
 func (h *Handler) containerStats(r *http.Request, t *task.Task, dockerID string, s shape) json.RawMessage {
 	if h.stats == nil || dockerID == "" {
 		return nil
 	}
-	raw, err := h.stats.Stats(r.Context(), dockerID, netNS(t))
+	raw, err := h.stats.Stats(r.Context(), dockerID, t.NetworkNamespace())
 	if err != nil {
 		h.log.Debug("container stats unavailable", "docker_id", dockerID, "error", err)
 		return nil

@@ -45,7 +45,9 @@ type Tasks interface {
 // Stats gives the latest Docker stats sample of a container from its shared stream, its counters
 // already decoded; the same sample (the same Read time) is returned until a new one arrives.
 type Stats interface {
-	Sample(ctx context.Context, dockerID string) (dockerclient.StatsSample, error)
+	// Sample is the container's latest stats sample; netns, when set, is its awsvpc task's network
+	// namespace, whose interfaces are its networks (Docker's stats of it have none).
+	Sample(ctx context.Context, dockerID, netns string) (dockerclient.StatsSample, error)
 }
 
 var _ Stats = (*dockerstats.Cache)(nil)
@@ -229,7 +231,7 @@ func (s *Source) Sample(ctx context.Context) {
 				continue
 			}
 			running.Add(c.DockerID)
-			sample, err := s.stats.Sample(ctx, c.DockerID)
+			sample, err := s.stats.Sample(ctx, c.DockerID, t.NetworkNamespace())
 			if err != nil {
 				s.log.Debug("no stats sample", "task", t.Arn, "container", c.Name, "error", err)
 				continue

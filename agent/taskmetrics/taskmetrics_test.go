@@ -91,15 +91,20 @@ func (f *fakeTasks) VisitRunning(visit func(t *task.Task)) {
 }
 
 type fakeStats struct {
-	mu    sync.Mutex
-	byID  map[string]json.RawMessage
-	calls int
+	mu     sync.Mutex
+	byID   map[string]json.RawMessage
+	calls  int
+	netnss map[string]string // the namespace each container was last sampled with
 }
 
-func (f *fakeStats) Sample(_ context.Context, id string) (dockerclient.StatsSample, error) {
+func (f *fakeStats) Sample(_ context.Context, id, netns string) (dockerclient.StatsSample, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
+	if f.netnss == nil {
+		f.netnss = map[string]string{}
+	}
+	f.netnss[id] = netns
 	raw, ok := f.byID[id]
 	if !ok {
 		return dockerclient.StatsSample{}, fmt.Errorf("no such container %q", id)
@@ -183,6 +188,22 @@ func TestSourceMetrics(t *testing.T) {
 	assert.Equal(t, 40.0, got[0].ContainerMetrics[0].MemoryStatsSet.Max)
 	assert.Empty(t, src.Metrics(clock.Now()))
 	assert.Len(t, src.Containers(), 1, "only the static task's container is left")
+}
+
+// TestSourceSamplesAWSVPCInTheTaskNamespace: an awsvpc task's containers are sampled with the task's
+// network namespace, so their TCS network stats are the namespace's interfaces, as the ECS agent
+// reads them (agent/stats/engine.go, the task's network stats); others without one.
+func TestSourceSamplesAWSVPCInTheTaskNamespace(t *testing.T) {
+	vpc := runningTask("arn:task/vpc", false, 512, runningContainer("app", "id-vpc"))
+	vpc.NetworkMode = task.NetworkAWSVPC
+	vpc.AWSVPC = &task.AWSVPC{NetNS: "/proc/4242/ns/net"}
+	bridge := runningTask("arn:task/bridge", false, 512, runningContainer("app", "id-bridge"))
+	stats := &fakeStats{byID: map[string]json.RawMessage{"id-vpc": statsJSON(1, 1, 0, 1<<20, 0, true), "id-bridge": statsJSON(1, 1, 0, 1<<20, 0, true)}}
+	src := New(&fakeTasks{tasks: []*task.Task{vpc, bridge}}, stats, Config{Clock: clockwork.NewFakeClockAt(t0)})
+	src.Sample(t.Context())
+	stats.mu.Lock()
+	defer stats.mu.Unlock()
+	assert.Equal(t, map[string]string{"id-vpc": "/proc/4242/ns/net", "id-bridge": ""}, stats.netnss)
 }
 
 // TestSourceRestartStats: a container with an enabled restart policy carries the restarts of each
