@@ -21,7 +21,8 @@ const (
 )
 
 // addTags adds the container instance's and the task's tags to resp, asking the TagSource for both
-// at once. A failure leaves its field out and is logged; with errs (v4) it is also added to
+// at once. A failure leaves its field out and is logged at debug (a container polling its tags must
+// not flood the log; v4's answer says it); with errs (v4) it is also added to
 // resp.Errors, the container instance's first, as the ECS agent reports them. A static task is
 // unknown to the control plane: its tags are not asked for.
 func (h *Handler) addTags(r *http.Request, t *task.Task, resp *taskResponse, errs bool) {
@@ -58,7 +59,7 @@ func (h *Handler) addTags(r *http.Request, t *task.Task, resp *taskResponse, err
 	wg.Wait()
 	for _, a := range answers {
 		if a.err != nil {
-			h.log.Warn("task metadata: tags unavailable", "task_arn", t.Arn, "field", a.field, "resource_arn", a.arn, "error", a.err)
+			h.log.Debug("task metadata: tags unavailable", "task_arn", t.Arn, "field", a.field, "resource_arn", a.arn, "error", a.err)
 			if errs {
 				resp.Errors = append(resp.Errors, newErrorResponse(a.field, a.arn, a.err))
 			}
