@@ -415,7 +415,7 @@ var _ introspection.MetadataSource = agentMetadata{}
 // Metadata returns the cluster and version, and a failure to save task state while there is one; the
 // instance ARN is null until registration exists.
 func (m agentMetadata) Metadata() introspection.Metadata {
-	md := introspection.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: introspection.AgentVersion(version.Get()),
+	md := introspection.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: version.Get().ECSAgentString(),
 		EC2InstanceID: m.ec2.InstanceID, AvailabilityZone: m.ec2.AvailabilityZone}
 	if err := m.eng.SaveError(); err != nil {
 		md.StateSaveError = err.Error()

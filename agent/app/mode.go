@@ -8,9 +8,11 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/controlplane"
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/logger"
+	"github.com/berth-agent/berth/agent/version"
 )
 
 // modePlan is everything the control-plane mode (config.Mode: the embedded control plane, or Amazon
@@ -68,7 +70,8 @@ func NewECSClient(ctx context.Context, cfg *config.Config, log *logger.Logger) (
 		creds = awsCfg.Credentials
 	}
 	client, err := ecsclient.New(ctx, ecsclient.Config{Region: region, Endpoint: endpoint, Credentials: creds,
-		Cluster: cfg.Cluster, ExcludeIPv6PortBindings: cfg.ExcludeIPv6PortBindings, Logger: log})
+		Cluster: cfg.Cluster, ExcludeIPv6PortBindings: cfg.ExcludeIPv6PortBindings, Logger: log,
+		UserAgent: ecsclient.UserAgent(version.Get().ECSAgentString(), "linux", controlplane.DetailedOSFamily(openOSRelease()))})
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("ECS client: %w", err)
 	}

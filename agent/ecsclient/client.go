@@ -55,6 +55,8 @@ type Config struct {
 	// ExcludeIPv6PortBindings leaves IPv6 host bindings out of the network bindings of state changes
 	// (ECS_EXCLUDE_IPV6_PORTBINDING).
 	ExcludeIPv6PortBindings bool
+	// UserAgent, when set, is the User-Agent of every call (see UserAgent); empty keeps the SDK's.
+	UserAgent string
 }
 
 // Client calls the agent-facing ECS API for one cluster. It is safe for concurrent use.
@@ -100,12 +102,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if endpoint != "" && !strings.Contains(endpoint, "://") {
 		endpoint = "https://" + endpoint
 	}
-	api := ecs.NewFromConfig(awsCfg, func(o *ecs.Options) {
+	optFns := []func(*ecs.Options){func(o *ecs.Options) {
 		if endpoint != "" {
 			o.BaseEndpoint = aws.String(endpoint)
 		}
 		o.Retryer = aws.NopRetryer{}
-	})
+	}}
+	if cfg.UserAgent != "" {
+		optFns = append(optFns, withUserAgent(cfg.UserAgent))
+	}
+	api := ecs.NewFromConfig(awsCfg, optFns...)
 	c := &Client{
 		api:        api,
 		cluster:    cfg.Cluster,

@@ -650,3 +650,23 @@ func TestIPv6PortBindingsExcluded(t *testing.T) {
 		}
 	}
 }
+
+// TestUserAgent: every call carries the ECS agent's form of User-Agent
+// (ecs-agent/httpclient/httpclient.go), with and without a detailed OS family.
+func TestUserAgent(t *testing.T) {
+	const agent = "Amazon ECS Agent - v1.105.1 (berth 0.4.0 1a2b3c4d)"
+	for detailed, want := range map[string]string{
+		"debian_12": "Amazon ECS Agent - v1.105.1 (berth 0.4.0 1a2b3c4d) (linux; debian_12) (+http://aws.amazon.com/ecs/)",
+		"":          "Amazon ECS Agent - v1.105.1 (berth 0.4.0 1a2b3c4d) (linux) (+http://aws.amazon.com/ecs/)",
+	} {
+		f := newFakeECS(t)
+		c := newTestClient(t, f, func(cfg *Config) { cfg.UserAgent = UserAgent(agent, "linux", detailed) })
+		if _, err := c.DiscoverPollEndpoint(context.Background(), testInstanceArn); err != nil {
+			t.Fatal(err)
+		}
+		calls := f.callsOf("DiscoverPollEndpoint", false)
+		if len(calls) != 1 || calls[0].UserAgent != want {
+			t.Errorf("User-Agent = %q, want %q", calls[0].UserAgent, want)
+		}
+	}
+}

@@ -20,10 +20,11 @@ const targetPrefix = "AmazonEC2ContainerServiceV20141113."
 
 // call is one request the stand-in received.
 type call struct {
-	Op   string
-	Body map[string]any
-	Raw  []byte
-	Auth string
+	Op        string
+	Body      map[string]any
+	Raw       []byte
+	Auth      string
+	UserAgent string
 }
 
 // handlerFunc answers one request: an HTTP status and a JSON body.
@@ -73,7 +74,7 @@ func (f *fakeECS) serve(w http.ResponseWriter, r *http.Request) {
 			f.t.Errorf("%s: bad JSON body: %v", op, err)
 		}
 	}
-	c := call{Op: op, Body: body, Raw: raw, Auth: r.Header.Get("Authorization")}
+	c := call{Op: op, Body: body, Raw: raw, Auth: r.Header.Get("Authorization"), UserAgent: r.UserAgent()}
 
 	f.mu.Lock()
 	f.calls = append(f.calls, c)

@@ -33,15 +33,6 @@ type MetadataSource interface {
 	Metadata() Metadata
 }
 
-// AgentVersion is /v1/metadata's Version in the ECS agent's form, "Amazon ECS Agent - v<version>
-// (<commit>)": the version is the ECS agent release whose wires Berth speaks
-// (version.ECSAgentVersion), which version-gated clients parse, and the parentheses, where the ECS
-// agent puts its commit, hold Berth's own version and commit, e.g.
-// "Amazon ECS Agent - v1.105.1 (berth 0.4.0 1a2b3c4d)".
-func AgentVersion(build version.Info) string {
-	return "Amazon ECS Agent - v" + version.ECSAgentVersion + " (berth " + build.Version + " " + build.GitHash + ")"
-}
-
 // licenseNotice opens /license; the modules of the build follow it.
 const licenseNotice = `Berth
 Licensed under the Apache License, Version 2.0 (the "License"); you may not use this software except

@@ -31,3 +31,12 @@ func Get() Info {
 func (i Info) String() string {
 	return "berth " + i.Version + " (" + i.GitHash + ", " + i.GoVersion + ")"
 }
+
+// ECSAgentString is the agent's version in the ECS agent's form, "Amazon ECS Agent - v<version>
+// (<commit>)", as /v1/metadata's Version and the User-Agent of ECS API calls carry it: the version is
+// ECSAgentVersion, which version-gated clients parse, and the parentheses, where the ECS agent puts
+// its commit, hold Berth's own version and commit, e.g.
+// "Amazon ECS Agent - v1.105.1 (berth 0.4.0 1a2b3c4d)".
+func (i Info) ECSAgentString() string {
+	return "Amazon ECS Agent - v" + ECSAgentVersion + " (berth " + i.Version + " " + i.GitHash + ")"
+}
