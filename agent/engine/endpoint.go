@@ -155,13 +155,7 @@ func (e *Engine) ByCredentialsID(id string) (*task.Task, bool) {
 	if id == "" {
 		return nil, false
 	}
-	e.mu.Lock()
-	workers := e.listedLocked()
-	e.mu.Unlock()
-	for _, w := range workers {
-		w.mu.Lock()
-		t := w.snap
-		w.mu.Unlock()
+	for w, t := range e.snaps() {
 		if t.CredentialsID == id || t.ExecutionCredentialsID == id {
 			return w.snapshot(), true
 		}

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -479,15 +480,27 @@ func (e *Engine) Tasks() []*task.Task {
 // nor keep: the copy-free way for periodic readers (telemetry samples once a second) to look at
 // every task. Snapshots are replaced, never changed, so reading one needs no lock once taken.
 func (e *Engine) VisitRunning(visit func(t *task.Task)) {
-	e.mu.Lock()
-	workers := e.listedLocked()
-	e.mu.Unlock()
-	for _, w := range workers {
-		w.mu.Lock()
-		t := w.snap
-		w.mu.Unlock()
+	for _, t := range e.snaps() {
 		if t.KnownStatus == task.TaskRunning {
 			visit(t)
+		}
+	}
+}
+
+// snaps yields each listed worker with its current snapshot, which must be neither changed nor
+// kept by the caller.
+func (e *Engine) snaps() iter.Seq2[*worker, *task.Task] {
+	return func(yield func(*worker, *task.Task) bool) {
+		e.mu.Lock()
+		workers := e.listedLocked()
+		e.mu.Unlock()
+		for _, w := range workers {
+			w.mu.Lock()
+			t := w.snap
+			w.mu.Unlock()
+			if !yield(w, t) {
+				return
+			}
 		}
 	}
 }
