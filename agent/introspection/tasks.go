@@ -83,12 +83,20 @@ type ContainerResponse struct {
 	StartedAt    *time.Time        `json:"StartedAt,omitempty"`
 	Ports        []PortResponse    `json:"Ports,omitempty"`
 	Networks     []NetworkResponse `json:"Networks,omitempty"`
+	Volumes      []VolumeResponse  `json:"Volumes,omitempty"`
 	RestartCount *int              `json:"RestartCount,omitempty"`
 	KnownStatus  string            `json:"KnownStatus"`
 	ExitCode     *int              `json:"ExitCode,omitempty"`
 	Reason       string            `json:"Reason,omitempty"`
 	CPUPercent   *float64          `json:"CPUPercent,omitempty"`
 	MemoryMiB    *float64          `json:"MemoryMiB,omitempty"`
+}
+
+// VolumeResponse is one of a container's mounts as Docker last reported them.
+type VolumeResponse struct {
+	DockerName  string `json:"DockerName,omitempty"`
+	Source      string `json:"Source,omitempty"`
+	Destination string `json:"Destination,omitempty"`
 }
 
 // PortResponse is one port of a container: its binding on the host or, before Docker bound it, its
@@ -133,6 +141,9 @@ func taskResponse(t *task.Task, usage UsageSource) TaskResponse {
 		cr := ContainerResponse{DockerID: c.DockerID, DockerName: c.DockerName, Name: c.Name, Image: c.Image,
 			ImageID: c.ImageID, CreatedAt: utc(c.CreatedAt), StartedAt: utc(c.StartedAt), KnownStatus: c.KnownStatus.String(),
 			ExitCode: c.ExitCode, Reason: c.Reason, Ports: ports(c, awsvpc)}
+		for _, m := range c.Mounts {
+			cr.Volumes = append(cr.Volumes, VolumeResponse{DockerName: m.Name, Source: m.Source, Destination: m.Destination})
+		}
 		if c.RestartPolicy != nil && c.RestartPolicy.Enabled {
 			cr.RestartCount = new(c.RestartCount)
 		}

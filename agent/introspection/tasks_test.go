@@ -53,7 +53,9 @@ func TestTasks(t *testing.T) {
 			CreatedAt: time.Date(2026, 11, 30, 15, 0, 1, 5, time.FixedZone("CET", 3600)), StartedAt: time.Date(2026, 11, 30, 14, 0, 2, 0, time.UTC),
 			PortMappings:    []task.PortMapping{{ContainerPort: 8080, Protocol: "tcp"}},
 			NetworkBindings: []task.NetworkBinding{{BindIP: "0.0.0.0", ContainerPort: 8080, HostPort: 32768, Protocol: "tcp"}},
-			Networks:        []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.2"}}}}}}
+			Networks:        []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.2"}}},
+			Mounts: []task.Mount{{Name: "data", Source: "/var/lib/docker/volumes/data/_data", Destination: "/data"},
+				{Source: "/etc/hosts.web", Destination: "/etc/hosts"}}}}}
 	stopped := &task.Task{Arn: "arn:aws:ecs:local:000000000000:task/default/job1", Family: "job", Revision: 1,
 		DesiredStatus: task.TaskStopped, KnownStatus: task.TaskStopped, StoppedReason: task.StopReasonEssentialExited,
 		Containers: []*task.Container{{Name: "job", Image: "testapp:latest", KnownStatus: task.ContainerStopped, ExitCode: &code, Reason: "killed",
@@ -63,7 +65,9 @@ func TestTasks(t *testing.T) {
 	webJSON := `{"Arn":"arn:aws:ecs:local:000000000000:task/default/web1","DesiredStatus":"RUNNING","KnownStatus":"RUNNING","Family":"web","Version":"3",` +
 		`"Containers":[{"DockerId":"0123456789abcdef0123","DockerName":"ecs-web-3-web-aa","Name":"web","Image":"testapp:latest","ImageID":"sha256:abc",` +
 		`"CreatedAt":"2026-11-30T14:00:01.000000005Z","StartedAt":"2026-11-30T14:00:02Z",` +
-		`"Ports":[{"ContainerPort":8080,"Protocol":"tcp","HostPort":32768}],"KnownStatus":"RUNNING"}]}`
+		`"Ports":[{"ContainerPort":8080,"Protocol":"tcp","HostPort":32768}],` +
+		`"Volumes":[{"DockerName":"data","Source":"/var/lib/docker/volumes/data/_data","Destination":"/data"},` +
+		`{"Source":"/etc/hosts.web","Destination":"/etc/hosts"}],"KnownStatus":"RUNNING"}]}`
 	jobJSON := `{"Arn":"arn:aws:ecs:local:000000000000:task/default/job1","DesiredStatus":"STOPPED","KnownStatus":"STOPPED","Family":"job","Version":"1",` +
 		`"Containers":[{"DockerId":"","DockerName":"","Name":"job","Image":"testapp:latest","ImageID":"","RestartCount":0,"KnownStatus":"STOPPED",` +
 		`"ExitCode":137,"Reason":"killed"}],"StoppedReason":"Essential container in task exited"}`
