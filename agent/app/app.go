@@ -85,7 +85,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	m := prommetrics.New()
 	var roles *rolecreds.Provider // sts:AssumeRole with the host's credentials, when ACS sends none
 	if plan.assumesRoles {
-		roles = rolecreds.New(ctx, rolecreds.Config{Region: cfg.AWSRegion}, log.With("component", "role_credentials"))
+		roles = newRoleProvider(ctx, cfg, log)
 		defer roles.Close()
 	}
 	// The control plane's task credentials, then the roles the agent assumes: the one chain the
@@ -190,6 +190,14 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	log.Info("berth stopped")
 	return nil
+}
+
+// newRoleProvider returns the provider of the roles local mode assumes itself: the task roles only
+// with ECS_ENABLE_TASK_IAM_ROLE, execution roles always (as the ECS agent uses the execution role
+// credentials ACS sends whatever the key).
+func newRoleProvider(ctx context.Context, cfg *config.Config, log *logger.Logger) *rolecreds.Provider {
+	return rolecreds.New(ctx, rolecreds.Config{Region: cfg.AWSRegion, TaskRolesDisabled: !cfg.TaskIAMRoleEnabled},
+		log.With("component", "role_credentials"))
 }
 
 // waitForDocker returns the Engine's version once it answers, logging while it does not.

@@ -34,8 +34,12 @@ type TaskEndpointConfig struct {
 // RoleCredentials provides a task role's credentials under an ID the engine chose (*rolecreds.Provider).
 type RoleCredentials interface {
 	// Provide starts providing the credentials of roleArn under id for the task. It is called when
-	// the task reaches the engine, again after an agent restart, and must not block.
+	// the task reaches the engine, again after an agent restart unless the task had stopped, and
+	// must not block.
 	Provide(taskArn, roleType, roleArn, id string) error
+	// Stop stops refreshing the task's credentials, keeping what it has until Remove; it is called
+	// once every container of the task has stopped (not when the agent shuts down).
+	Stop(taskArn string)
 	// Remove stops providing every credentials of the task; it is called once the task is cleaned up.
 	Remove(taskArn string)
 }
@@ -74,6 +78,7 @@ type endpointFeature struct {
 var (
 	_ Preparer    = endpointFeature{}
 	_ CreateHook  = endpointFeature{}
+	_ StopHook    = endpointFeature{}
 	_ CleanupHook = endpointFeature{}
 )
 
@@ -82,11 +87,11 @@ func (endpointFeature) Name() string { return "task endpoint" }
 // TaskHook returns the feature itself: it keeps no state of its own per task.
 func (f endpointFeature) TaskHook(*task.Task) TaskHook { return f }
 
-// Prepare asks the role credentials provider, if any, for the task's roles. A role that gets no
-// credentials is logged; the task runs.
+// Prepare asks the role credentials provider, if any, for the task's roles, unless the task had
+// stopped before an agent restart. A role that gets no credentials is logged; the task runs.
 func (f endpointFeature) Prepare(r *Run) error {
 	roles, t := f.cfg.Roles, r.Task()
-	if roles == nil {
+	if roles == nil || t.KnownStatus == task.TaskStopped {
 		return nil
 	}
 	for _, role := range []struct{ roleType, arn, id string }{
@@ -111,6 +116,17 @@ func (f endpointFeature) BeforeCreate(_ context.Context, r *Run, c *task.Contain
 		setLogOptions(opts.HostConfig, map[string]string{"awslogs-credentials-endpoint": "/v2/credentials/" + t.ExecutionCredentialsID})
 	}
 	return nil
+}
+
+// BeforeStop does nothing: the containers still run, and may still need their credentials.
+func (endpointFeature) BeforeStop(context.Context, *Run, []*task.Container) {}
+
+// Stopped has the role provider stop refreshing the task's credentials: nothing of the task runs to
+// use new ones.
+func (f endpointFeature) Stopped(_ context.Context, r *Run) {
+	if f.cfg.Roles != nil {
+		f.cfg.Roles.Stop(r.Task().Arn)
+	}
 }
 
 // Cleanup stops the role provider's keeping of the task's credentials.

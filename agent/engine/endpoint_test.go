@@ -18,6 +18,7 @@ import (
 type fakeRoles struct {
 	mu        sync.Mutex
 	provided  []string // taskArn|roleType|roleArn|id
+	stopped   []string
 	forgotten []string
 }
 
@@ -26,6 +27,18 @@ func (f *fakeRoles) Provide(taskArn, roleType, roleArn, id string) error {
 	defer f.mu.Unlock()
 	f.provided = append(f.provided, strings.Join([]string{taskArn, roleType, roleArn, id}, "|"))
 	return nil
+}
+
+func (f *fakeRoles) Stop(taskArn string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = append(f.stopped, taskArn)
+}
+
+func (f *fakeRoles) stops() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.stopped)
 }
 
 func (f *fakeRoles) Remove(taskArn string) {
@@ -196,4 +209,43 @@ func TestByCredentialsID(t *testing.T) {
 	got, ok := second.engine.ByCredentialsID("0123456789abcdef0123456789abcdef")
 	require.True(t, ok, "a restored task holds its IDs before the control plane sends its credentials")
 	assert.Equal(t, arn, got.Arn)
+}
+
+// TestTaskEndpointRolesStopWithTheTask: the provider stops refreshing a task's roles once its
+// containers have stopped, not at cleanup hours later; after an agent restart, a task that had stopped
+// gets no role again, while a running one does.
+func TestTaskEndpointRolesStopWithTheTask(t *testing.T) {
+	const stoppedArn, runningArn = "arn:aws:ecs:r:1:task/c/stopped", "arn:aws:ecs:r:1:task/c/running"
+	roles := &fakeRoles{}
+	cfg := testConfig() // cleanup an hour after the stop
+	cfg.TaskEndpoint = TaskEndpointConfig{URL: "http://169.254.170.2", Credentials: true, Roles: roles}
+	first := newHarness(t, cfg)
+	for _, arn := range []string{stoppedArn, runningArn} {
+		tk := newTask(arn, ctr("app"))
+		tk.RoleArn, tk.ExecutionRoleArn = "arn:aws:iam::1:role/app", "arn:aws:iam::1:role/exec"
+		first.add(tk)
+		first.waitStatus(arn, task.TaskRunning)
+	}
+	require.NoError(t, first.engine.StopTask(context.Background(), stoppedArn, "done"))
+	first.waitStatus(stoppedArn, task.TaskStopped)
+	require.True(t, pollUntil(func() bool { return len(roles.stops()) > 0 }), "the stop is told once the containers stopped")
+	assert.Equal(t, []string{stoppedArn}, roles.stops())
+	provided, forgotten := roles.state()
+	assert.Len(t, provided, 4)
+	assert.Empty(t, forgotten, "the IDs are kept until cleanup")
+	first.shutdown()
+	require.True(t, pollUntil(first.docker.streamClosed))
+	assert.Equal(t, []string{stoppedArn}, roles.stops(), "a shutdown stops no task's roles")
+
+	restarted := &fakeRoles{}
+	cfg.TaskEndpoint.Roles = restarted
+	second := newHarness(t, cfg, func(h *harness) { h.docker = first.docker })
+	_, err := second.engine.Restore(context.Background(), first.store.snapshot(), true)
+	require.NoError(t, err)
+	second.waitStatus(runningArn, task.TaskRunning)
+	provided, _ = restarted.state()
+	require.Len(t, provided, 2, "only the running task's roles are provided again: %v", provided)
+	for _, p := range provided {
+		assert.True(t, strings.HasPrefix(p, runningArn+"|"), p)
+	}
 }

@@ -41,7 +41,7 @@ import (
 //	secrets          before create (environment files, secrets, log driver secret options)
 //	task cgroup      before create (the cgroup parent), at cleanup, recovery (cgroups of unknown tasks)
 //	task endpoint    prepare (role credentials), before create (the endpoint's variables, the awslogs
-//	                 credentials endpoint), at cleanup
+//	                 credentials endpoint), at stop (role credentials no longer refreshed), at cleanup
 //	metadata file    before create (the PENDING file and its mount), after commit (rewrites), at cleanup
 //
 // Secrets go before the task endpoint so that the endpoint's variables win over a secret's of the

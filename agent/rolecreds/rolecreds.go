@@ -9,12 +9,17 @@
 // never logs about it. A role that cannot be assumed does not stop its task: the task runs, Get
 // answers with the reason, and the failure is logged once per task and role.
 //
-// Each added role has one goroutine that keeps its credentials fresh:
+// Each added role has one goroutine that keeps its credentials fresh while its task runs:
 //
 //	Add ──▶ assume ──ok──▶ serve; wait until 2/3 of the lifetime ──▶ assume …
 //	          │
 //	          └─fail─▶ log once; wait (backoff 5 s doubling to 5 min) ──▶ assume …
+//	Stop ──▶ the goroutine stops; the last credentials are served until they expire
 //	Remove ──▶ the goroutine stops and the IDs are forgotten
+//
+// With Config.TaskRolesDisabled (ECS_ENABLE_TASK_IAM_ROLE=false) no task role is assumed at all; an
+// execution role still is, as the ECS agent still uses the execution role credentials ACS sends
+// with the key off.
 //
 // A credentials ID is 128 random bits in hex, unguessable: it is the only thing a container shows
 // to get its credentials. Logs carry only its first 8 characters, and never a secret.
@@ -70,6 +75,12 @@ var (
 	// ErrSTSUnavailable: STS could not be reached, throttled, or failed with a 5xx answer. An
 	// errdefs.ErrUnavailable.
 	ErrSTSUnavailable = errdefs.New(errdefs.ErrUnavailable, "STS is unavailable")
+	// ErrTaskRolesDisabled: Provide was asked for a task role (taskcreds.RoleTypeTaskApplication)
+	// while Config.TaskRolesDisabled. An errdefs.ErrFailedPrecondition.
+	ErrTaskRolesDisabled = errdefs.New(errdefs.ErrFailedPrecondition, "task roles are disabled (ECS_ENABLE_TASK_IAM_ROLE=false): the task runs without its role's credentials")
+	// ErrTaskStopped: the role's task has stopped (Stop) and the credentials it had have expired, or
+	// it had none. An errdefs.ErrNotFound.
+	ErrTaskStopped = errdefs.New(errdefs.ErrNotFound, "the task has stopped: its role credentials are no longer refreshed")
 	// ErrNotReady: the first AssumeRole of the role had not finished when Get's context ended, or the
 	// credentials expired and no refresh has succeeded yet without saying why. An
 	// errdefs.ErrUnavailable.
@@ -99,10 +110,14 @@ type Config struct {
 	Backoff func() retry.Backoff
 	// Clock tells the time refreshes and expiry go by; nil is the wall clock.
 	Clock clockwork.Clock
+	// TaskRolesDisabled refuses every task role (ECS_ENABLE_TASK_IAM_ROLE=false): Provide of a
+	// taskcreds.RoleTypeTaskApplication role fails with ErrTaskRolesDisabled and assumes nothing.
+	// Execution roles are provided as ever.
+	TaskRolesDisabled bool
 }
 
 // Provider assumes the roles of the tasks added to it and keeps their credentials fresh until
-// their tasks are removed. It is a taskcreds.Source, and safe for concurrent use.
+// their tasks stop. It is a taskcreds.Source, and safe for concurrent use.
 type Provider struct {
 	cfg Config
 	log *logger.Logger
@@ -135,6 +150,7 @@ type role struct {
 	creds   taskcreds.Credentials // zero until an attempt succeeds
 	err     error                 // the last attempt's failure; nil after a success
 	warned  bool                  // a failure has been logged
+	stopped bool                  // its task stopped: no more refreshes
 	removed bool
 }
 
@@ -168,12 +184,13 @@ func New(ctx context.Context, cfg Config, log *logger.Logger) *Provider {
 
 // Provide makes the task's role of roleType (taskcreds.RoleTypeTaskApplication or
 // taskcreds.RoleTypeTaskExecution) the role roleArn, served under id, and returns at once; the role
-// is assumed in the background and kept fresh until Remove. The caller chooses the ID and keeps it
+// is assumed in the background and kept fresh until Stop or Remove. The caller chooses the ID and keeps it
 // with the task, so that after an agent restart the containers already running, which carry it,
 // keep getting credentials. Providing the same role again changes nothing; another role or ID for
 // the same task and role type replaces the old one. It fails, adding nothing, for an ID that is not
 // 32 hex digits (errdefs.ErrInvalidArgument), an ID in use by another task or role
-// (errdefs.ErrConflict), or a closed Provider (errdefs.ErrFailedPrecondition).
+// (errdefs.ErrConflict), a task role while Config.TaskRolesDisabled (ErrTaskRolesDisabled), or a
+// closed Provider (errdefs.ErrFailedPrecondition).
 func (p *Provider) Provide(taskArn, roleType, roleArn, id string) error {
 	if roleArn == "" {
 		return fmt.Errorf("provide credentials of task %s (%s): %w: no role ARN", taskArn, roleType, errdefs.ErrInvalidArgument)
@@ -187,6 +204,9 @@ func (p *Provider) Provide(taskArn, roleType, roleArn, id string) error {
 
 // add registers the role under id (a new random one when "") and starts its goroutine.
 func (p *Provider) add(taskArn, roleType, roleArn, id string) (string, error) {
+	if p.cfg.TaskRolesDisabled && roleType == taskcreds.RoleTypeTaskApplication {
+		return "", fmt.Errorf("credentials of task %s (%s, %s): %w", taskArn, roleType, roleArn, ErrTaskRolesDisabled)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.ctx.Err() != nil {
@@ -237,6 +257,26 @@ func (p *Provider) Remove(taskArn string) {
 	}
 }
 
+// Stop stops refreshing every role of the task, as its task has stopped, and returns once their
+// goroutines have returned. Their IDs are kept until Remove, and Get serves the last credentials
+// until they expire (the log driver's last writes), then ErrTaskStopped. Stopping a task without
+// roles, or again, is a no-op.
+func (p *Provider) Stop(taskArn string) {
+	p.mu.Lock()
+	var roles []*role
+	for _, r := range p.byTask[taskArn] {
+		roles = append(roles, r)
+		r.cancel()
+		r.mu.Lock()
+		r.stopped = true
+		r.mu.Unlock()
+	}
+	p.mu.Unlock()
+	for _, r := range roles {
+		<-r.done
+	}
+}
+
 // dropLocked forgets r and stops its goroutine without waiting; the caller holds p.mu.
 func (p *Provider) dropLocked(r *role) {
 	r.cancel()
@@ -275,8 +315,9 @@ func (p *Provider) Len() int {
 // is running it waits for it, or until ctx ends (then ErrNotReady). Otherwise it does not wait:
 // credentials that have not expired are returned even while a refresh is failing, and without
 // them the error says why: ErrUnknownID, ErrNoHostCredentials or ErrRoleRefused (with STS's code
-// and message), ErrSTSUnavailable, ErrNotReady. Errors name the task, the role and the first 8
-// characters of the ID, never a secret.
+// and message), ErrSTSUnavailable, ErrNotReady, ErrTaskStopped (once Stop was called, without
+// credentials that have not expired). Errors name the task, the role and the first 8 characters of
+// the ID, never a secret.
 func (p *Provider) Get(ctx context.Context, id string) (taskcreds.Credentials, error) {
 	p.mu.Lock()
 	r := p.byID[id]
@@ -291,13 +332,15 @@ func (p *Provider) Get(ctx context.Context, id string) (taskcreds.Credentials, e
 			taskcreds.ShortID(id), r.taskArn, r.roleType, ErrNotReady, r.roleArn, context.Cause(ctx))
 	}
 	r.mu.Lock()
-	creds, err, removed := r.creds, r.err, r.removed
+	creds, err, stopped, removed := r.creds, r.err, r.stopped, r.removed
 	r.mu.Unlock()
 	switch {
 	case removed:
 		return taskcreds.Credentials{}, fmt.Errorf("task role credentials %s: %w", taskcreds.ShortID(id), ErrUnknownID)
 	case !creds.Expiration.IsZero() && p.cfg.Clock.Now().Before(creds.Expiration):
 		return creds, nil
+	case stopped:
+		return taskcreds.Credentials{}, fmt.Errorf("task role credentials %s of task %s (%s): %w", taskcreds.ShortID(id), r.taskArn, r.roleType, ErrTaskStopped)
 	case err != nil:
 		return taskcreds.Credentials{}, fmt.Errorf("task role credentials %s of task %s (%s): %w", taskcreds.ShortID(id), r.taskArn, r.roleType, err)
 	default:

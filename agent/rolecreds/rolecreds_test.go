@@ -314,6 +314,93 @@ func TestRemoveStopsRefreshesAndForgetsTheIDs(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestStopEndsRefreshesAndServesTheLastCredentialsUntilRemove: once the task stopped, its roles are
+// not assumed again (the 3 h until cleanup would be 4 more AssumeRoles each); the last credentials
+// are served until they expire, then ErrTaskStopped, and Remove still forgets the IDs.
+func TestStopEndsRefreshesAndServesTheLastCredentialsUntilRemove(t *testing.T) {
+	p, f, clock, _ := newProvider(t, Config{})
+	const other = "arn:aws:ecs:us-west-2:012345678901:task/default/other"
+	appID := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)
+	execID := p.Add(taskArn, taskcreds.RoleTypeTaskExecution, execRole)
+	otherID := p.Add(other, taskcreds.RoleTypeTaskApplication, taskRole)
+	last := map[string]taskcreds.Credentials{}
+	for _, id := range []string{appID, execID, otherID} {
+		c, err := get(t, p, id)
+		require.NoError(t, err)
+		last[id] = c
+	}
+	waitForTimers(t, clock, 3)
+
+	p.Stop(taskArn)
+	p.Stop(taskArn)            // idempotent
+	waitForTimers(t, clock, 1) // only the other task's role still waits
+	assert.Equal(t, 3, p.Len(), "the IDs are kept until Remove")
+	for _, id := range []string{appID, execID} {
+		c, err := get(t, p, id)
+		require.NoError(t, err, "the last credentials are served until they expire")
+		assert.Equal(t, last[id], c)
+	}
+
+	for range 4 { // the other task's role is refreshed every 40 min
+		clock.Advance(40 * time.Minute)
+		waitForTimers(t, clock, 1)
+	}
+	clock.Advance(20 * time.Minute) // 3 h: the task cleanup wait
+	assert.Equal(t, 3+4, f.count(), "only the other task's role was refreshed")
+	for _, id := range []string{appID, execID} {
+		_, err := get(t, p, id)
+		assert.ErrorIs(t, err, ErrTaskStopped)
+		assert.True(t, errdefs.IsNotFound(err), "the task endpoint's not found")
+		assert.Contains(t, err.Error(), taskArn)
+	}
+	_, err := get(t, p, otherID)
+	require.NoError(t, err)
+
+	require.NoError(t, p.Provide(taskArn, taskcreds.RoleTypeTaskApplication, taskRole, appID))
+	assert.Equal(t, 3+4, f.count(), "providing a stopped task's role again does not assume it again")
+	p.Remove(taskArn)
+	assert.Equal(t, 1, p.Len())
+	_, err = get(t, p, appID)
+	assert.ErrorIs(t, err, ErrUnknownID)
+}
+
+// TestStopDuringTheFirstAttempt: a task that stops while its role is first being assumed gets no
+// retry, and Get says the task stopped instead of waiting.
+func TestStopDuringTheFirstAttempt(t *testing.T) {
+	p, f, clock, _ := newProvider(t, Config{})
+	f.gate = make(chan struct{})
+	defer close(f.gate) // the cancelled request's handler returns
+	id := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)
+	p.Stop(taskArn)
+	_, err := get(t, p, id)
+	assert.ErrorIs(t, err, ErrTaskStopped)
+	clock.Advance(time.Hour)
+	waitForTimers(t, clock, 0)
+}
+
+// TestTaskRolesDisabled: with ECS_ENABLE_TASK_IAM_ROLE=false no task role is assumed, and its ID is
+// unknown; the execution role still is, as the ECS agent still uses it.
+func TestTaskRolesDisabled(t *testing.T) {
+	p, f, _, _ := newProvider(t, Config{TaskRolesDisabled: true})
+	const appID, execID = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	err := p.Provide(taskArn, taskcreds.RoleTypeTaskApplication, taskRole, appID)
+	require.ErrorIs(t, err, ErrTaskRolesDisabled)
+	assert.True(t, errdefs.IsFailedPrecondition(err))
+	assert.Contains(t, err.Error(), "ECS_ENABLE_TASK_IAM_ROLE=false")
+	assert.Contains(t, err.Error(), taskArn)
+	_, err = p.TaskCredentials(context.Background(), appID)
+	assert.ErrorIs(t, err, ErrUnknownID, "the task endpoint serves no task role")
+
+	require.NoError(t, p.Provide(taskArn, taskcreds.RoleTypeTaskExecution, execRole, execID))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := p.ExecutionRoleCredentials(ctx, execID)
+	require.NoError(t, err)
+	assert.Equal(t, execRole, c.RoleArn)
+	require.Len(t, f.requests(), 1)
+	assert.Equal(t, execRole, f.requests()[0].roleArn, "only the execution role was assumed")
+}
+
 func TestAddingAnotherRoleReplacesTheOld(t *testing.T) {
 	p, f, _, _ := newProvider(t, Config{})
 	oldID := p.Add(taskArn, taskcreds.RoleTypeTaskApplication, taskRole)

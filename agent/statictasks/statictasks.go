@@ -13,9 +13,13 @@
 //
 // Only what root alone can write is trusted: the directory must be owned by root and not writable by
 // group or others (a symlink to it is followed), else nothing in it is started and tasks already
-// running are left alone. Only regular files up to MaxFileSize are read; a symlink is followed only
-// when it points to a regular file, and a FIFO, socket, device or directory named *.json is invalid
-// and never opened. A file whose size, mtime, ctime and inode did not change since the last scan is
+// running are left alone. So must each file: the file, and when it is a symlink every element of its
+// chain (each link, each directory a link's target passes through, and the final target), must be
+// owned by root and, links aside, not writable by group or others; any other file is invalid, logged
+// once by name, and its task (if one runs from before) is left alone. Only regular files up to
+// MaxFileSize are read; a symlink is followed only when it points to a regular file, and a FIFO,
+// socket, device or directory named *.json, a dangling symlink or a chain of more than 40 links (a
+// loop) is invalid and never opened. A file whose size, mtime, ctime and inode did not change since the last scan is
 // not read again.
 package statictasks
 
@@ -451,18 +455,25 @@ func (w *Watcher) load(name string) (parsed, bool) {
 	return p, true
 }
 
-// statRegular returns the file info of path, or of the regular file a symlink at path points to; any
-// other kind of file is errInvalidFile.
+// maxLinks is how many symbolic links a file's chain may hold, as many as Linux follows before ELOOP.
+const maxLinks = 40
+
+// statRegular returns the file info of the regular file at path, after checking that only root can
+// change what it reads: the file, and every element of its symlink chain (each link, each directory a
+// link's target passes through, and the final target), must be owned by root, and every one but the
+// links (whose mode means nothing) not writable by group or others. Any other kind of final target, a
+// dangling link, a chain of more than maxLinks links (a loop) or an untrusted element is
+// errInvalidFile naming the element; path gone is fs.ErrNotExist. It looks at each element once.
 func statRegular(path string) (fs.FileInfo, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return nil, err
 	}
+	if err := trusted(path, path, fi); err != nil {
+		return nil, err
+	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
-		if fi, err = os.Stat(path); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("%w: %s is a dangling symlink", errInvalidFile, path)
-			}
+		if fi, err = resolve(path); err != nil {
 			return nil, err
 		}
 	}
@@ -473,6 +484,103 @@ func statRegular(path string) (fs.FileInfo, error) {
 		return nil, fmt.Errorf("%w: %s is %d bytes, over the limit of %d bytes", errInvalidFile, path, fi.Size(), MaxFileSize)
 	}
 	return fi, nil
+}
+
+// resolve follows the symlink at path to its final target, as the kernel does, checking every element
+// it looks at with trusted, and returns the target's file info. Each component of each link's target
+// is looked at once.
+func resolve(path string) (fs.FileInfo, error) {
+	dir, err := filepath.EvalSymlinks(filepath.Dir(path)) // the static tasks directory, checked by checkDir
+	if err != nil {
+		return nil, err
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, err
+	}
+	cur := dir // the resolved path so far
+	fi, err := lstatTrusted(path, cur)
+	if err != nil {
+		return nil, err
+	}
+	pending := []string{filepath.Base(path)} // what is left to resolve, innermost link's target last
+	links := 0
+	for len(pending) > 0 {
+		top := &pending[len(pending)-1]
+		if *top == "" {
+			pending = pending[:len(pending)-1]
+			continue
+		}
+		comp, rest, slash := strings.Cut(*top, "/")
+		if slash && rest == "" {
+			rest = "." // a trailing slash asks for a directory
+		}
+		*top = rest
+		if comp == "" || comp == "." && fi.IsDir() {
+			continue
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("%w: %s: %s, on its symlink chain, is not a directory", errInvalidFile, path, cur)
+		}
+		next := filepath.Join(cur, comp) // ".." is lexical: cur holds no symlink
+		if fi, err = lstatTrusted(path, next); err != nil {
+			return nil, err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return nil, fmt.Errorf("%w: %s: more than %d symlinks on its chain (a loop?)", errInvalidFile, path, maxLinks)
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return nil, err
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		if fi, err = lstatTrusted(path, cur); err != nil {
+			return nil, err
+		}
+		pending = append(pending, target)
+	}
+	return fi, nil
+}
+
+// lstatTrusted returns the file info of elem, an element of the symlink chain of path, when trusted
+// passes it; elem gone is a dangling symlink.
+func lstatTrusted(path, elem string) (fs.FileInfo, error) {
+	fi, err := os.Lstat(elem)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s is a dangling symlink (%s does not exist)", errInvalidFile, path, elem)
+		}
+		return nil, err
+	}
+	return fi, trusted(path, elem, fi)
+}
+
+// trusted returns errInvalidFile, naming path, elem (one of its elements) and the fix, when elem is
+// not owned by root or, not being a symlink, is writable by group or others.
+func trusted(path, elem string, fi fs.FileInfo) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("%w: %s: cannot tell the owner of %s", errInvalidFile, path, elem)
+	}
+	link := fi.Mode()&fs.ModeSymlink != 0
+	if st.Uid == 0 && (link || fi.Mode().Perm()&0o022 == 0) {
+		return nil
+	}
+	what := "it"
+	if elem != path {
+		what = elem + ", on its symlink chain,"
+	}
+	fix := fmt.Sprintf("chown -h root %s", elem)
+	if !link {
+		fix = fmt.Sprintf("chown root %s && chmod go-w %s", elem, elem)
+	}
+	return fmt.Errorf("%w: %s: %s is owned by uid %d with mode %s; only root may write to a static task file and to what its symlinks pass through: %s",
+		errInvalidFile, path, what, st.Uid, fi.Mode(), fix)
 }
 
 // readRegular reads the regular file statRegular found at path, at most MaxFileSize bytes. It opens

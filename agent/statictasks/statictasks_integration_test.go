@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,8 @@ import (
 const image = "127.0.0.1:5000/berth/testapp:latest"
 
 // TestIntegrationStaticTasks: with the real engine and Docker Engine, a file added to the directory
-// runs, a changed file replaces its task, and a removed file stops it.
+// runs, a changed file replaces its task, a removed file stops it, and a file others may write never
+// reaches the engine until only root may write it.
 func TestIntegrationStaticTasks(t *testing.T) {
 	client, err := dockerclient.NewClient(dockerclient.Config{Endpoint: os.Getenv("DOCKER_HOST"),
 		Pull: dockerclient.PullConfig{Behavior: dockerclient.BehaviorPreferCached}})
@@ -103,6 +105,18 @@ func TestIntegrationStaticTasks(t *testing.T) {
 			assert.Equal(t, ReasonChanged, tk.StoppedReason)
 		}
 	}
+
+	open := filepath.Join(dir, "open.json")
+	require.NoError(t, os.WriteFile(open, []byte(strings.Replace(def("open"), `"static"`, `"open"`, 1)), 0o600))
+	require.NoError(t, os.Chmod(open, 0o666))
+	w.Scan(context.Background())
+	hasOpen := func() bool {
+		return slices.ContainsFunc(eng.Tasks(), func(tk *task.Task) bool { return tk.Family == "open" })
+	}
+	assert.False(t, hasOpen(), "a file writable by others is refused (AddTask returns once the task is saved)")
+	require.NoError(t, os.Chmod(open, 0o644))
+	w.Scan(context.Background())
+	assert.True(t, hasOpen(), "once only root may write it, its task is added")
 
 	require.NoError(t, os.Remove(filepath.Join(dir, "app.json")))
 	w.Scan(context.Background())

@@ -482,3 +482,262 @@ func TestWatcherRefusesAnUnsafeDirectory(t *testing.T) {
 		})
 	}
 }
+
+// TestWatcherRefusesFilesRootDoesNotAloneControl: in a safe directory, a file (or an element of its
+// symlink chain) that someone other than root could write, or point elsewhere, is refused and logged
+// once by name; a chain only root controls starts.
+func TestWatcherRefusesFilesRootDoesNotAloneControl(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test chowns files: run it as root (CI does)")
+	}
+	const stranger = 1000
+	// dir is the static tasks directory and other a sibling of it (both root's, mode 0700): relative
+	// links reach other as ../<base of other>, without passing through the world-writable /tmp.
+	type paths struct{ dir, other, up string }
+	file := func(t *testing.T, path string, mode os.FileMode, uid int) {
+		require.NoError(t, os.WriteFile(path, []byte(webDef), 0o600))
+		require.NoError(t, os.Chmod(path, mode))
+		require.NoError(t, os.Chown(path, uid, 0))
+	}
+	mkdir := func(t *testing.T, path string, mode os.FileMode, uid int) {
+		require.NoError(t, os.Mkdir(path, 0o700))
+		require.NoError(t, os.Chmod(path, mode))
+		require.NoError(t, os.Chown(path, uid, 0))
+	}
+	link := func(t *testing.T, target, path string, uid int) {
+		require.NoError(t, os.Symlink(target, path))
+		require.NoError(t, os.Lchown(path, uid, 0))
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, p paths)
+		err   func(p paths) string // in the log, naming what is wrong
+		fix   func(t *testing.T, p paths)
+	}{
+		{
+			name:  "a file owned by another user",
+			setup: func(t *testing.T, p paths) { file(t, filepath.Join(p.dir, "web.json"), 0o644, stranger) },
+			err: func(p paths) string {
+				return fmt.Sprintf("%s: it is owned by uid 1000 with mode -rw-r--r--", filepath.Join(p.dir, "web.json"))
+			},
+			fix: func(t *testing.T, p paths) { require.NoError(t, os.Chown(filepath.Join(p.dir, "web.json"), 0, 0)) },
+		},
+		{
+			name:  "a file writable by others",
+			setup: func(t *testing.T, p paths) { file(t, filepath.Join(p.dir, "web.json"), 0o666, 0) },
+			err: func(p paths) string {
+				return fmt.Sprintf("it is owned by uid 0 with mode -rw-rw-rw-; only root may write to a static task file and to what its symlinks pass through: chown root %[1]s && chmod go-w %[1]s",
+					filepath.Join(p.dir, "web.json"))
+			},
+			fix: func(t *testing.T, p paths) { require.NoError(t, os.Chmod(filepath.Join(p.dir, "web.json"), 0o644)) },
+		},
+		{
+			name:  "a file writable by group",
+			setup: func(t *testing.T, p paths) { file(t, filepath.Join(p.dir, "web.json"), 0o620, 0) },
+			err:   func(paths) string { return "it is owned by uid 0 with mode -rw--w----" },
+			fix:   func(t *testing.T, p paths) { require.NoError(t, os.Chmod(filepath.Join(p.dir, "web.json"), 0o600)) },
+		},
+		{
+			name: "a symlink owned by another user",
+			setup: func(t *testing.T, p paths) {
+				file(t, filepath.Join(p.dir, "web.txt"), 0o600, 0)
+				link(t, "web.txt", filepath.Join(p.dir, "web.json"), stranger)
+			},
+			err: func(p paths) string {
+				return fmt.Sprintf("it is owned by uid 1000 with mode Lrwxrwxrwx; only root may write to a static task file and to what its symlinks pass through: chown -h root %s\"",
+					filepath.Join(p.dir, "web.json"))
+			},
+			fix: func(t *testing.T, p paths) { require.NoError(t, os.Lchown(filepath.Join(p.dir, "web.json"), 0, 0)) },
+		},
+		{
+			name: "a symlink into a world-writable directory",
+			setup: func(t *testing.T, p paths) {
+				mkdir(t, filepath.Join(p.other, "open"), 0o777, 0)
+				file(t, filepath.Join(p.other, "open", "web.json"), 0o600, 0)
+				link(t, p.up+"/open/web.json", filepath.Join(p.dir, "web.json"), 0)
+			},
+			err: func(p paths) string {
+				return fmt.Sprintf("%s, on its symlink chain, is owned by uid 0 with mode drwxrwxrwx", filepath.Join(p.other, "open"))
+			},
+			fix: func(t *testing.T, p paths) { require.NoError(t, os.Chmod(filepath.Join(p.other, "open"), 0o755)) },
+		},
+		{
+			name: "a symlink into a sticky world-writable directory, as /tmp",
+			setup: func(t *testing.T, p paths) {
+				mkdir(t, filepath.Join(p.other, "tmp"), 0o777|os.ModeSticky, 0)
+				file(t, filepath.Join(p.other, "tmp", "web.json"), 0o600, 0)
+				link(t, p.up+"/tmp/web.json", filepath.Join(p.dir, "web.json"), 0)
+			},
+			err: func(p paths) string {
+				return fmt.Sprintf("%s, on its symlink chain, is owned by uid 0 with mode dtrwxrwxrwx", filepath.Join(p.other, "tmp"))
+			},
+		},
+		{
+			name: "a symlink through a directory owned by another user",
+			setup: func(t *testing.T, p paths) {
+				mkdir(t, filepath.Join(p.other, "sub"), 0o755, stranger)
+				file(t, filepath.Join(p.other, "sub", "web.json"), 0o600, 0)
+				link(t, p.up+"/sub/web.json", filepath.Join(p.dir, "web.json"), 0)
+			},
+			err: func(p paths) string {
+				return fmt.Sprintf("%s, on its symlink chain, is owned by uid 1000", filepath.Join(p.other, "sub"))
+			},
+			fix: func(t *testing.T, p paths) { require.NoError(t, os.Chown(filepath.Join(p.other, "sub"), 0, 0)) },
+		},
+		{
+			name: "a symlink to a file owned by another user",
+			setup: func(t *testing.T, p paths) {
+				file(t, filepath.Join(p.other, "web.json"), 0o644, stranger)
+				link(t, p.up+"/web.json", filepath.Join(p.dir, "web.json"), 0)
+			},
+			err: func(p paths) string {
+				return fmt.Sprintf("%s, on its symlink chain, is owned by uid 1000 with mode -rw-r--r--", filepath.Join(p.other, "web.json"))
+			},
+			fix: func(t *testing.T, p paths) { require.NoError(t, os.Chown(filepath.Join(p.other, "web.json"), 0, 0)) },
+		},
+		{
+			name: "a symlink to a file writable by group",
+			setup: func(t *testing.T, p paths) {
+				file(t, filepath.Join(p.other, "web.json"), 0o660, 0)
+				link(t, p.up+"/web.json", filepath.Join(p.dir, "web.json"), 0)
+			},
+			err: func(p paths) string {
+				return fmt.Sprintf("%s, on its symlink chain, is owned by uid 0 with mode -rw-rw----", filepath.Join(p.other, "web.json"))
+			},
+		},
+		{
+			name: "a second link of the chain owned by another user",
+			setup: func(t *testing.T, p paths) {
+				file(t, filepath.Join(p.dir, "web.txt"), 0o600, 0)
+				link(t, "../"+filepath.Base(p.dir)+"/web.txt", filepath.Join(p.other, "hop"), stranger)
+				link(t, p.up+"/hop", filepath.Join(p.dir, "web.json"), 0)
+			},
+			err: func(p paths) string {
+				return fmt.Sprintf("%s, on its symlink chain, is owned by uid 1000 with mode Lrwxrwxrwx", filepath.Join(p.other, "hop"))
+			},
+			fix: func(t *testing.T, p paths) { require.NoError(t, os.Lchown(filepath.Join(p.other, "hop"), 0, 0)) },
+		},
+		{
+			name: "a symlink loop",
+			setup: func(t *testing.T, p paths) {
+				link(t, "b.lnk", filepath.Join(p.dir, "a.lnk"), 0)
+				link(t, "a.lnk", filepath.Join(p.dir, "b.lnk"), 0)
+				link(t, "a.lnk", filepath.Join(p.dir, "web.json"), 0)
+			},
+			err: func(p paths) string {
+				return fmt.Sprintf("%s: more than 40 symlinks on its chain (a loop?)", filepath.Join(p.dir, "web.json"))
+			},
+		},
+		{
+			name:  "a symlink to itself",
+			setup: func(t *testing.T, p paths) { link(t, "web.json", filepath.Join(p.dir, "web.json"), 0) },
+			err:   func(paths) string { return "more than 40 symlinks on its chain (a loop?)" },
+		},
+		{
+			name: "a symlink through a file",
+			setup: func(t *testing.T, p paths) {
+				file(t, filepath.Join(p.dir, "web.txt"), 0o600, 0)
+				link(t, "web.txt/web.json", filepath.Join(p.dir, "web.json"), 0)
+			},
+			err: func(p paths) string {
+				return fmt.Sprintf("%s, on its symlink chain, is not a directory", filepath.Join(p.dir, "web.txt"))
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := paths{dir: t.TempDir(), other: t.TempDir()}
+			p.up = "../" + filepath.Base(p.other)
+			tc.setup(t, p)
+			var logs bytes.Buffer
+			log, err := logger.New(logger.Config{}, &logs)
+			require.NoError(t, err)
+			r := &fakeRunner{}
+			w := New(Config{Dir: p.dir, Cluster: "default"}, r, log)
+			w.Scan(context.Background())
+			w.Scan(context.Background())
+			assert.Empty(t, r.calls, "the file's task does not start")
+			out := logs.String()
+			assert.Equal(t, 1, strings.Count(out, "invalid static task definition"), "refused once, not once per scan:\n%s", out)
+			assert.NotContains(t, out, "WARN", "no other line per scan")
+			assert.Contains(t, out, "file=web.json")
+			assert.Contains(t, out, tc.err(p))
+			if tc.fix != nil {
+				tc.fix(t, p)
+				w.Scan(context.Background())
+				assert.Len(t, r.calls, 1, "once fixed, its task starts:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// TestWatcherFollowsAChainRootAloneControls: links of a chain only root can change, through ".." and
+// other directories, lead to the file they name, read like any other.
+func TestWatcherFollowsAChainRootAloneControls(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(other, "defs"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(other, "defs", "web"), []byte(webDef), 0o644))
+	require.NoError(t, os.Symlink("defs/./web", filepath.Join(other, "current")))
+	require.NoError(t, os.Symlink("../"+filepath.Base(other)+"//current", filepath.Join(dir, "hop")))
+	require.NoError(t, os.Symlink("hop", filepath.Join(dir, "web.json")))
+	var logs bytes.Buffer
+	log, err := logger.New(logger.Config{}, &logs)
+	require.NoError(t, err)
+	r := &fakeRunner{}
+	New(Config{Dir: dir, Cluster: "default"}, r, log).Scan(context.Background())
+	require.Len(t, r.calls, 1, logs.String())
+	assert.Equal(t, "web", r.tasks[r.calls[0].arn].Family)
+}
+
+// TestWatcherLeavesARunningTaskOfAFileThatBecameUnsafe: a file whose mode no longer lets only root
+// write it is refused, and its running task (root's own definition) is neither stopped nor replaced.
+func TestWatcherLeavesARunningTaskOfAFileThatBecameUnsafe(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "web.json")
+	require.NoError(t, os.WriteFile(path, []byte(webDef), 0o644))
+	var logs bytes.Buffer
+	log, err := logger.New(logger.Config{}, &logs)
+	require.NoError(t, err)
+	r := &fakeRunner{}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, log)
+	w.Scan(context.Background())
+	require.Len(t, r.calls, 1)
+
+	require.NoError(t, os.Chmod(path, 0o666))
+	w.Scan(context.Background())
+	w.Scan(context.Background())
+	assert.Len(t, r.calls, 1, "its task is left alone")
+	assert.Equal(t, 1, strings.Count(logs.String(), "invalid static task definition"), logs.String())
+
+	require.NoError(t, os.Chmod(path, 0o644))
+	w.Scan(context.Background())
+	assert.Len(t, r.calls, 1, "once fixed, the unchanged file keeps its task")
+}
+
+// TestWatcherFollowsAtMost40Links: a chain of 40 links, as many as Linux follows, is read; one more
+// is refused as a loop would be.
+func TestWatcherFollowsAtMost40Links(t *testing.T) {
+	for _, tc := range []struct {
+		links  int
+		starts bool
+	}{{links: 40, starts: true}, {links: 41, starts: false}} {
+		t.Run(fmt.Sprint(tc.links), func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "l0"), []byte(webDef), 0o600))
+			for i := 1; i < tc.links; i++ {
+				require.NoError(t, os.Symlink(fmt.Sprintf("l%d", i-1), filepath.Join(dir, fmt.Sprintf("l%d", i))))
+			}
+			require.NoError(t, os.Symlink(fmt.Sprintf("l%d", tc.links-1), filepath.Join(dir, "web.json")))
+			var logs bytes.Buffer
+			log, err := logger.New(logger.Config{}, &logs)
+			require.NoError(t, err)
+			r := &fakeRunner{}
+			New(Config{Dir: dir, Cluster: "default"}, r, log).Scan(context.Background())
+			if tc.starts {
+				assert.Len(t, r.calls, 1, logs.String())
+			} else {
+				assert.Empty(t, r.calls)
+				assert.Contains(t, logs.String(), "more than 40 symlinks on its chain")
+			}
+		})
+	}
+}
