@@ -52,14 +52,15 @@ func newEndpointID() string {
 }
 
 // assignEndpointIDs gives every container a metadata token and every role a credentials ID, where
-// they have none yet; the task is saved with them, so they never change.
-func assignEndpointIDs(t *task.Task) {
+// they have none yet; the task is saved with them, so they never change. Without task role
+// credentials (ECS_ENABLE_TASK_IAM_ROLE=false) a task role gets no ID: nothing will serve it.
+func assignEndpointIDs(t *task.Task, taskRoles bool) {
 	for _, c := range t.Containers {
 		if c.MetadataToken == "" && !c.Pause {
 			c.MetadataToken = newEndpointID()
 		}
 	}
-	if t.RoleArn != "" && t.CredentialsID == "" {
+	if taskRoles && t.RoleArn != "" && t.CredentialsID == "" {
 		t.CredentialsID = newEndpointID()
 	}
 	if t.ExecutionRoleArn != "" && t.ExecutionCredentialsID == "" {
@@ -97,6 +98,11 @@ func (f endpointFeature) Prepare(r *Run) error {
 	for _, role := range []struct{ roleType, arn, id string }{
 		{taskcreds.RoleTypeTaskApplication, t.RoleArn, t.CredentialsID}, {taskcreds.RoleTypeTaskExecution, t.ExecutionRoleArn, t.ExecutionCredentialsID}} {
 		if role.arn == "" {
+			continue
+		}
+		if role.id == "" { // a task role with task role credentials off (assignEndpointIDs)
+			r.Log().Info("the task's role gets no credentials: task role credentials are off (ECS_ENABLE_TASK_IAM_ROLE=false)",
+				"role_arn", role.arn)
 			continue
 		}
 		if err := roles.Provide(t.Arn, role.roleType, role.arn, role.id); err != nil {

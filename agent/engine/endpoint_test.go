@@ -249,3 +249,26 @@ func TestTaskEndpointRolesStopWithTheTask(t *testing.T) {
 		assert.True(t, strings.HasPrefix(p, runningArn+"|"), p)
 	}
 }
+
+// TestTaskRoleWithoutTaskRoleCredentials: with task role credentials off (ECS_ENABLE_TASK_IAM_ROLE
+// =false) a task with a role gets no credentials ID, so the endpoint never takes one for due, and
+// its containers are told of none; the role is not provided.
+func TestTaskRoleWithoutTaskRoleCredentials(t *testing.T) {
+	roles := &fakeRoles{}
+	cfg := testConfig()
+	cfg.TaskEndpoint = TaskEndpointConfig{URL: "http://169.254.170.2", Credentials: false, Region: "eu-west-1", Roles: roles}
+	h := newHarness(t, cfg)
+	tk := newTask("arn:aws:ecs:r:1:task/c/role-off", ctr("app"))
+	tk.RoleArn = "arn:aws:iam::1:role/app"
+	h.add(tk)
+	running := h.waitStatus(tk.Arn, task.TaskRunning)
+	assert.Empty(t, running.CredentialsID)
+	h.docker.mu.Lock()
+	creates := slices.Clone(h.docker.creates)
+	h.docker.mu.Unlock()
+	require.Len(t, creates, 1)
+	assert.NotContains(t, envOf(creates[0].Config.Env), "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+	roles.mu.Lock()
+	defer roles.mu.Unlock()
+	assert.Empty(t, roles.provided, "no role is provided")
+}

@@ -303,7 +303,7 @@ func (e *Engine) add(ctx context.Context, t *task.Task, save bool) error {
 	refused := e.Admit(t) // before the pause container is added, so indexes are the caller's
 	t = t.Clone()         // the worker owns its task; the caller keeps its own
 	withPause(t, e.pauseImage(t))
-	assignEndpointIDs(t)
+	assignEndpointIDs(t, e.cfg.TaskEndpoint.Credentials)
 	e.mu.Lock()
 	if !e.started || e.stopping() {
 		e.mu.Unlock()
