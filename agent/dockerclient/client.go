@@ -11,6 +11,9 @@
 //     classes (ErrAuthRefused, ErrNotFound, ErrInvalidReference,
 //     ErrTooManyRequests, ErrRegistryUnavailable, ErrConnection,
 //     ErrInactivity) say what happened and whether it is retried;
+//   - a container call (create, start, stop, remove, inspect, list) whose way to the Engine failed
+//     — not dialled, reset, or closed before the answer came — matches ErrConnection: the Engine may
+//     or may not have done it;
 //   - every class matches an agent/errdefs class too, so callers that only
 //     care about the kind ask errdefs.IsNotFound, errdefs.IsRetriable, ….
 //
@@ -296,7 +299,7 @@ func (c *Client) CreateContainer(ctx context.Context, opts docker.CreateContaine
 		if errors.Is(err, docker.ErrContainerAlreadyExists) {
 			return nil, fmt.Errorf("create container %q: %w", opts.Name, ErrNameInUse)
 		}
-		return nil, fmt.Errorf("create container %q: %w", opts.Name, ctxErr(ctx, err))
+		return nil, fmt.Errorf("create container %q: %w", opts.Name, callErr(ctx, err))
 	}
 	return ctr, nil
 }
@@ -316,7 +319,7 @@ func (c *Client) StartContainer(ctx context.Context, id string) error {
 	if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
 		return &NotFoundError{Kind: "container", Name: id, Err: err}
 	}
-	return fmt.Errorf("start container %q: %w", id, ctxErr(ctx, err))
+	return fmt.Errorf("start container %q: %w", id, callErr(ctx, err))
 }
 
 // StopContainer stops a container, giving it timeout to exit before it is
@@ -335,7 +338,7 @@ func (c *Client) StopContainer(ctx context.Context, id string, timeout time.Dura
 	case isNoSuchContainer(err):
 		return &NotFoundError{Kind: "container", Name: id, Err: err}
 	}
-	return fmt.Errorf("stop container %q: %w", id, ctxErr(ctx, err))
+	return fmt.Errorf("stop container %q: %w", id, callErr(ctx, err))
 }
 
 // RemoveContainer removes a container (opts.Context is set from ctx). It
@@ -349,10 +352,7 @@ func (c *Client) RemoveContainer(ctx context.Context, opts docker.RemoveContaine
 	if err == nil || isNoSuchContainer(err) || isRemovalInProgress(err) {
 		return nil
 	}
-	if engineUnreachable(err) {
-		return fmt.Errorf("remove container %q: %w: %w", opts.ID, ErrConnection, err)
-	}
-	return fmt.Errorf("remove container %q: %w", opts.ID, ctxErr(ctx, err))
+	return fmt.Errorf("remove container %q: %w", opts.ID, callErr(ctx, err))
 }
 
 // InspectContainer returns a container's details; a missing container is a
@@ -365,7 +365,7 @@ func (c *Client) InspectContainer(ctx context.Context, id string) (*docker.Conta
 		if isNoSuchContainer(err) {
 			return nil, &NotFoundError{Kind: "container", Name: id, Err: err}
 		}
-		return nil, fmt.Errorf("inspect container %q: %w", id, ctxErr(ctx, err))
+		return nil, fmt.Errorf("inspect container %q: %w", id, callErr(ctx, err))
 	}
 	return ctr, nil
 }
@@ -389,7 +389,7 @@ func (c *Client) ListContainersByLabel(ctx context.Context, labels map[string]st
 	}
 	list, err := c.docker.ListContainers(opts)
 	if err != nil {
-		return nil, fmt.Errorf("list containers by label: %w", ctxErr(ctx, err))
+		return nil, fmt.Errorf("list containers by label: %w", callErr(ctx, err))
 	}
 	return list, nil
 }

@@ -12,6 +12,8 @@ import (
 	docker "github.com/fsouza/go-dockerclient"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-agent/berth/agent/errdefs"
 )
 
 func status(code int, msg string) http.HandlerFunc {
@@ -209,4 +211,62 @@ func TestRemoveContainerEngineUnreachable(t *testing.T) {
 	err = c.RemoveContainer(t.Context(), docker.RemoveContainerOptions{ID: "abc"})
 	require.ErrorIs(t, err, ErrConnection)
 	require.ErrorContains(t, err, "abc")
+}
+
+// hangUp closes the connection without an answer, as a dockerd that dies mid-call does: the caller
+// reads EOF and cannot tell whether the Engine did what it asked.
+func hangUp(w http.ResponseWriter, _ *http.Request) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		panic(err)
+	}
+	_ = conn.Close()
+}
+
+// TestContainerCallsClassifyTransportFaults: a container call whose answer is lost (the connection
+// closed mid-call) or whose Engine cannot be dialled matches ErrConnection, so the engine retries it
+// and looks the container up; an answer from the Engine, even a 500, does not.
+func TestContainerCallsClassifyTransportFaults(t *testing.T) {
+	calls := []struct {
+		name  string
+		route string
+		call  func(ctx context.Context, c *Client) error
+	}{
+		{"create", "POST /containers/create", func(ctx context.Context, c *Client) error {
+			_, err := c.CreateContainer(ctx, docker.CreateContainerOptions{Name: "x", Config: &docker.Config{Image: "app:1"}})
+			return err
+		}},
+		{"start", "POST /containers/abc/start", func(ctx context.Context, c *Client) error { return c.StartContainer(ctx, "abc") }},
+		{"stop", "POST /containers/abc/stop", func(ctx context.Context, c *Client) error { return c.StopContainer(ctx, "abc", time.Second) }},
+		{"inspect", "GET /containers/abc/json", func(ctx context.Context, c *Client) error { _, err := c.InspectContainer(ctx, "abc"); return err }},
+		{"list", "GET /containers/json", func(ctx context.Context, c *Client) error {
+			_, err := c.ListContainersByLabel(ctx, map[string]string{"a": "b"})
+			return err
+		}},
+		{"remove", "DELETE /containers/abc", func(ctx context.Context, c *Client) error {
+			return c.RemoveContainer(ctx, docker.RemoveContainerOptions{ID: "abc"})
+		}},
+	}
+	for _, tt := range calls {
+		t.Run(tt.name+": answer lost", func(t *testing.T) {
+			f := newFakeDocker(t)
+			f.handle(tt.route, hangUp)
+			err := tt.call(t.Context(), f.client(Config{}))
+			require.ErrorIs(t, err, ErrConnection)
+			assert.True(t, errdefs.IsRetriable(err), "%v", err)
+		})
+		t.Run(tt.name+": engine unreachable", func(t *testing.T) {
+			c, err := NewClient(Config{Endpoint: "unix://" + filepath.Join(t.TempDir(), "docker.sock")})
+			require.NoError(t, err)
+			defer c.Close()
+			require.ErrorIs(t, tt.call(t.Context(), c), ErrConnection)
+		})
+		t.Run(tt.name+": engine answered", func(t *testing.T) {
+			f := newFakeDocker(t)
+			f.handle(tt.route, status(http.StatusInternalServerError, "boom"))
+			err := tt.call(t.Context(), f.client(Config{}))
+			require.Error(t, err)
+			assert.NotErrorIs(t, err, ErrConnection)
+		})
+	}
 }

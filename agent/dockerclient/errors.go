@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	docker "github.com/fsouza/go-dockerclient"
@@ -299,6 +301,27 @@ func parseRetryAfter(text string) time.Duration {
 func engineUnreachable(err error) bool {
 	var op *net.OpError
 	return errors.Is(err, docker.ErrConnectionRefused) || errors.As(err, &op) && op.Op == "dial"
+}
+
+// transportFault reports whether err says only that the way to the Docker Engine failed: it could
+// not be dialled (engineUnreachable), or the connection failed, was reset or closed before the whole
+// answer came (EOF). The Engine may or may not have done what it was asked.
+func transportFault(err error) bool {
+	var op *net.OpError
+	return engineUnreachable(err) || errors.As(err, &op) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// callErr is the cause of a failed container call: the context's cause once ctx is done (a
+// *TimeoutError for the call's own limit), else err, marked ErrConnection when it is a transport fault.
+func callErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if transportFault(err) {
+		return fmt.Errorf("%w: %w", ErrConnection, err)
+	}
+	return err
 }
 
 // isRemovalInProgress reports Docker's 409 "removal of container X is

@@ -81,10 +81,15 @@ func (ChangeFunc) TaskRemoved(string) {}
 
 // Config is what the engine takes from the agent's configuration.
 type Config struct {
-	Cluster      string
-	StopTimeout  time.Duration // default stop timeout (ECS_CONTAINER_STOP_TIMEOUT)
-	StartTimeout time.Duration // default bound on a dependsOn wait (ECS_CONTAINER_START_TIMEOUT)
-	CleanupWait  time.Duration // stopped task kept this long (ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION)
+	Cluster     string
+	StopTimeout time.Duration // default stop timeout (ECS_CONTAINER_STOP_TIMEOUT)
+	// StartTimeout is the default bound on a dependsOn wait, and the bound on retrying a container
+	// start through a Docker Engine outage (ECS_CONTAINER_START_TIMEOUT).
+	StartTimeout time.Duration
+	// CreateTimeout bounds retrying a container create through a Docker Engine outage
+	// (ECS_CONTAINER_CREATE_TIMEOUT); zero: 4 m.
+	CreateTimeout time.Duration
+	CleanupWait   time.Duration // stopped task kept this long (ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION)
 	// AWSLogsExecutionRole lets an awslogs driver that asks for it (Container.LogsAuthExecutionRole)
 	// use the task's execution-role credentials (ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE).
 	AWSLogsExecutionRole bool
@@ -147,6 +152,9 @@ const (
 	ProbeAfterStop    = "after-stop"    // Docker stopped the containers; STOPPED is not saved yet
 )
 
+// defaultCreateTimeout is Config.CreateTimeout when unset: the ECS agent's create timeout.
+const defaultCreateTimeout = 4 * time.Minute
+
 // ErrStopped is returned by AddTask before Start and after the engine's context has ended. An
 // errdefs.ErrFailedPrecondition.
 var ErrStopped = errdefs.New(errdefs.ErrFailedPrecondition, "engine stopped")
@@ -168,7 +176,7 @@ type Engine struct {
 
 	clock clockwork.Clock
 
-	retryDelay time.Duration // wait before retrying a failed stop
+	retryDelay time.Duration // wait before retrying a failed stop; the first wait before retrying a create or start through an outage
 
 	saveFailures atomic.Int64          // workers whose last save failed and is being retried
 	lastSaveErr  atomic.Pointer[error] // the latest of those failures
@@ -193,6 +201,9 @@ func New(cfg Config, d Docker, p Puller, auth dockerclient.AuthSource, store Sto
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.CreateTimeout <= 0 {
+		cfg.CreateTimeout = defaultCreateTimeout
 	}
 	if cfg.DynamicHostPorts == [2]int{} {
 		cfg.DynamicHostPorts = [2]int{49153, 65535}

@@ -54,6 +54,10 @@ type fakeDocker struct {
 	// "inspect", "remove", "removeVolume", "events") and its object (container ID or name); a non-nil
 	// error is returned.
 	hook func(op, id string) error
+	// answer, when set, is consulted by a create or start that has taken effect, with the call's name
+	// and object: a non-nil error is returned instead of the answer, as when the Engine's answer is
+	// lost on the way (dockerd dying mid-call).
+	answer func(op, id string) error
 
 	calls          []string // "op:container" in call order
 	creates        []docker.CreateContainerOptions
@@ -79,6 +83,12 @@ func (f *fakeDocker) setHook(h func(op, id string) error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.hook = h
+}
+
+func (f *fakeDocker) setAnswer(a func(op, id string) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answer = a
 }
 
 func (f *fakeDocker) callHook(op, id string) error {
@@ -129,6 +139,11 @@ func (f *fakeDocker) CreateContainer(_ context.Context, opts docker.CreateContai
 	f.names[opts.Name] = true
 	f.containers[id] = &fakeContainer{id: id, name: opts.Name, opts: opts, state: docker.State{Status: "created"}}
 	f.creates = append(f.creates, opts)
+	if f.answer != nil {
+		if err := f.answer("create", opts.Name); err != nil {
+			return nil, err
+		}
+	}
 	return &docker.Container{ID: id, Name: opts.Name}, nil
 }
 
@@ -162,6 +177,9 @@ func (f *fakeDocker) StartContainer(_ context.Context, id string) error {
 	if img := f.images[c.opts.Config.Image]; img.exitOnStart != nil {
 		f.exitLocked(c, *img.exitOnStart, img.oomOnStart, img.stateError)
 		f.emitLocked("die", id)
+	}
+	if f.answer != nil {
+		return f.answer("start", id)
 	}
 	return nil
 }

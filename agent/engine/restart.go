@@ -77,7 +77,7 @@ func (w *worker) restart(ctx context.Context, c *task.Container, before task.Con
 	if stop, _ := w.stopWanted(); stop || ctx.Err() != nil {
 		return // the stop reads the exit back from Docker
 	}
-	if err := w.e.docker.StartContainer(ctx, c.DockerID); err != nil {
+	if err := w.startDocker(ctx, c, exited.StartedAt); err != nil {
 		if ctx.Err() != nil {
 			return
 		}

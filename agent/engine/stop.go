@@ -67,18 +67,32 @@ func (w *worker) stopAll(ctx context.Context) {
 	w.e.probe(ProbeBeforeStop, w.t)
 	for {
 		w.drain(ctx)
+		unanswered := false // a look-up by name the Engine did not answer: asked again after a wait
 		for _, c := range w.t.Containers {
 			if c.KnownStatus == task.ContainerStopped || c.DockerID != "" {
 				continue
 			}
-			// A saved name without an ID: the agent may have crashed right after Docker created it.
-			if c.DockerName == "" || !w.adopt(ctx, c) {
+			if c.DockerName == "" {
 				w.markStopped(c, w.t.StoppedReason) // never created: nothing to stop
+				continue
+			}
+			// A saved name without an ID: the agent may have crashed right after Docker created it, or
+			// a create's answer was lost. Only Docker's word that it has no such container marks it
+			// stopped: an orphan is never left behind.
+			found, err := w.adopt(ctx, c)
+			switch {
+			case err != nil:
+				unanswered = true
+				if ctx.Err() == nil {
+					w.log.Warn("cannot look a container up by its name; will retry", "container", c.Name, "error", err)
+				}
+			case !found:
+				w.markStopped(c, w.t.StoppedReason)
 			}
 		}
 		var running, ready []*task.Container
 		for _, c := range w.t.Containers {
-			if c.KnownStatus == task.ContainerStopped {
+			if c.KnownStatus == task.ContainerStopped || c.DockerID == "" {
 				continue
 			}
 			running = append(running, c)
@@ -86,8 +100,15 @@ func (w *worker) stopAll(ctx context.Context) {
 				ready = append(ready, c)
 			}
 		}
-		if len(running) == 0 || ctx.Err() != nil {
+		if ctx.Err() != nil || len(running) == 0 && !unanswered {
 			break
+		}
+		if len(running) == 0 {
+			select {
+			case <-ctx.Done():
+			case <-w.e.clock.After(w.e.retryDelay):
+			}
+			continue
 		}
 		if len(ready) == 0 {
 			// Only a dependsOn cycle blocks every running container; stop them all rather than spin.

@@ -39,23 +39,40 @@ func repoRoot(ctx context.Context) (string, error) {
 // restartDocker stops the Docker Engine and starts it again the way make test provisions it (as
 // agent/cmd/berth's TestIntegrationDockerRestart does), then waits until it answers.
 func restartDocker(ctx context.Context, dc *docker.Client, root string) error {
+	if err := stopDocker(ctx); err != nil {
+		return err
+	}
+	return startDocker(ctx, dc, root)
+}
+
+// stopDocker stops the Docker Engine (systemd's unit, or the dockerd make provision started) and
+// waits until it has exited.
+func stopDocker(ctx context.Context) error {
 	if _, err := os.Stat("/run/systemd/system"); err == nil {
-		if out, err := exec.CommandContext(ctx, "systemctl", "restart", "docker").CombinedOutput(); err != nil {
-			return fmt.Errorf("systemctl restart docker: %w: %s", err, out)
+		if out, err := exec.CommandContext(ctx, "systemctl", "stop", "docker").CombinedOutput(); err != nil {
+			return fmt.Errorf("systemctl stop docker: %w: %s", err, out)
+		}
+		return nil
+	}
+	pid, err := exec.CommandContext(ctx, "pidof", "dockerd").Output()
+	if err != nil {
+		return fmt.Errorf("dockerd must be running: pidof: %w", err)
+	}
+	if out, err := exec.CommandContext(ctx, "kill", "-TERM", strings.TrimSpace(string(pid))).CombinedOutput(); err != nil {
+		return fmt.Errorf("kill -TERM dockerd: %w: %s", err, out)
+	}
+	return poll(ctx, time.Minute, 100*time.Millisecond, "dockerd exits", func() bool {
+		return exec.CommandContext(ctx, "pidof", "dockerd").Run() != nil
+	})
+}
+
+// startDocker starts the Docker Engine stopDocker stopped and waits until it answers.
+func startDocker(ctx context.Context, dc *docker.Client, root string) error {
+	if _, err := os.Stat("/run/systemd/system"); err == nil {
+		if out, err := exec.CommandContext(ctx, "systemctl", "start", "docker").CombinedOutput(); err != nil {
+			return fmt.Errorf("systemctl start docker: %w: %s", err, out)
 		}
 	} else {
-		pid, err := exec.CommandContext(ctx, "pidof", "dockerd").Output()
-		if err != nil {
-			return fmt.Errorf("dockerd must be running: pidof: %w", err)
-		}
-		if out, err := exec.CommandContext(ctx, "kill", "-TERM", strings.TrimSpace(string(pid))).CombinedOutput(); err != nil {
-			return fmt.Errorf("kill -TERM dockerd: %w: %s", err, out)
-		}
-		if err := poll(ctx, time.Minute, 100*time.Millisecond, "dockerd exits", func() bool {
-			return exec.CommandContext(ctx, "pidof", "dockerd").Run() != nil
-		}); err != nil {
-			return err
-		}
 		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "provision.sh"))
 		cmd.Env = append(os.Environ(), "BERTH_RUN_DIR="+filepath.Join(root, ".run"))
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -5,11 +5,14 @@
 //   - the real berth binary (built as make build does, run in ecs mode against the stand-in) is
 //     SIGKILLed and started again every -kill-min..-kill-max,
 //   - dockerd is restarted -docker-restarts times (as the integration tests restart it),
+//   - dockerd is stopped -engine-outages times for -outage-for while the agent creates the
+//     containers of -outage-burst tasks launched at once (see engineOutages),
 //   - the agent's control-plane connections are cut about every -cut-every (the ACS websocket
 //     closed and refused, ECS API connections reset before or after the control plane saw them).
 //
 // Then it stops launching, waits (at most -settle) until the end state holds, and prints a table:
-// every task's control-plane status against Docker, duplicate and orphan containers, state changes
+// every task's control-plane status against Docker, duplicate and orphan containers, the tasks
+// launched into an Engine outage that failed by it or left an orphan or a duplicate, state changes
 // lost or repeated in a way that would confuse ECS (see ledger), agent panics, and the agent's RSS
 // at comparable moments (each incarnation at age 10 s). It exits 1 when any row that must be 0 is
 // not. Only the run's own containers (its cluster label) are ever removed.
@@ -31,6 +34,9 @@ func main() {
 	flag.DurationVar(&o.killMin, "kill-min", o.killMin, "shortest time between two SIGKILLs of the agent")
 	flag.DurationVar(&o.killMax, "kill-max", o.killMax, "longest time between two SIGKILLs of the agent")
 	flag.IntVar(&o.dockerRestarts, "docker-restarts", o.dockerRestarts, "dockerd restarts, spread evenly over -duration")
+	flag.IntVar(&o.engineOutages, "engine-outages", o.engineOutages, "Docker Engine stops during creates, spread evenly over -duration")
+	flag.DurationVar(&o.outageFor, "outage-for", o.outageFor, "how long each Engine stop during creates lasts (keep it below the agent's create and start timeouts, 4m and 3m)")
+	flag.IntVar(&o.outageBurst, "outage-burst", o.outageBurst, "tasks launched at once into each Engine stop during creates")
 	flag.DurationVar(&o.launchEvery, "launch-every", o.launchEvery, "one RunTask every this long")
 	flag.IntVar(&o.running, "running", o.running, "tasks kept running: beyond this the oldest is stopped")
 	flag.DurationVar(&o.cutEvery, "cut-every", o.cutEvery, "mean time between control-plane cuts (0: none)")
@@ -63,6 +69,9 @@ func defaultOptions() options {
 		killMin:        15 * time.Second,
 		killMax:        30 * time.Second,
 		dockerRestarts: 2,
+		engineOutages:  2,
+		outageFor:      5 * time.Second,
+		outageBurst:    3,
 		launchEvery:    2 * time.Second,
 		running:        8,
 		cutEvery:       40 * time.Second,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,6 +27,12 @@ type report struct {
 	repeated      int // see ledger: regressions, runtime ID and exit-code changes
 	panics        int // agent incarnations that died of a Go panic or fatal error
 
+	// Zero rows about the tasks launched into an Engine outage during creates (engineOutages).
+	outageFailed     int // stopped by the agent because a create or start failed
+	outageOrphans    int // a container of theirs Docker has that the control plane does not name as the task container's
+	outageDuplicates int // Docker containers beyond the first ever seen for one of their task containers
+	outageTasks      int
+
 	details []string // one line per non-zero finding, capped
 	notes   []string // odd things that are not failures
 
@@ -36,6 +43,7 @@ type report struct {
 	// Filled by fill.
 	incarnations, kills, cuts, droppedAPI, refusedACS, callErrors int
 	dockerdRuns                                                   []time.Duration
+	outages                                                       []time.Duration
 	unexpected                                                    []string
 	mem                                                           []memSample
 	resendsAfterDrop, resendsOther, submissions, rejected         int
@@ -52,11 +60,12 @@ func (r *report) detail(format string, args ...any) {
 // settled reports whether every condition that waiting can still make hold holds: duplicates,
 // repeated state changes and panics cannot be undone by waiting.
 func (r *report) settled() bool {
-	return r.finalMismatch == 0 && r.notDesired == 0 && r.orphans == 0 && r.lost == 0
+	return r.finalMismatch == 0 && r.notDesired == 0 && r.orphans == 0 && r.lost == 0 && r.outageOrphans == 0
 }
 
 func (r *report) failed() bool {
-	return r.finalMismatch+r.notDesired+r.duplicates+r.orphans+r.lost+r.repeated+r.panics > 0
+	return r.finalMismatch+r.notDesired+r.duplicates+r.orphans+r.lost+r.repeated+r.panics+
+		r.outageFailed+r.outageOrphans+r.outageDuplicates > 0
 }
 
 type describedTask struct {
@@ -97,6 +106,7 @@ func (s *soak) check(ctx context.Context) (*report, error) {
 	for k, v := range s.stoppedBy {
 		stoppedBy[k] = v
 	}
+	outage := maps.Clone(s.outageTasks)
 	s.mu.Unlock()
 	// Docker first: a container seen here has been seen by the agent's control plane record below,
 	// if the agent is keeping up.
@@ -113,7 +123,7 @@ func (s *soak) check(ctx context.Context) (*report, error) {
 		return nil, err
 	}
 	reached := agentReached(logData)
-	r := &report{tasks: len(launched), stoppedBySoak: len(stoppedBy)}
+	r := &report{tasks: len(launched), stoppedBySoak: len(stoppedBy), outageTasks: len(outage)}
 
 	running := map[string]int{} // task ARN → containers running now
 	known := map[string]bool{}
@@ -133,6 +143,10 @@ func (s *soak) check(ctx context.Context) (*report, error) {
 			r.orphans++
 			r.detail("orphan: container %.12s %v runs for task %s, which the control plane shows STOPPED", c.ID, c.Names, ecsstandin.TaskID(arn))
 		}
+		if outage[arn] && !namedByControlPlane(cp[arn], c.Labels[labelContainer], c.ID) {
+			r.outageOrphans++
+			r.detail("orphan: container %.12s %v of task %s, launched into an Engine outage, is not the one the control plane names", c.ID, c.Names, ecsstandin.TaskID(arn))
+		}
 	}
 	for _, arn := range launched {
 		t, ok := cp[arn]
@@ -144,6 +158,10 @@ func (s *soak) check(ctx context.Context) (*report, error) {
 		}
 		if t.LastStatus == "STOPPED" && t.StoppedReason != stopReason {
 			r.stoppedByAgent++
+		}
+		if outage[arn] && t.LastStatus == "STOPPED" && (strings.Contains(t.StoppedReason, "CannotCreateContainerError") || strings.Contains(t.StoppedReason, "CannotStartContainerError")) {
+			r.outageFailed++
+			r.detail("task %s, launched into an Engine outage, failed by it: %s", id, t.StoppedReason)
 		}
 		n := running[arn]
 		switch {
@@ -206,6 +224,9 @@ func (s *soak) check(ctx context.Context) (*report, error) {
 	for tc, cs := range byTC {
 		if len(cs) > 1 {
 			r.duplicates += len(cs) - 1
+			if outage[tc.task] {
+				r.outageDuplicates += len(cs) - 1
+			}
 			ids := make([]string, 0, len(cs))
 			for _, c := range cs {
 				ids = append(ids, c.id[:12])
@@ -220,6 +241,17 @@ func (s *soak) check(ctx context.Context) (*report, error) {
 	return r, nil
 }
 
+// namedByControlPlane reports whether the control plane's record of t names Docker container id as
+// its container name.
+func namedByControlPlane(t describedTask, name, id string) bool {
+	for _, c := range t.Containers {
+		if c.Name == name {
+			return c.RuntimeID == id
+		}
+	}
+	return false
+}
+
 func statusName(r int) string {
 	if r < 0 {
 		return "nothing"
@@ -232,6 +264,7 @@ func (s *soak) fill(r *report) {
 	s.mu.Lock()
 	r.incarnations, r.kills, r.cuts, r.callErrors = s.incarnation, s.kills, s.cuts, s.callErrors
 	r.dockerdRuns = slices.Clone(s.dockerdRuns)
+	r.outages = slices.Clone(s.outages)
 	r.unexpected = slices.Clone(s.unexpected)
 	r.mem = slices.Clone(s.mem)
 	r.panics = s.panics
@@ -278,6 +311,15 @@ func (r *report) print(w io.Writer) {
 	row("lost state changes", r.lost, "0")
 	row("repeated state changes that would confuse ECS", r.repeated, "0")
 	row("agent panics", r.panics, "0")
+	longest := time.Duration(0)
+	for _, d := range r.outages {
+		longest = max(longest, d)
+	}
+	row("Engine outages during creates (longest, stop to answer)", fmt.Sprintf("%d (%s)", len(r.outages), longest.Round(100*time.Millisecond)), "")
+	row("  tasks launched into them", r.outageTasks, "")
+	row("  failed by the outage (a create or start error)", r.outageFailed, "0")
+	row("  orphan containers of theirs", r.outageOrphans, "0")
+	row("  duplicate containers of theirs", r.outageDuplicates, "0")
 	if len(r.mem) > 0 {
 		first, last := r.mem[0], r.mem[len(r.mem)-1]
 		row("agent RSS at age 10 s: first incarnation (containers running)", fmt.Sprintf("%.1f MiB (%d)", first.rssMiB, first.containers), "")

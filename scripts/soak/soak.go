@@ -42,6 +42,9 @@ type options struct {
 	killMin        time.Duration // the agent is SIGKILLed every killMin..killMax
 	killMax        time.Duration
 	dockerRestarts int           // dockerd restarts, spread evenly over duration
+	engineOutages  int           // Engine stops during creates, spread evenly over duration
+	outageFor      time.Duration // how long each of those keeps the Engine stopped
+	outageBurst    int           // tasks launched at once into each of those
 	launchEvery    time.Duration // one RunTask every launchEvery
 	running        int           // tasks kept running: beyond this the oldest is stopped
 	cutEvery       time.Duration // mean time between control-plane disruptions (0: none)
@@ -79,7 +82,11 @@ type soak struct {
 	dockerdRuns []time.Duration
 	cuts        int
 	callErrors  int
-	lastErr     error
+	outages     []time.Duration // each Engine outage during creates, from the stop to the Engine answering
+	outageTasks map[string]bool // tasks launched into an Engine outage
+
+	dockerMu sync.Mutex // held by a dockerd restart or outage: never two at once
+	lastErr  error
 
 	killReq chan struct{}
 	steady  chan struct{} // closed when the warm-up is over and the chaos starts
@@ -129,7 +136,7 @@ func run(ctx context.Context, opts options) (rep *report, err error) {
 	var id [3]byte
 	_, _ = rand.Read(id[:])
 	s := &soak{opts: opts, dc: dc, root: root, dir: dir, bin: filepath.Join(dir, "berth"), ledger: newLedger(),
-		runID: hex.EncodeToString(id[:]), stoppedBy: map[string]bool{}, killReq: make(chan struct{}), steady: make(chan struct{})}
+		runID: hex.EncodeToString(id[:]), stoppedBy: map[string]bool{}, outageTasks: map[string]bool{}, killReq: make(chan struct{}), steady: make(chan struct{})}
 	s.cluster = "berth-soak-" + s.runID
 	s.watch = &dockerWatch{dc: dc, cluster: s.cluster, seen: map[string]*seenContainer{}}
 	if err := agentproc.Build(ctx, s.bin); err != nil {
@@ -246,7 +253,7 @@ func (s *soak) run(ctx context.Context) (*report, error) {
 	chaos, stopChaos := context.WithDeadline(ctx, end)
 	defer stopChaos()
 	var wg sync.WaitGroup
-	for _, f := range []func(context.Context, time.Time){s.launch, s.killer, s.dockerd, s.disrupt} {
+	for _, f := range []func(context.Context, time.Time){s.launch, s.killer, s.dockerd, s.engineOutages, s.disrupt} {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(chaos, end) }()
 	}
@@ -499,7 +506,10 @@ func (s *soak) dockerd(ctx context.Context, end time.Time) {
 		s.logf("restarting dockerd (%d of %d)", i, n)
 		began := time.Now()
 		// Not bounded by the chaos: a restart under way is seen through.
-		if err := restartDocker(context.WithoutCancel(ctx), s.dc, s.root); err != nil {
+		s.dockerMu.Lock()
+		err := restartDocker(context.WithoutCancel(ctx), s.dc, s.root)
+		s.dockerMu.Unlock()
+		if err != nil {
 			s.callError(fmt.Errorf("restart dockerd: %w", err))
 			s.logf("restarting dockerd failed: %v", err)
 			return
@@ -509,6 +519,81 @@ func (s *soak) dockerd(ctx context.Context, end time.Time) {
 		s.mu.Unlock()
 		s.logf("dockerd answers again after %s", time.Since(began).Round(100*time.Millisecond))
 	}
+}
+
+// engineOutages stops the Docker Engine opts.engineOutages times while the agent creates containers,
+// spread evenly over the chaos between the dockerd restarts: each time it launches opts.outageBurst
+// tasks at once, stops dockerd as soon as Docker has made the first of their containers (the others'
+// creates and starts under way or about to be), keeps it stopped for opts.outageFor and starts it
+// again. Those tasks are checked apart (see check): none may fail by the outage, shorter than the
+// agent's create and start timeouts, nor leave an orphan or a duplicate.
+func (s *soak) engineOutages(ctx context.Context, _ time.Time) {
+	n := s.opts.engineOutages
+	for i := 1; i <= n; i++ {
+		at := s.start.Add(time.Duration(2*i-1) * s.opts.duration / time.Duration(2*(n+1)))
+		if !sleep(ctx, time.Until(at)) {
+			return
+		}
+		if err := s.engineOutage(ctx, i, n); err != nil {
+			s.callError(fmt.Errorf("engine outage: %w", err))
+			s.logf("engine outage %d of %d: %v", i, n, err)
+			return
+		}
+	}
+}
+
+// engineOutage is one of engineOutages.
+func (s *soak) engineOutage(ctx context.Context, i, n int) error {
+	s.dockerMu.Lock()
+	defer s.dockerMu.Unlock()
+	var ran struct {
+		Tasks []struct {
+			TaskArn string `json:"taskArn"`
+		} `json:"tasks"`
+	}
+	if err := s.cp.Call(ctx, "RunTask", map[string]any{"cluster": s.cluster, "taskDefinition": family, "count": s.opts.outageBurst}, &ran); err != nil {
+		return fmt.Errorf("RunTask: %w", err)
+	}
+	var arns []string
+	s.mu.Lock()
+	for _, t := range ran.Tasks {
+		arns = append(arns, t.TaskArn)
+		s.launched = append(s.launched, t.TaskArn)
+		s.outageTasks[t.TaskArn] = true
+	}
+	s.mu.Unlock()
+	// Not bounded by the chaos from here on: an outage under way is seen through.
+	ctx = context.WithoutCancel(ctx)
+	err := poll(ctx, 30*time.Second, 5*time.Millisecond, "Docker makes a container of the burst", func() bool {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		for _, arn := range arns {
+			list, err := s.dc.ListContainers(docker.ListContainersOptions{All: true, Context: lctx,
+				Filters: map[string][]string{"label": {labelTaskARN + "=" + arn}}})
+			if err == nil && len(list) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return err
+	}
+	s.logf("stopping dockerd during the creates of %d tasks (outage %d of %d, for %s)", len(arns), i, n, s.opts.outageFor)
+	began := time.Now()
+	if err := stopDocker(ctx); err != nil {
+		return err
+	}
+	sleep(ctx, s.opts.outageFor)
+	if err := startDocker(ctx, s.dc, s.root); err != nil {
+		return err
+	}
+	took := time.Since(began)
+	s.mu.Lock()
+	s.outages = append(s.outages, took)
+	s.mu.Unlock()
+	s.logf("dockerd answers again after an outage of %s", took.Round(100*time.Millisecond))
+	return nil
 }
 
 // disrupt cuts the agent's control-plane connections for 1-4 s about every cutEvery.

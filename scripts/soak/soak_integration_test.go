@@ -19,13 +19,14 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 // TestIntegrationSoakShort runs the soak for one minute: the agent SIGKILLed every 12-20 s (two or
-// three times), dockerd restarted once, the control plane cut about every 20 s; every row that must
-// be 0 is 0. A missing prerequisite (root, Docker, the test image) fails it.
+// three times), dockerd restarted once and stopped once during creates, the control plane cut about
+// every 20 s; every row that must be 0 is 0. A missing prerequisite (root, Docker, the test image) fails it.
 func TestIntegrationSoakShort(t *testing.T) {
 	o := defaultOptions()
 	o.duration = time.Minute
 	o.killMin, o.killMax = 12*time.Second, 20*time.Second
 	o.dockerRestarts = 1
+	o.engineOutages = 1
 	o.cutEvery = 20 * time.Second
 	o.settle = 3 * time.Minute
 	o.out = logWriter{t}
@@ -41,7 +42,8 @@ func TestIntegrationSoakShort(t *testing.T) {
 	if rep.failed() {
 		t.Fatal("a row that must be 0 is not")
 	}
-	if rep.kills < 2 || len(rep.dockerdRuns) != 1 || rep.cuts < 1 {
-		t.Fatalf("the chaos did not happen as planned: %d kills, %d dockerd restarts, %d cuts", rep.kills, len(rep.dockerdRuns), rep.cuts)
+	if rep.kills < 2 || len(rep.dockerdRuns) != 1 || len(rep.outages) != 1 || rep.cuts < 1 {
+		t.Fatalf("the chaos did not happen as planned: %d kills, %d dockerd restarts, %d Engine outages during creates, %d cuts",
+			rep.kills, len(rep.dockerdRuns), len(rep.outages), rep.cuts)
 	}
 }
