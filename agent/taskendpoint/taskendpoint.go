@@ -78,9 +78,9 @@ type TaskSource interface {
 	// ECS_CONTAINER_METADATA_URI_V4) is token. It is called once for every v3 and v4 request, before
 	// rate limiting, so it should be cheap.
 	ByToken(token string) (t *task.Task, container string, ok bool)
-	// ByAddress returns the task that has this IPv4 address: a bridge container's address, or an
-	// awsvpc task's address on its ENI or on the task bridge. It serves v2, which has no token.
-	ByAddress(ip netip.Addr) (*task.Task, bool)
+	// Tasks returns a copy of every task the agent holds. v2, which has no token, finds the asking
+	// task among them by the request's source address.
+	Tasks() []*task.Task
 }
 
 // StatsSource supplies Docker's stats of a container. It must be safe for concurrent use.
@@ -147,6 +147,7 @@ type Handler struct {
 	tags     TagSource
 	instARN  func() string
 	log      *logger.Logger
+	refused  *refusalLog
 	limits   *limiter
 	limitHdr string
 }
@@ -186,6 +187,7 @@ func New(cfg Config) (*Handler, error) {
 		tags:     cfg.Tags,
 		instARN:  cfg.InstanceARN,
 		log:      cfg.Logger,
+		refused:  &refusalLog{log: cfg.Logger, clock: cfg.Clock},
 		limits:   newLimiter(rl, cfg.Clock, maxLimiters),
 		limitHdr: fmt.Sprintf("%.2f", float64(rl.Steady)),
 	}, nil
@@ -300,6 +302,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !h.limits.allow(key) {
 		h.log.Debug("task endpoint request throttled", "path_kind", rt.kind.String(), "source", src.String())
+		h.refused.note(refusedThrottled, "path_kind", rt.kind.String(), "source", src.String())
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusTooManyRequests)
 		_, _ = w.Write([]byte("You have reached maximum request limit."))
