@@ -52,7 +52,9 @@ type credentialsError struct {
 // task holds whose credentials have not arrived (or, in local mode, are being assumed), 400
 // InvalidIdInRequest for any other ID without credentials, 500 InternalServerError when they cannot
 // be had.
-func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, version int, id string) {
+//
+// holder is the task that holds id (nil: none does).
+func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, version int, id string, holder *task.Task) {
 	prefix := fmt.Sprintf("CredentialsV%dRequest: ", version)
 	fail := func(status int, code, msg string) {
 		writeJSON(w, status, credentialsError{Code: code, Message: msg, HTTPErrorCode: status})
@@ -63,10 +65,6 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 		return
 	}
 	short := taskcreds.ShortID(id)
-	var holder *task.Task
-	if h.holders != nil {
-		holder, _ = h.holders.ByCredentialsID(id)
-	}
 	c, err := h.lookupCredentials(r.Context(), id)
 	host := h.logCreds != nil && h.fromHost(r)
 	if errdefs.IsNotFound(err) && host {
@@ -101,6 +99,14 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 	}
 	h.log.Debug("task credentials served", "credentials_id", short, "role_arn", c.RoleArn, "api_version", version)
 	writeJSON(w, http.StatusOK, body)
+}
+
+// holder returns the task that holds the credentials ID, if the handler was given CredentialsTasks.
+func (h *Handler) holder(id string) (*task.Task, bool) {
+	if h.holders == nil || id == "" {
+		return nil, false
+	}
+	return h.holders.ByCredentialsID(id)
 }
 
 // stoppedTaskRole reports whether id is the task role credentials ID of a task that has stopped:

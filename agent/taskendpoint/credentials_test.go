@@ -64,9 +64,9 @@ func holders() fakeHolders {
 }
 
 // credentialsEnv is newEnv with the holders, a stopped task's credentials still in the source, a
-// role being assumed, a role STS refuses, and the host's log driver credentials.
-func credentialsEnv(t *testing.T) *env {
-	return newEnv(t, func(c *taskendpoint.Config) {
+// role being assumed, a role STS refuses, and the host's log driver credentials; then mutate.
+func credentialsEnv(t *testing.T, mutate ...func(*taskendpoint.Config)) *env {
+	return newEnv(t, append([]func(*taskendpoint.Config){func(c *taskendpoint.Config) {
 		src := c.Credentials.(*fakeCredentials)
 		src.creds[stoppedID] = taskcreds.Credentials{AccessKeyID: "ASIASTOPPED"}
 		src.errs = map[string]error{
@@ -77,7 +77,7 @@ func credentialsEnv(t *testing.T) *env {
 		c.LogDriverCredentials = &fakeCredentials{creds: map[string]taskcreds.Credentials{"exec-id": {AccessKeyID: "exec-key"}},
 			errs: map[string]error{execID: fmt.Errorf("not arrived: %w", errdefs.ErrUnavailable)}}
 		c.HostAddress = func(ip netip.Addr) bool { return ip == netip.MustParseAddr("10.0.0.1") }
-	})
+	}}, mutate...)...)
 }
 
 // TestCredentials holds every answer of the two credentials endpoints to the byte.
@@ -209,4 +209,39 @@ func TestCredentialsMethods(t *testing.T) {
 			assert.NotContains(t, rec.Body.String(), secretKey)
 		}
 	}
+}
+
+// TestRateLimitPerCredentialsID: credentials requests are counted per credentials ID of a task the
+// agent holds, so a local process that floods the endpoint from the host's address (with unknown
+// IDs, unknown tokens or v2) spends its own budget, not a host-network task's credentials nor the
+// Docker awslogs driver's; an ID nobody holds counts against its source address.
+func TestRateLimitPerCredentialsID(t *testing.T) {
+	hostTask := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/host", NetworkMode: task.NetworkHost,
+		KnownStatus: task.TaskRunning, CredentialsID: credsID}
+	e := credentialsEnv(t, func(c *taskendpoint.Config) {
+		c.RateLimit = taskendpoint.RateLimit{Steady: 1, Burst: 2}
+		hs := holders()
+		hs[credsID] = hostTask
+		hs["exec-id"] = &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/logs", KnownStatus: task.TaskRunning,
+			ExecutionCredentialsID: "exec-id"}
+		c.CredentialsTasks = hs
+	})
+	for _, p := range []string{"/v2/credentials/unknown-1", "/v1/credentials?id=unknown-2", "/v4/no-such-token", "/v2/metadata"} {
+		e.get(p, hostAddr)
+	}
+	rec := e.get("/v2/credentials/unknown-3", hostAddr)
+	require.Equal(t, http.StatusTooManyRequests, rec.Code, "the flooder's own budget is spent")
+	assert.Equal(t, "You have reached maximum request limit.", rec.Body.String())
+	assert.Equal(t, "1.00", rec.Header().Get("X-Rate-Limit-Limit"))
+	assert.Equal(t, "1", rec.Header().Get("X-Rate-Limit-Duration"))
+
+	for _, p := range []string{"/v2/credentials/" + credsID, "/v1/credentials?id=" + credsID} {
+		assert.Equal(t, http.StatusOK, e.get(p, hostAddr).Code, "the host-network task still gets its credentials: %s", p)
+	}
+	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/exec-id", hostAddr).Code, "and the awslogs driver its own")
+
+	// The ID's budget is its own: spent, it is 429 whoever asks, until it refills.
+	assert.Equal(t, http.StatusTooManyRequests, e.get("/v2/credentials/"+credsID, hostAddr).Code)
+	e.clock.Advance(time.Second)
+	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, hostAddr).Code)
 }

@@ -20,7 +20,9 @@
 // other method than GET is answered 405, any other path 404. Every answer carries X-Rate-Limit-Limit and
 // X-Rate-Limit-Duration; a caller over its rate (steady requests per second with a burst, the ECS
 // agent's ECS_TASK_METADATA_RPS_LIMIT) gets 429. v3 and v4 requests are counted per metadata token,
-// the others (and requests with a token nobody holds) per source address.
+// credentials requests per credentials ID of a task the agent holds, and the others (v2, and requests
+// with a token or ID nobody holds) per source address: no caller can spend another's budget without
+// its token or ID. Refused requests are logged at most once a minute, with a count of the rest.
 //
 // # Use
 //
@@ -295,9 +297,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var tk *task.Task
 	var container string
 	var found bool
-	if rt.kind >= tokenContainer {
+	var credsID string
+	switch {
+	case rt.kind >= tokenContainer:
 		if tk, container, found = h.tasks.ByToken(rt.arg); found {
 			key = "token " + rt.arg
+		}
+	case rt.kind == credentialsV1 || rt.kind == credentialsV2:
+		credsID = rt.arg
+		if rt.kind == credentialsV1 {
+			credsID = r.URL.Query().Get("id")
+		}
+		if tk, found = h.holder(credsID); found {
+			key = "credentials " + credsID
 		}
 	}
 	if !h.limits.allow(key) {
@@ -309,10 +321,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch rt.kind {
-	case credentialsV1:
-		h.serveCredentials(w, r, 1, r.URL.Query().Get("id"))
-	case credentialsV2:
-		h.serveCredentials(w, r, 2, rt.arg)
+	case credentialsV1, credentialsV2:
+		h.serveCredentials(w, r, rt.version, credsID, tk)
 	case v2Task, v2TaskWithTags, v2Container, v2TaskStats, v2ContainerStats:
 		h.serveV2(w, r, rt, src, srcOK)
 	default:

@@ -539,7 +539,8 @@ func TestRateLimit(t *testing.T) {
 	assert.Equal(t, http.StatusOK, e.get("/v4/tok-web", fromWeb).Code)
 	assert.Equal(t, http.StatusTooManyRequests, e.get("/v4/tok-web", fromWeb).Code)
 
-	// Credentials are limited by source address, and unknown tokens count against their address.
+	// Credentials IDs no task holds (this handler knows no holders) and unknown tokens count against
+	// their source address.
 	for range 3 {
 		require.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, fromAWSVPC).Code)
 	}
@@ -706,4 +707,41 @@ func TestV2FindsTheTaskByCurrentAddress(t *testing.T) {
 		})
 	}
 	assert.Contains(t, e.log.String(), "reason=address_of_several_tasks source=172.17.0.9 tasks=2")
+}
+
+// TestRefusedRequestsAreLoggedOnceAMinute: a flood of refused requests writes one WARN line a minute,
+// the first, and the next line counts the ones left out.
+func TestRefusedRequestsAreLoggedOnceAMinute(t *testing.T) {
+	e := newEnv(t, func(c *taskendpoint.Config) { c.RateLimit = taskendpoint.RateLimit{Steady: 1, Burst: 1} })
+	const line = "task endpoint request refused"
+	warnings := func() []string {
+		var out []string
+		for _, l := range strings.Split(e.log.String(), "\n") {
+			if strings.Contains(l, line) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	for range 1000 {
+		e.get("/v4/tok-web", fromWeb)
+	}
+	got := warnings()
+	require.Len(t, got, 1, "one line for 999 refusals within the minute")
+	assert.Contains(t, got[0], "level=warn")
+	assert.Contains(t, got[0], "reason=throttled path_kind=container source=172.17.0.2")
+	assert.NotContains(t, got[0], "suppressed")
+
+	e.clock.Advance(59 * time.Second)
+	e.get("/v4/tok-web", fromWeb) // refills one: answered
+	e.get("/v4/tok-web", fromWeb)
+	require.Len(t, warnings(), 1, "still within the minute")
+
+	e.clock.Advance(time.Second)
+	e.get("/v4/tok-web", fromWeb)
+	e.get("/v2/metadata", fromWeb) // the address's own budget: answered
+	e.get("/v2/metadata", fromWeb)
+	got = warnings()
+	require.Len(t, got, 2)
+	assert.Contains(t, got[1], "reason=throttled path_kind=task source=172.17.0.2 suppressed_throttled=999")
 }
