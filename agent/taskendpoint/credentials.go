@@ -53,8 +53,10 @@ type credentialsError struct {
 // InvalidIdInRequest for any other ID without credentials, 500 InternalServerError when they cannot
 // be had.
 //
-// holder is the task that holds id (nil: none does).
-func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, version int, id string, holder *task.Task) {
+// holder is the task that holds id (nil: none does), bind what binding says of this request: a caller
+// bindRefuse names is answered 400 InvalidIdInRequest before anything is looked up, whatever the ID,
+// so that it learns nothing of it.
+func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, version int, id string, holder *task.Task, bind binding) {
 	prefix := fmt.Sprintf("CredentialsV%dRequest: ", version)
 	fail := func(status int, code, msg string) {
 		writeJSON(w, status, credentialsError{Code: code, Message: msg, HTTPErrorCode: status})
@@ -65,6 +67,23 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 		return
 	}
 	short := taskcreds.ShortID(id)
+	switch bind {
+	case bindRefuse:
+		src, _ := sourceAddr(r)
+		if holder == nil {
+			h.log.Debug("task credentials not found", "credentials_id", short, "api_version", version)
+		} else {
+			h.refused.note(refusedStranger, "credentials_id", short, "task_arn", holder.Arn, "source", src.String())
+			h.log.Debug("task credentials asked from an address that is not the task's", "credentials_id", short, "task_arn", holder.Arn,
+				"source", src.String(), "api_version", version)
+		}
+		fail(http.StatusBadRequest, codeInvalidID, prefix+"Credentials not found")
+		return
+	case bindNotYet:
+		h.log.Debug("task credentials asked while the task's container address is not known yet", "credentials_id", short, "task_arn", holder.Arn, "api_version", version)
+		fail(http.StatusServiceUnavailable, codeUninitialized, prefix+"Credentials uninitialized for ID")
+		return
+	}
 	c, err := h.lookupCredentials(r.Context(), id)
 	host := h.logCreds != nil && h.fromHost(r)
 	if errdefs.IsNotFound(err) && host {

@@ -245,3 +245,123 @@ func TestRateLimitPerCredentialsID(t *testing.T) {
 	e.clock.Advance(time.Second)
 	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, hostAddr).Code)
 }
+
+// Credentials IDs of the binding tests' tasks, each with credentials in the source unless said.
+const (
+	awsvpcCredsID   = "1b2c3d4e-5f60-4718-8a9b-0c1d2e3f4a5b"
+	hostCredsID     = "2c3d4e5f-6071-4829-9bac-1d2e3f4a5b6c"
+	startingCredsID = "3d4e5f60-7182-493a-acbd-2e3f4a5b6c7d"
+	orphanCredsID   = "4e5f6071-8293-4a4b-bdce-3f4a5b6c7d8e" // in the source, held by no task
+	bindPendingID   = "5f607182-93a4-4b5c-8edf-4a5b6c7d8e9f" // held by a running task, not arrived
+	fromSecond      = "172.17.0.4:41234"                     // a running container of another task
+	fromInheritor   = "172.17.0.3:41234"                     // the bridge task's stopped job had it
+)
+
+// bindEnv is newEnv with credentials bound to their task (bind) and the tasks that hold the IDs: the
+// bridge and awsvpc fixtures, a host-network task, a task starting its container, a task whose
+// credentials have not arrived, and a second bridge task whose container is at 172.17.0.4; then mutate.
+func bindEnv(t *testing.T, bind bool, mutate ...func(*taskendpoint.Config)) *env {
+	running := func(name, addr string) *task.Container {
+		return &task.Container{Name: name, DockerID: name + "-id", DesiredStatus: task.ContainerRunning, KnownStatus: task.ContainerRunning,
+			Networks: []task.Network{{Mode: "bridge", IPv4Addresses: []string{addr}}}}
+	}
+	bridge, awsvpc := bridgeTask(), awsvpcTask()
+	bridge.CredentialsID, awsvpc.CredentialsID = credsID, awsvpcCredsID
+	host := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/host", NetworkMode: task.NetworkHost,
+		KnownStatus: task.TaskRunning, CredentialsID: hostCredsID,
+		Containers: []*task.Container{{Name: "agent", DockerID: "host-id", KnownStatus: task.ContainerRunning, Networks: []task.Network{{Mode: "host"}}}}}
+	starting := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/starting", NetworkMode: task.NetworkBridge,
+		KnownStatus: task.TaskCreated, CredentialsID: startingCredsID,
+		Containers: []*task.Container{{Name: "app", DockerID: "starting-id", DesiredStatus: task.ContainerRunning, KnownStatus: task.ContainerCreated}}}
+	pending := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/pending", NetworkMode: task.NetworkBridge,
+		KnownStatus: task.TaskRunning, CredentialsID: bindPendingID, Containers: []*task.Container{running("app", "172.17.0.5")}}
+	second := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/second", NetworkMode: task.NetworkBridge,
+		KnownStatus: task.TaskRunning, CredentialsID: "6071", Containers: []*task.Container{running("probe", "172.17.0.4")}}
+	return credentialsEnv(t, func(c *taskendpoint.Config) {
+		src := c.Credentials.(*fakeCredentials)
+		for _, id := range []string{awsvpcCredsID, hostCredsID, startingCredsID, orphanCredsID} {
+			src.creds[id] = src.creds[credsID]
+		}
+		c.Tasks.(*fakeTasks).tasks = append(c.Tasks.(*fakeTasks).tasks, second)
+		hs := c.CredentialsTasks.(fakeHolders)
+		for _, tk := range []*task.Task{bridge, awsvpc, host, starting, pending, second} {
+			hs[tk.CredentialsID] = tk
+		}
+		c.BindCredentials = bind
+	}, func(c *taskendpoint.Config) {
+		for _, m := range mutate {
+			m(c)
+		}
+	})
+}
+
+// TestCredentialsBoundToTheirTask: with ECS_TASK_CREDENTIALS_BIND_TO_TASK, a bridge or awsvpc task's
+// credentials are answered to its own containers and to the host; a container of another task (or
+// one that inherited a stopped container's address) that has the ID is told exactly what the ECS
+// agent tells an ID nobody holds, and the operator is told once a minute. Host-network tasks' are
+// answered as the ECS agent does.
+func TestCredentialsBoundToTheirTask(t *testing.T) {
+	tests := []struct {
+		name, path, from string
+		wantStatus       int
+		wantBody         string
+	}{
+		{"the owner, v2", "/v2/credentials/" + credsID, fromWeb, http.StatusOK, bodyOK},
+		{"the owner, v1", "/v1/credentials?id=" + credsID, fromWeb, http.StatusOK, bodyOK},
+		{"the awsvpc owner, from its task-bridge address", "/v2/credentials/" + awsvpcCredsID, fromAWSVPC, http.StatusOK, bodyOK},
+		{"the awsvpc owner, from its ENI address", "/v2/credentials/" + awsvpcCredsID, "10.0.2.61:50000", http.StatusOK, bodyOK},
+		{"another task's container, v2", "/v2/credentials/" + credsID, fromSecond, http.StatusBadRequest, bodyV2NotFound},
+		{"another task's container, v1", "/v1/credentials?id=" + credsID, fromSecond, http.StatusBadRequest, bodyV1NotFound},
+		{"the heir of a stopped container's address", "/v2/credentials/" + credsID, fromInheritor, http.StatusBadRequest, bodyV2NotFound},
+		{"an awsvpc task's ID from a bridge container", "/v2/credentials/" + awsvpcCredsID, fromWeb, http.StatusBadRequest, bodyV2NotFound},
+		{"an address no task has", "/v2/credentials/" + credsID, fromNobody, http.StatusBadRequest, bodyV2NotFound},
+		{"the host", "/v2/credentials/" + credsID, hostAddr, http.StatusOK, bodyOK},
+		{"the host, an awsvpc task's ID", "/v1/credentials?id=" + awsvpcCredsID, hostAddr, http.StatusOK, bodyOK},
+		{"a host-network task, from the host", "/v2/credentials/" + hostCredsID, hostAddr, http.StatusOK, bodyOK},
+		{"a host-network task's ID, from a container", "/v2/credentials/" + hostCredsID, fromSecond, http.StatusOK, bodyOK},
+		{"not arrived, the owner", "/v2/credentials/" + bindPendingID, "172.17.0.5:41234", http.StatusServiceUnavailable, bodyV2Uninitialized},
+		{"not arrived, another task's container", "/v2/credentials/" + bindPendingID, fromSecond, http.StatusBadRequest, bodyV2NotFound},
+		{"held by no task, a container", "/v2/credentials/" + orphanCredsID, fromWeb, http.StatusBadRequest, bodyV2NotFound},
+		{"held by no task, the host", "/v2/credentials/" + orphanCredsID, hostAddr, http.StatusOK, bodyOK},
+		{"a container Docker is starting, its address not read yet", "/v2/credentials/" + startingCredsID, "172.17.0.6:41234", http.StatusServiceUnavailable, bodyV2Uninitialized},
+		{"an ID nobody holds", "/v2/credentials/nope", fromWeb, http.StatusBadRequest, bodyV2NotFound},
+	}
+	e := bindEnv(t, true)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := e.get(tt.path, tt.from)
+			assert.Equal(t, tt.wantStatus, rec.Code)
+			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			assert.Equal(t, tt.wantBody, rec.Body.String())
+		})
+	}
+	logged := e.log.String()
+	assert.Regexp(t, `level=warn time=\S+ msg="task endpoint request refused`, logged)
+	assert.Contains(t, logged, "reason=credentials_not_the_tasks_address credentials_id="+credsID[:8]+" task_arn="+bridgeARN+" source=172.17.0.4")
+	assert.NotContains(t, logged, credsID, "the ID is logged by its first characters only")
+}
+
+// TestCredentialsBindingOff: ECS_TASK_CREDENTIALS_BIND_TO_TASK=false answers anyone with the ID, as
+// the ECS agent does.
+func TestCredentialsBindingOff(t *testing.T) {
+	e := bindEnv(t, false)
+	for _, from := range []string{fromWeb, fromSecond, fromInheritor, fromNobody, hostAddr} {
+		rec := e.get("/v2/credentials/"+credsID, from)
+		assert.Equal(t, http.StatusOK, rec.Code, from)
+		assert.Equal(t, bodyOK, rec.Body.String(), from)
+	}
+	assert.Equal(t, bodyOK, e.get("/v2/credentials/"+orphanCredsID, fromWeb).Body.String())
+	assert.Equal(t, bodyV2Uninitialized, e.get("/v2/credentials/"+bindPendingID, fromSecond).Body.String())
+}
+
+// TestRefusedStrangersSpendTheirOwnBudget: a container refused another task's credentials counts
+// against its own address, so it cannot throttle the owner by asking with the owner's ID.
+func TestRefusedStrangersSpendTheirOwnBudget(t *testing.T) {
+	e := bindEnv(t, true, func(c *taskendpoint.Config) { c.RateLimit = taskendpoint.RateLimit{Steady: 1, Burst: 2} })
+	for range 5 {
+		e.get("/v2/credentials/"+credsID, fromSecond)
+	}
+	assert.Equal(t, http.StatusTooManyRequests, e.get("/v2/credentials/"+credsID, fromSecond).Code)
+	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, fromWeb).Code, "the owner's budget is untouched")
+	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, fromWeb).Code)
+}

@@ -24,6 +24,12 @@
 // with a token or ID nobody holds) per source address: no caller can spend another's budget without
 // its token or ID. Refused requests are logged at most once a minute, with a count of the rest.
 //
+// v2 answers the one task that has the request's source address now: a running container's address
+// on a Docker network, or an awsvpc task's task-bridge or ENI address. With BindCredentials (a Berth
+// extension), the credentials of a task that is not on the host's network are answered only to its
+// own current addresses and to the host: a request through the 169.254.170.2 NAT keeps its
+// container's source address, so a leaked ID is worthless to the host's other containers.
+//
 // # Use
 //
 //	h, err := taskendpoint.New(taskendpoint.Config{
@@ -128,8 +134,14 @@ type Config struct {
 	LogDriverCredentials CredentialsSource
 	// HostAddress reports whether an address is the host's own; nil: the host's interface addresses.
 	HostAddress func(netip.Addr) bool
-	Stats       StatsSource // nil: every stats request fails
-	Tags        TagSource   // nil: /taskWithTags shows no tags
+	// BindCredentials answers the credentials of a task that is not on the host's network only to
+	// its own containers' current addresses (a Berth extension, ECS_TASK_CREDENTIALS_BIND_TO_TASK);
+	// anyone else with the ID is told it is unknown. Requests from the host's own addresses, and the
+	// credentials of host-network tasks, are answered as the ECS agent does. It needs
+	// CredentialsTasks. false: every caller with the ID is answered, as the ECS agent does.
+	BindCredentials bool
+	Stats           StatsSource // nil: every stats request fails
+	Tags            TagSource   // nil: /taskWithTags shows no tags
 	// InstanceARN returns the container instance's ARN, whose tags /taskWithTags shows; "" while the
 	// instance is not registered. nil: no instance tags.
 	InstanceARN func() string
@@ -144,6 +156,7 @@ type Handler struct {
 	creds    CredentialsSource
 	logCreds CredentialsSource
 	holders  CredentialsTasks
+	bind     bool
 	isHost   func(netip.Addr) bool
 	stats    StatsSource
 	tags     TagSource
@@ -156,8 +169,8 @@ type Handler struct {
 
 var _ http.Handler = (*Handler)(nil)
 
-// New returns the handler. It fails with an errdefs.ErrInvalidArgument error when Tasks is nil or the
-// rate limit is not valid.
+// New returns the handler. It fails with an errdefs.ErrInvalidArgument error when Tasks is nil, the
+// rate limit is not valid, or BindCredentials is set without CredentialsTasks.
 func New(cfg Config) (*Handler, error) {
 	if cfg.Tasks == nil {
 		return nil, fmt.Errorf("task endpoint: %w: no TaskSource", errdefs.ErrInvalidArgument)
@@ -168,6 +181,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if err := rl.validate(); err != nil {
 		return nil, fmt.Errorf("task endpoint: %w", err)
+	}
+	if cfg.BindCredentials && cfg.CredentialsTasks == nil {
+		return nil, fmt.Errorf("task endpoint: %w: credentials bound to their task need CredentialsTasks", errdefs.ErrInvalidArgument)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
@@ -184,6 +200,7 @@ func New(cfg Config) (*Handler, error) {
 		creds:    cfg.Credentials,
 		logCreds: cfg.LogDriverCredentials,
 		holders:  cfg.CredentialsTasks,
+		bind:     cfg.BindCredentials,
 		isHost:   cfg.HostAddress,
 		stats:    cfg.Stats,
 		tags:     cfg.Tags,
@@ -298,6 +315,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var container string
 	var found bool
 	var credsID string
+	var bind binding
 	switch {
 	case rt.kind >= tokenContainer:
 		if tk, container, found = h.tasks.ByToken(rt.arg); found {
@@ -308,7 +326,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if rt.kind == credentialsV1 {
 			credsID = r.URL.Query().Get("id")
 		}
-		if tk, found = h.holder(credsID); found {
+		tk, found = h.holder(credsID)
+		bind = h.binding(tk, src, srcOK)
+		if found && bind == bindServe {
 			key = "credentials " + credsID
 		}
 	}
@@ -322,7 +342,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch rt.kind {
 	case credentialsV1, credentialsV2:
-		h.serveCredentials(w, r, rt.version, credsID, tk)
+		h.serveCredentials(w, r, rt.version, credsID, tk, bind)
 	case v2Task, v2TaskWithTags, v2Container, v2TaskStats, v2ContainerStats:
 		h.serveV2(w, r, rt, src, srcOK)
 	default:

@@ -575,6 +575,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 	_, err = taskendpoint.New(taskendpoint.Config{Tasks: &fakeTasks{}, RateLimit: taskendpoint.RateLimit{Steady: 0, Burst: 5}})
 	assert.ErrorIs(t, err, taskendpoint.ErrInvalidRateLimit)
+	_, err = taskendpoint.New(taskendpoint.Config{Tasks: &fakeTasks{}, BindCredentials: true})
+	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, "binding needs to know which task holds an ID")
 }
 
 func TestParseRateLimit(t *testing.T) {
