@@ -365,3 +365,24 @@ func TestRefusedStrangersSpendTheirOwnBudget(t *testing.T) {
 	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, fromWeb).Code, "the owner's budget is untouched")
 	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, fromWeb).Code)
 }
+
+// TestCredentialsWhileAContainerRestarts: a container restarted in place may come back with a new
+// address the engine has not read yet; until it has, a request from an address not the task's is
+// answered 503, which SDKs retry, and once it has, the new address is the task's.
+func TestCredentialsWhileAContainerRestarts(t *testing.T) {
+	restarted := bridgeTask()
+	restarted.CredentialsID = credsID
+	web := restarted.Containers[0]
+	web.RestartCount, web.RestartedAt = 1, web.StartedAt.Add(time.Minute)
+	e := credentialsEnv(t, func(c *taskendpoint.Config) {
+		c.CredentialsTasks.(fakeHolders)[credsID] = restarted
+		c.BindCredentials = true
+	})
+	rec := e.get("/v2/credentials/"+credsID, "172.17.0.8:41234")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, bodyV2Uninitialized, rec.Body.String())
+
+	web.StartedAt, web.Networks = web.RestartedAt.Add(time.Second), []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.8"}}}
+	assert.Equal(t, bodyOK, e.get("/v2/credentials/"+credsID, "172.17.0.8:41234").Body.String(), "read back: the new address is the task's")
+	assert.Equal(t, bodyV2NotFound, e.get("/v2/credentials/"+credsID, fromWeb).Body.String(), "and the old one no longer is")
+}
