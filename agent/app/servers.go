@@ -116,7 +116,8 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 	m *prommetrics.Metrics, cp *controlplane.ControlPlane, ecs *ecsclient.Client, creds *taskcreds.Chain, ec2 ec2Instance, cfg *config.Config) error {
 	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: endpointInstance(cfg, ec2),
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
-		Tasks:     eng, Credentials: creds, CredentialsTasks: eng, Stats: stats, Tags: ecs, InstanceARN: instanceARN(cp),
+		Tasks:     eng, Credentials: creds, CredentialsTasks: eng, BindCredentials: cfg.TaskCredentialsBindToTask,
+		Stats: stats, Tags: ecs, InstanceARN: instanceARN(cp),
 		Logger:               s.log.With("component", "task_endpoint"),
 		LogDriverCredentials: tasksecrets.LogDriverCredentials{Engine: eng, Creds: creds}})
 	if err != nil {

@@ -138,6 +138,9 @@ type Config struct {
 	TaskIAMRoleNetworkHost bool
 	TaskMetadataRPS        int
 	TaskMetadataBurst      int
+	// TaskCredentialsBindToTask answers a bridge or awsvpc task's role credentials only to its own
+	// containers and the host (ECS_TASK_CREDENTIALS_BIND_TO_TASK, a Berth extension).
+	TaskCredentialsBindToTask bool
 	// ContainerMetadataEnabled writes the container metadata file of every container
 	// (ECS_ENABLE_CONTAINER_METADATA).
 	ContainerMetadataEnabled bool

@@ -178,6 +178,8 @@ func keyTable() []key {
 			field: func(c *Config) field { return portRangeField{p: &c.DynamicHostPortRange} }},
 		{name: "ECS_TASK_METADATA_RPS_LIMIT", def: "40,60", doc: "requests per second (steady,burst) each container may make to the task endpoint",
 			field: func(c *Config) field { return rateField{steady: &c.TaskMetadataRPS, burst: &c.TaskMetadataBurst} }},
+		{name: "ECS_TASK_CREDENTIALS_BIND_TO_TASK", def: "true", berth: true, doc: "answer a bridge or awsvpc task's role credentials only to its own containers' addresses and the host; false: to anyone with the ID, as the ECS agent does",
+			field: func(c *Config) field { return boolField{p: &c.TaskCredentialsBindToTask} }},
 		{name: "ECS_ENABLE_TASK_ENI", jsonName: "TaskENIEnabled", def: "false", doc: "enable awsvpc tasks and check the CNI plugins at start-up",
 			field: func(c *Config) field { return boolField{p: &c.TaskENIEnabled} }},
 		{name: "ECS_CNI_PLUGINS_PATH", jsonName: "CNIPluginsPath", def: "/usr/lib/berth/cni", doc: "directory of the CNI plugin binaries",

@@ -1382,3 +1382,14 @@ func TestLogFields(t *testing.T) {
 	assert.NotContains(t, fmt.Sprint(values...), "hunter2")
 	assert.Equal(t, []any{"ECS_CLUSTER", "environment", "ECS_ENGINE_AUTH_DATA", "/etc/ecs/ecs.config:3"}, sources)
 }
+
+// TestTaskCredentialsBindToTask: the Berth extension is on unless the operator turns it off, and a
+// value that is not a boolean is an error naming the key.
+func TestTaskCredentialsBindToTask(t *testing.T) {
+	f := newFiles(t, "", "")
+	assert.True(t, f.mustLoad(t, nil).Config.TaskCredentialsBindToTask)
+	assert.False(t, f.mustLoad(t, nil, "ECS_TASK_CREDENTIALS_BIND_TO_TASK=false").Config.TaskCredentialsBindToTask)
+	_, err := f.load(nil, "ECS_TASK_CREDENTIALS_BIND_TO_TASK=sometimes")
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "ECS_TASK_CREDENTIALS_BIND_TO_TASK")
+}

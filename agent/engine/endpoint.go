@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net/netip"
 	"slices"
 
 	docker "github.com/fsouza/go-dockerclient"
@@ -204,29 +203,6 @@ func (e *Engine) ByToken(token string) (*task.Task, string, bool) {
 		}
 	}
 	return nil, "", false
-}
-
-// ByAddress returns a copy of the task one of whose containers has the IPv4 address ip: an awsvpc
-// task's address on the task bridge (where its requests to the task endpoint come from) or on eth0,
-// or a container's on its network.
-func (e *Engine) ByAddress(ip netip.Addr) (*task.Task, bool) {
-	want := ip.Unmap().String()
-	for _, t := range e.Tasks() {
-		if t.KnownStatus == task.TaskStopped {
-			continue
-		}
-		if t.AWSVPC != nil && (t.AWSVPC.BridgeIPv4 == want || t.AWSVPC.IPv4 == want) {
-			return t, true
-		}
-		for _, c := range t.Containers {
-			for _, n := range c.Networks {
-				if slices.Contains(n.IPv4Addresses, want) {
-					return t, true
-				}
-			}
-		}
-	}
-	return nil, false
 }
 
 // endpointEnv returns the variables that tell a container where the task endpoint is, merged into

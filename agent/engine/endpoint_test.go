@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -161,22 +160,6 @@ func TestEndpointEnv(t *testing.T) {
 	assert.NotContains(t, envOf(endpointEnv(withRole, c, off, nil)), "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "ECS_ENABLE_TASK_IAM_ROLE=false")
 	assert.Empty(t, endpointEnv(withRole, c, TaskEndpointConfig{}, nil), "no endpoint, no variables")
 	assert.Empty(t, endpointEnv(withRole, &task.Container{Pause: true}, cfg, nil), "the pause container gets nothing")
-}
-
-func TestByAddress(t *testing.T) {
-	h := newHarness(t, testConfig())
-	tk := newTask("arn:aws:ecs:r:1:task/c/addr", ctr("app"))
-	tk.AWSVPC = &task.AWSVPC{IPv4: "172.31.250.7", BridgeIPv4: "169.254.172.9"}
-	h.add(tk)
-	h.waitStatus(tk.Arn, task.TaskRunning)
-	for _, addr := range []string{"169.254.172.9", "172.31.250.7", "::ffff:169.254.172.9"} {
-		got, ok := h.engine.ByAddress(netip.MustParseAddr(addr))
-		if assert.True(t, ok, addr) {
-			assert.Equal(t, tk.Arn, got.Arn)
-		}
-	}
-	_, ok := h.engine.ByAddress(netip.MustParseAddr("10.9.8.7"))
-	assert.False(t, ok)
 }
 
 // TestByCredentialsID: a task's credentials IDs name it, for the task endpoint, whether the engine

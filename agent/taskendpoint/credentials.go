@@ -52,7 +52,11 @@ type credentialsError struct {
 // task holds whose credentials have not arrived (or, in local mode, are being assumed), 400
 // InvalidIdInRequest for any other ID without credentials, 500 InternalServerError when they cannot
 // be had.
-func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, version int, id string) {
+//
+// holder is the task that holds id (nil: none does), bind what binding says of this request: a caller
+// bindRefuse names is answered 400 InvalidIdInRequest before anything is looked up, whatever the ID,
+// so that it learns nothing of it.
+func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, version int, id string, holder *task.Task, bind binding) {
 	prefix := fmt.Sprintf("CredentialsV%dRequest: ", version)
 	fail := func(status int, code, msg string) {
 		writeJSON(w, status, credentialsError{Code: code, Message: msg, HTTPErrorCode: status})
@@ -63,9 +67,22 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 		return
 	}
 	short := taskcreds.ShortID(id)
-	var holder *task.Task
-	if h.holders != nil {
-		holder, _ = h.holders.ByCredentialsID(id)
+	switch bind {
+	case bindRefuse:
+		src, _ := sourceAddr(r)
+		if holder == nil {
+			h.log.Debug("task credentials not found", "credentials_id", short, "api_version", version)
+		} else {
+			h.refused.note(refusedStranger, "credentials_id", short, "task_arn", holder.Arn, "source", src.String())
+			h.log.Debug("task credentials asked from an address that is not the task's", "credentials_id", short, "task_arn", holder.Arn,
+				"source", src.String(), "api_version", version)
+		}
+		fail(http.StatusBadRequest, codeInvalidID, prefix+"Credentials not found")
+		return
+	case bindNotYet:
+		h.log.Debug("task credentials asked while the task's container address is not known yet", "credentials_id", short, "task_arn", holder.Arn, "api_version", version)
+		fail(http.StatusServiceUnavailable, codeUninitialized, prefix+"Credentials uninitialized for ID")
+		return
 	}
 	c, err := h.lookupCredentials(r.Context(), id)
 	host := h.logCreds != nil && h.fromHost(r)
@@ -101,6 +118,14 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 	}
 	h.log.Debug("task credentials served", "credentials_id", short, "role_arn", c.RoleArn, "api_version", version)
 	writeJSON(w, http.StatusOK, body)
+}
+
+// holder returns the task that holds the credentials ID, if the handler was given CredentialsTasks.
+func (h *Handler) holder(id string) (*task.Task, bool) {
+	if h.holders == nil || id == "" {
+		return nil, false
+	}
+	return h.holders.ByCredentialsID(id)
 }
 
 // stoppedTaskRole reports whether id is the task role credentials ID of a task that has stopped:

@@ -64,9 +64,9 @@ func holders() fakeHolders {
 }
 
 // credentialsEnv is newEnv with the holders, a stopped task's credentials still in the source, a
-// role being assumed, a role STS refuses, and the host's log driver credentials.
-func credentialsEnv(t *testing.T) *env {
-	return newEnv(t, func(c *taskendpoint.Config) {
+// role being assumed, a role STS refuses, and the host's log driver credentials; then mutate.
+func credentialsEnv(t *testing.T, mutate ...func(*taskendpoint.Config)) *env {
+	return newEnv(t, append([]func(*taskendpoint.Config){func(c *taskendpoint.Config) {
 		src := c.Credentials.(*fakeCredentials)
 		src.creds[stoppedID] = taskcreds.Credentials{AccessKeyID: "ASIASTOPPED"}
 		src.errs = map[string]error{
@@ -77,7 +77,7 @@ func credentialsEnv(t *testing.T) *env {
 		c.LogDriverCredentials = &fakeCredentials{creds: map[string]taskcreds.Credentials{"exec-id": {AccessKeyID: "exec-key"}},
 			errs: map[string]error{execID: fmt.Errorf("not arrived: %w", errdefs.ErrUnavailable)}}
 		c.HostAddress = func(ip netip.Addr) bool { return ip == netip.MustParseAddr("10.0.0.1") }
-	})
+	}}, mutate...)...)
 }
 
 // TestCredentials holds every answer of the two credentials endpoints to the byte.
@@ -209,4 +209,180 @@ func TestCredentialsMethods(t *testing.T) {
 			assert.NotContains(t, rec.Body.String(), secretKey)
 		}
 	}
+}
+
+// TestRateLimitPerCredentialsID: credentials requests are counted per credentials ID of a task the
+// agent holds, so a local process that floods the endpoint from the host's address (with unknown
+// IDs, unknown tokens or v2) spends its own budget, not a host-network task's credentials nor the
+// Docker awslogs driver's; an ID nobody holds counts against its source address.
+func TestRateLimitPerCredentialsID(t *testing.T) {
+	hostTask := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/host", NetworkMode: task.NetworkHost,
+		KnownStatus: task.TaskRunning, CredentialsID: credsID}
+	e := credentialsEnv(t, func(c *taskendpoint.Config) {
+		c.RateLimit = taskendpoint.RateLimit{Steady: 1, Burst: 2}
+		hs := holders()
+		hs[credsID] = hostTask
+		hs["exec-id"] = &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/logs", KnownStatus: task.TaskRunning,
+			ExecutionCredentialsID: "exec-id"}
+		c.CredentialsTasks = hs
+	})
+	for _, p := range []string{"/v2/credentials/unknown-1", "/v1/credentials?id=unknown-2", "/v4/no-such-token", "/v2/metadata"} {
+		e.get(p, hostAddr)
+	}
+	rec := e.get("/v2/credentials/unknown-3", hostAddr)
+	require.Equal(t, http.StatusTooManyRequests, rec.Code, "the flooder's own budget is spent")
+	assert.Equal(t, "You have reached maximum request limit.", rec.Body.String())
+	assert.Equal(t, "1.00", rec.Header().Get("X-Rate-Limit-Limit"))
+	assert.Equal(t, "1", rec.Header().Get("X-Rate-Limit-Duration"))
+
+	for _, p := range []string{"/v2/credentials/" + credsID, "/v1/credentials?id=" + credsID} {
+		assert.Equal(t, http.StatusOK, e.get(p, hostAddr).Code, "the host-network task still gets its credentials: %s", p)
+	}
+	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/exec-id", hostAddr).Code, "and the awslogs driver its own")
+
+	// The ID's budget is its own: spent, it is 429 whoever asks, until it refills.
+	assert.Equal(t, http.StatusTooManyRequests, e.get("/v2/credentials/"+credsID, hostAddr).Code)
+	e.clock.Advance(time.Second)
+	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, hostAddr).Code)
+}
+
+// Credentials IDs of the binding tests' tasks, each with credentials in the source unless said.
+const (
+	awsvpcCredsID   = "1b2c3d4e-5f60-4718-8a9b-0c1d2e3f4a5b"
+	hostCredsID     = "2c3d4e5f-6071-4829-9bac-1d2e3f4a5b6c"
+	startingCredsID = "3d4e5f60-7182-493a-acbd-2e3f4a5b6c7d"
+	orphanCredsID   = "4e5f6071-8293-4a4b-bdce-3f4a5b6c7d8e" // in the source, held by no task
+	bindPendingID   = "5f607182-93a4-4b5c-8edf-4a5b6c7d8e9f" // held by a running task, not arrived
+	fromSecond      = "172.17.0.4:41234"                     // a running container of another task
+	fromInheritor   = "172.17.0.3:41234"                     // the bridge task's stopped job had it
+)
+
+// bindEnv is newEnv with credentials bound to their task (bind) and the tasks that hold the IDs: the
+// bridge and awsvpc fixtures, a host-network task, a task starting its container, a task whose
+// credentials have not arrived, and a second bridge task whose container is at 172.17.0.4; then mutate.
+func bindEnv(t *testing.T, bind bool, mutate ...func(*taskendpoint.Config)) *env {
+	running := func(name, addr string) *task.Container {
+		return &task.Container{Name: name, DockerID: name + "-id", DesiredStatus: task.ContainerRunning, KnownStatus: task.ContainerRunning,
+			Networks: []task.Network{{Mode: "bridge", IPv4Addresses: []string{addr}}}}
+	}
+	bridge, awsvpc := bridgeTask(), awsvpcTask()
+	bridge.CredentialsID, awsvpc.CredentialsID = credsID, awsvpcCredsID
+	host := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/host", NetworkMode: task.NetworkHost,
+		KnownStatus: task.TaskRunning, CredentialsID: hostCredsID,
+		Containers: []*task.Container{{Name: "agent", DockerID: "host-id", KnownStatus: task.ContainerRunning, Networks: []task.Network{{Mode: "host"}}}}}
+	starting := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/starting", NetworkMode: task.NetworkBridge,
+		KnownStatus: task.TaskCreated, CredentialsID: startingCredsID,
+		Containers: []*task.Container{{Name: "app", DockerID: "starting-id", DesiredStatus: task.ContainerRunning, KnownStatus: task.ContainerCreated}}}
+	pending := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/pending", NetworkMode: task.NetworkBridge,
+		KnownStatus: task.TaskRunning, CredentialsID: bindPendingID, Containers: []*task.Container{running("app", "172.17.0.5")}}
+	second := &task.Task{Arn: "arn:aws:ecs:us-west-2:012345678901:task/prod/second", NetworkMode: task.NetworkBridge,
+		KnownStatus: task.TaskRunning, CredentialsID: "6071", Containers: []*task.Container{running("probe", "172.17.0.4")}}
+	return credentialsEnv(t, func(c *taskendpoint.Config) {
+		src := c.Credentials.(*fakeCredentials)
+		for _, id := range []string{awsvpcCredsID, hostCredsID, startingCredsID, orphanCredsID} {
+			src.creds[id] = src.creds[credsID]
+		}
+		c.Tasks.(*fakeTasks).tasks = append(c.Tasks.(*fakeTasks).tasks, second)
+		hs := c.CredentialsTasks.(fakeHolders)
+		for _, tk := range []*task.Task{bridge, awsvpc, host, starting, pending, second} {
+			hs[tk.CredentialsID] = tk
+		}
+		c.BindCredentials = bind
+	}, func(c *taskendpoint.Config) {
+		for _, m := range mutate {
+			m(c)
+		}
+	})
+}
+
+// TestCredentialsBoundToTheirTask: with ECS_TASK_CREDENTIALS_BIND_TO_TASK, a bridge or awsvpc task's
+// credentials are answered to its own containers and to the host; a container of another task (or
+// one that inherited a stopped container's address) that has the ID is told exactly what the ECS
+// agent tells an ID nobody holds, and the operator is told once a minute. Host-network tasks' are
+// answered as the ECS agent does.
+func TestCredentialsBoundToTheirTask(t *testing.T) {
+	tests := []struct {
+		name, path, from string
+		wantStatus       int
+		wantBody         string
+	}{
+		{"the owner, v2", "/v2/credentials/" + credsID, fromWeb, http.StatusOK, bodyOK},
+		{"the owner, v1", "/v1/credentials?id=" + credsID, fromWeb, http.StatusOK, bodyOK},
+		{"the awsvpc owner, from its task-bridge address", "/v2/credentials/" + awsvpcCredsID, fromAWSVPC, http.StatusOK, bodyOK},
+		{"the awsvpc owner, from its ENI address", "/v2/credentials/" + awsvpcCredsID, "10.0.2.61:50000", http.StatusOK, bodyOK},
+		{"another task's container, v2", "/v2/credentials/" + credsID, fromSecond, http.StatusBadRequest, bodyV2NotFound},
+		{"another task's container, v1", "/v1/credentials?id=" + credsID, fromSecond, http.StatusBadRequest, bodyV1NotFound},
+		{"the heir of a stopped container's address", "/v2/credentials/" + credsID, fromInheritor, http.StatusBadRequest, bodyV2NotFound},
+		{"an awsvpc task's ID from a bridge container", "/v2/credentials/" + awsvpcCredsID, fromWeb, http.StatusBadRequest, bodyV2NotFound},
+		{"an address no task has", "/v2/credentials/" + credsID, fromNobody, http.StatusBadRequest, bodyV2NotFound},
+		{"the host", "/v2/credentials/" + credsID, hostAddr, http.StatusOK, bodyOK},
+		{"the host, an awsvpc task's ID", "/v1/credentials?id=" + awsvpcCredsID, hostAddr, http.StatusOK, bodyOK},
+		{"a host-network task, from the host", "/v2/credentials/" + hostCredsID, hostAddr, http.StatusOK, bodyOK},
+		{"a host-network task's ID, from a container", "/v2/credentials/" + hostCredsID, fromSecond, http.StatusOK, bodyOK},
+		{"not arrived, the owner", "/v2/credentials/" + bindPendingID, "172.17.0.5:41234", http.StatusServiceUnavailable, bodyV2Uninitialized},
+		{"not arrived, another task's container", "/v2/credentials/" + bindPendingID, fromSecond, http.StatusBadRequest, bodyV2NotFound},
+		{"held by no task, a container", "/v2/credentials/" + orphanCredsID, fromWeb, http.StatusBadRequest, bodyV2NotFound},
+		{"held by no task, the host", "/v2/credentials/" + orphanCredsID, hostAddr, http.StatusOK, bodyOK},
+		{"a container Docker is starting, its address not read yet", "/v2/credentials/" + startingCredsID, "172.17.0.6:41234", http.StatusServiceUnavailable, bodyV2Uninitialized},
+		{"an ID nobody holds", "/v2/credentials/nope", fromWeb, http.StatusBadRequest, bodyV2NotFound},
+	}
+	e := bindEnv(t, true)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := e.get(tt.path, tt.from)
+			assert.Equal(t, tt.wantStatus, rec.Code)
+			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			assert.Equal(t, tt.wantBody, rec.Body.String())
+		})
+	}
+	logged := e.log.String()
+	assert.Regexp(t, `level=warn time=\S+ msg="task endpoint request refused`, logged)
+	assert.Contains(t, logged, "reason=credentials_not_the_tasks_address credentials_id="+credsID[:8]+" task_arn="+bridgeARN+" source=172.17.0.4")
+	assert.NotContains(t, logged, credsID, "the ID is logged by its first characters only")
+}
+
+// TestCredentialsBindingOff: ECS_TASK_CREDENTIALS_BIND_TO_TASK=false answers anyone with the ID, as
+// the ECS agent does.
+func TestCredentialsBindingOff(t *testing.T) {
+	e := bindEnv(t, false)
+	for _, from := range []string{fromWeb, fromSecond, fromInheritor, fromNobody, hostAddr} {
+		rec := e.get("/v2/credentials/"+credsID, from)
+		assert.Equal(t, http.StatusOK, rec.Code, from)
+		assert.Equal(t, bodyOK, rec.Body.String(), from)
+	}
+	assert.Equal(t, bodyOK, e.get("/v2/credentials/"+orphanCredsID, fromWeb).Body.String())
+	assert.Equal(t, bodyV2Uninitialized, e.get("/v2/credentials/"+bindPendingID, fromSecond).Body.String())
+}
+
+// TestRefusedStrangersSpendTheirOwnBudget: a container refused another task's credentials counts
+// against its own address, so it cannot throttle the owner by asking with the owner's ID.
+func TestRefusedStrangersSpendTheirOwnBudget(t *testing.T) {
+	e := bindEnv(t, true, func(c *taskendpoint.Config) { c.RateLimit = taskendpoint.RateLimit{Steady: 1, Burst: 2} })
+	for range 5 {
+		e.get("/v2/credentials/"+credsID, fromSecond)
+	}
+	assert.Equal(t, http.StatusTooManyRequests, e.get("/v2/credentials/"+credsID, fromSecond).Code)
+	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, fromWeb).Code, "the owner's budget is untouched")
+	assert.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, fromWeb).Code)
+}
+
+// TestCredentialsWhileAContainerRestarts: a container restarted in place may come back with a new
+// address the engine has not read yet; until it has, a request from an address not the task's is
+// answered 503, which SDKs retry, and once it has, the new address is the task's.
+func TestCredentialsWhileAContainerRestarts(t *testing.T) {
+	restarted := bridgeTask()
+	restarted.CredentialsID = credsID
+	web := restarted.Containers[0]
+	web.RestartCount, web.RestartedAt = 1, web.StartedAt.Add(time.Minute)
+	e := credentialsEnv(t, func(c *taskendpoint.Config) {
+		c.CredentialsTasks.(fakeHolders)[credsID] = restarted
+		c.BindCredentials = true
+	})
+	rec := e.get("/v2/credentials/"+credsID, "172.17.0.8:41234")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, bodyV2Uninitialized, rec.Body.String())
+
+	web.StartedAt, web.Networks = web.RestartedAt.Add(time.Second), []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.8"}}}
+	assert.Equal(t, bodyOK, e.get("/v2/credentials/"+credsID, "172.17.0.8:41234").Body.String(), "read back: the new address is the task's")
+	assert.Equal(t, bodyV2NotFound, e.get("/v2/credentials/"+credsID, fromWeb).Body.String(), "and the old one no longer is")
 }

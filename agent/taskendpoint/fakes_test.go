@@ -30,7 +30,7 @@ type held struct {
 // fakeTasks is a TaskSource over fixed tasks.
 type fakeTasks struct {
 	tokens map[string]held
-	addrs  map[netip.Addr]*task.Task
+	tasks  []*task.Task
 }
 
 var _ taskendpoint.TaskSource = (*fakeTasks)(nil)
@@ -43,12 +43,12 @@ func (f *fakeTasks) ByToken(token string) (*task.Task, string, bool) {
 	return h.task.Clone(), h.container, true
 }
 
-func (f *fakeTasks) ByAddress(ip netip.Addr) (*task.Task, bool) {
-	t, ok := f.addrs[ip]
-	if !ok {
-		return nil, false
+func (f *fakeTasks) Tasks() []*task.Task {
+	out := make([]*task.Task, 0, len(f.tasks))
+	for _, t := range f.tasks {
+		out = append(out, t.Clone())
 	}
-	return t.Clone(), true
+	return out
 }
 
 // fakeCredentials is a CredentialsSource: known IDs answer their credentials, IDs in errs their error.
@@ -230,9 +230,7 @@ func newEnv(t *testing.T, mutate ...func(*taskendpoint.Config)) *env {
 		tokens: map[string]held{
 			"tok-web": {bridge, "web"}, "tok-job": {bridge, "job"}, "tok-api": {awsvpc, "api"},
 		},
-		addrs: map[netip.Addr]*task.Task{
-			netip.MustParseAddr("172.17.0.2"): bridge, netip.MustParseAddr("169.254.172.3"): awsvpc,
-		},
+		tasks: []*task.Task{bridge, awsvpc},
 	}
 	creds := &fakeCredentials{
 		creds: map[string]taskcreds.Credentials{credsID: {

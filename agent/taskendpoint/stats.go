@@ -10,20 +10,26 @@ import (
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// serveV2 answers the v2 metadata and stats requests for the task with the request's source address.
-// A container is looked for by Docker ID among that task's containers only.
+// serveV2 answers the v2 metadata and stats requests for the one task that has the request's source
+// address as a current address (ownsAddress); none, or more than one, is the ECS agent's 400 for an
+// address it cannot associate with a task. A container is looked for by Docker ID among that task's
+// containers only.
 func (h *Handler) serveV2(w http.ResponseWriter, r *http.Request, rt route, src netip.Addr, srcOK bool) {
 	var t *task.Task
-	var ok bool
+	var holders int
 	if srcOK {
-		t, ok = h.tasks.ByAddress(src)
+		t, holders = h.byAddress(src)
 	}
-	if !ok {
+	if t == nil {
 		who := r.RemoteAddr
 		if srcOK {
 			who = src.String()
 		}
-		h.log.Debug("task metadata v2: no task has the source address", "source", who)
+		if holders > 1 {
+			h.refused.note(refusedAmbiguous, "source", who, "tasks", holders)
+		} else {
+			h.log.Debug("task metadata v2: no task has the source address", "source", who)
+		}
 		writeJSON(w, http.StatusBadRequest, "Unable to get task arn from request: unable to associate '"+who+"' with task")
 		return
 	}

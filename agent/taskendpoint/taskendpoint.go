@@ -20,7 +20,15 @@
 // other method than GET is answered 405, any other path 404. Every answer carries X-Rate-Limit-Limit and
 // X-Rate-Limit-Duration; a caller over its rate (steady requests per second with a burst, the ECS
 // agent's ECS_TASK_METADATA_RPS_LIMIT) gets 429. v3 and v4 requests are counted per metadata token,
-// the others (and requests with a token nobody holds) per source address.
+// credentials requests per credentials ID of a task the agent holds, and the others (v2, and requests
+// with a token or ID nobody holds) per source address: no caller can spend another's budget without
+// its token or ID. Refused requests are logged at most once a minute, with a count of the rest.
+//
+// v2 answers the one task that has the request's source address now: a running container's address
+// on a Docker network, or an awsvpc task's task-bridge or ENI address. With BindCredentials (a Berth
+// extension), the credentials of a task that is not on the host's network are answered only to its
+// own current addresses and to the host: a request through the 169.254.170.2 NAT keeps its
+// container's source address, so a leaked ID is worthless to the host's other containers.
 //
 // # Use
 //
@@ -78,9 +86,9 @@ type TaskSource interface {
 	// ECS_CONTAINER_METADATA_URI_V4) is token. It is called once for every v3 and v4 request, before
 	// rate limiting, so it should be cheap.
 	ByToken(token string) (t *task.Task, container string, ok bool)
-	// ByAddress returns the task that has this IPv4 address: a bridge container's address, or an
-	// awsvpc task's address on its ENI or on the task bridge. It serves v2, which has no token.
-	ByAddress(ip netip.Addr) (*task.Task, bool)
+	// Tasks returns a copy of every task the agent holds. v2, which has no token, finds the asking
+	// task among them by the request's source address.
+	Tasks() []*task.Task
 }
 
 // StatsSource supplies Docker's stats of a container. It must be safe for concurrent use.
@@ -126,8 +134,14 @@ type Config struct {
 	LogDriverCredentials CredentialsSource
 	// HostAddress reports whether an address is the host's own; nil: the host's interface addresses.
 	HostAddress func(netip.Addr) bool
-	Stats       StatsSource // nil: every stats request fails
-	Tags        TagSource   // nil: /taskWithTags shows no tags
+	// BindCredentials answers the credentials of a task that is not on the host's network only to
+	// its own containers' current addresses (a Berth extension, ECS_TASK_CREDENTIALS_BIND_TO_TASK);
+	// anyone else with the ID is told it is unknown. Requests from the host's own addresses, and the
+	// credentials of host-network tasks, are answered as the ECS agent does. It needs
+	// CredentialsTasks. false: every caller with the ID is answered, as the ECS agent does.
+	BindCredentials bool
+	Stats           StatsSource // nil: every stats request fails
+	Tags            TagSource   // nil: /taskWithTags shows no tags
 	// InstanceARN returns the container instance's ARN, whose tags /taskWithTags shows; "" while the
 	// instance is not registered. nil: no instance tags.
 	InstanceARN func() string
@@ -142,19 +156,21 @@ type Handler struct {
 	creds    CredentialsSource
 	logCreds CredentialsSource
 	holders  CredentialsTasks
+	bind     bool
 	isHost   func(netip.Addr) bool
 	stats    StatsSource
 	tags     TagSource
 	instARN  func() string
 	log      *logger.Logger
+	refused  *refusalLog
 	limits   *limiter
 	limitHdr string
 }
 
 var _ http.Handler = (*Handler)(nil)
 
-// New returns the handler. It fails with an errdefs.ErrInvalidArgument error when Tasks is nil or the
-// rate limit is not valid.
+// New returns the handler. It fails with an errdefs.ErrInvalidArgument error when Tasks is nil, the
+// rate limit is not valid, or BindCredentials is set without CredentialsTasks.
 func New(cfg Config) (*Handler, error) {
 	if cfg.Tasks == nil {
 		return nil, fmt.Errorf("task endpoint: %w: no TaskSource", errdefs.ErrInvalidArgument)
@@ -165,6 +181,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if err := rl.validate(); err != nil {
 		return nil, fmt.Errorf("task endpoint: %w", err)
+	}
+	if cfg.BindCredentials && cfg.CredentialsTasks == nil {
+		return nil, fmt.Errorf("task endpoint: %w: credentials bound to their task need CredentialsTasks", errdefs.ErrInvalidArgument)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
@@ -181,11 +200,13 @@ func New(cfg Config) (*Handler, error) {
 		creds:    cfg.Credentials,
 		logCreds: cfg.LogDriverCredentials,
 		holders:  cfg.CredentialsTasks,
+		bind:     cfg.BindCredentials,
 		isHost:   cfg.HostAddress,
 		stats:    cfg.Stats,
 		tags:     cfg.Tags,
 		instARN:  cfg.InstanceARN,
 		log:      cfg.Logger,
+		refused:  &refusalLog{log: cfg.Logger, clock: cfg.Clock},
 		limits:   newLimiter(rl, cfg.Clock, maxLimiters),
 		limitHdr: fmt.Sprintf("%.2f", float64(rl.Steady)),
 	}, nil
@@ -293,23 +314,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var tk *task.Task
 	var container string
 	var found bool
-	if rt.kind >= tokenContainer {
+	var credsID string
+	var bind binding
+	switch {
+	case rt.kind >= tokenContainer:
 		if tk, container, found = h.tasks.ByToken(rt.arg); found {
 			key = "token " + rt.arg
+		}
+	case rt.kind == credentialsV1 || rt.kind == credentialsV2:
+		credsID = rt.arg
+		if rt.kind == credentialsV1 {
+			credsID = r.URL.Query().Get("id")
+		}
+		tk, found = h.holder(credsID)
+		bind = h.binding(tk, src, srcOK)
+		if found && bind == bindServe {
+			key = "credentials " + credsID
 		}
 	}
 	if !h.limits.allow(key) {
 		h.log.Debug("task endpoint request throttled", "path_kind", rt.kind.String(), "source", src.String())
+		h.refused.note(refusedThrottled, "path_kind", rt.kind.String(), "source", src.String())
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusTooManyRequests)
 		_, _ = w.Write([]byte("You have reached maximum request limit."))
 		return
 	}
 	switch rt.kind {
-	case credentialsV1:
-		h.serveCredentials(w, r, 1, r.URL.Query().Get("id"))
-	case credentialsV2:
-		h.serveCredentials(w, r, 2, rt.arg)
+	case credentialsV1, credentialsV2:
+		h.serveCredentials(w, r, rt.version, credsID, tk, bind)
 	case v2Task, v2TaskWithTags, v2Container, v2TaskStats, v2ContainerStats:
 		h.serveV2(w, r, rt, src, srcOK)
 	default:

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -540,7 +539,8 @@ func TestRateLimit(t *testing.T) {
 	assert.Equal(t, http.StatusOK, e.get("/v4/tok-web", fromWeb).Code)
 	assert.Equal(t, http.StatusTooManyRequests, e.get("/v4/tok-web", fromWeb).Code)
 
-	// Credentials are limited by source address, and unknown tokens count against their address.
+	// Credentials IDs no task holds (this handler knows no holders) and unknown tokens count against
+	// their source address.
 	for range 3 {
 		require.Equal(t, http.StatusOK, e.get("/v2/credentials/"+credsID, fromAWSVPC).Code)
 	}
@@ -575,6 +575,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 	_, err = taskendpoint.New(taskendpoint.Config{Tasks: &fakeTasks{}, RateLimit: taskendpoint.RateLimit{Steady: 0, Burst: 5}})
 	assert.ErrorIs(t, err, taskendpoint.ErrInvalidRateLimit)
+	_, err = taskendpoint.New(taskendpoint.Config{Tasks: &fakeTasks{}, BindCredentials: true})
+	assert.ErrorIs(t, err, errdefs.ErrInvalidArgument, "binding needs to know which task holds an ID")
 }
 
 func TestParseRateLimit(t *testing.T) {
@@ -637,7 +639,9 @@ func FuzzServeHTTP(f *testing.F) {
 // the source address of a real connection finds its task.
 func TestOverLoopback(t *testing.T) {
 	e := newEnv(t, func(c *taskendpoint.Config) {
-		c.Tasks.(*fakeTasks).addrs[netip.MustParseAddr("127.0.0.1")] = bridgeTask()
+		tk := bridgeTask()
+		tk.Containers[0].Networks = []task.Network{{Mode: "bridge", IPv4Addresses: []string{"127.0.0.1"}}}
+		c.Tasks.(*fakeTasks).tasks = []*task.Task{tk}
 	})
 	srv := httptest.NewServer(e.h)
 	t.Cleanup(srv.Close)
@@ -648,4 +652,98 @@ func TestOverLoopback(t *testing.T) {
 		assert.Equal(t, http.StatusOK, resp.StatusCode, p)
 		assert.Equal(t, "40.00", resp.Header.Get("X-Rate-Limit-Limit"))
 	}
+}
+
+// TestV2FindsTheTaskByCurrentAddress: v2 answers for the task whose running container has the
+// source address now. A stopped container keeps its last address in the model, and Docker gives
+// it to the next container it starts: that container's task is the one answered, every time.
+// An address two tasks have now is not guessed between: it is the ECS agent's 400 for an address
+// it cannot associate with a task, and the operator is told.
+func TestV2FindsTheTaskByCurrentAddress(t *testing.T) {
+	const heir = "arn:aws:ecs:us-west-2:012345678901:task/prod/heir"
+	inheritor := &task.Task{Arn: heir, Family: "heir", Revision: 1, NetworkMode: task.NetworkBridge,
+		DesiredStatus: task.TaskRunning, KnownStatus: task.TaskRunning,
+		Containers: []*task.Container{{Name: "app", DockerID: "eeee", KnownStatus: task.ContainerRunning, DesiredStatus: task.ContainerRunning,
+			Networks: []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.3"}}}}}} // the job's old address
+	twin := func(arn string) *task.Task {
+		return &task.Task{Arn: arn, NetworkMode: task.NetworkBridge, KnownStatus: task.TaskRunning,
+			Containers: []*task.Container{{Name: "app", KnownStatus: task.ContainerRunning,
+				Networks: []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.9"}}}}}}
+	}
+	tornDown := awsvpcTask()
+	tornDown.Arn, tornDown.AWSVPC.BridgeIPv4, tornDown.AWSVPC.IPv4, tornDown.AWSVPC.TornDown = "arn:aws:ecs:us-west-2:012345678901:task/prod/torn", "169.254.172.8", "10.0.2.62", true
+	stopped := bridgeTask()
+	stopped.Arn, stopped.KnownStatus = "arn:aws:ecs:us-west-2:012345678901:task/prod/stopped", task.TaskStopped
+	stopped.Containers[0].Networks = []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.7"}}}
+	e := newEnv(t, func(c *taskendpoint.Config) {
+		src := c.Tasks.(*fakeTasks)
+		src.tasks = append(src.tasks, inheritor, twin("arn:aws:ecs:us-west-2:012345678901:task/prod/a"),
+			twin("arn:aws:ecs:us-west-2:012345678901:task/prod/b"), tornDown, stopped)
+	})
+
+	for i := range 200 {
+		e.clock.Advance(time.Second) // within the rate limit
+		rec := e.get("/v2/metadata", "172.17.0.3:40000")
+		require.Equal(t, http.StatusOK, rec.Code, "request %d", i)
+		var got struct{ TaskARN string }
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+		require.Equal(t, heir, got.TaskARN, "request %d: the address's current holder, not the stopped container's task", i)
+	}
+	assert.Equal(t, http.StatusBadRequest, e.get("/v2/metadata/"+jobID, "172.17.0.3:40000").Code,
+		"the stopped container's task is not the asker's")
+
+	for _, tt := range []struct{ name, from, ip string }{
+		{"two tasks have the address", "172.17.0.9:40000", "172.17.0.9"},
+		{"a torn-down awsvpc task's task-bridge address", "169.254.172.8:40000", "169.254.172.8"},
+		{"a torn-down awsvpc task's ENI address", "10.0.2.62:40000", "10.0.2.62"},
+		{"a stopped task's address", "172.17.0.7:40000", "172.17.0.7"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, p := range []string{"/v2/metadata", "/v2/stats", "/v2/metadataWithTags"} {
+				rec := e.get(p, tt.from)
+				assert.Equal(t, http.StatusBadRequest, rec.Code, p)
+				var body string
+				require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+				assert.Equal(t, "Unable to get task arn from request: unable to associate '"+tt.ip+"' with task", body, p)
+			}
+		})
+	}
+	assert.Contains(t, e.log.String(), "reason=address_of_several_tasks source=172.17.0.9 tasks=2")
+}
+
+// TestRefusedRequestsAreLoggedOnceAMinute: a flood of refused requests writes one WARN line a minute,
+// the first, and the next line counts the ones left out.
+func TestRefusedRequestsAreLoggedOnceAMinute(t *testing.T) {
+	e := newEnv(t, func(c *taskendpoint.Config) { c.RateLimit = taskendpoint.RateLimit{Steady: 1, Burst: 1} })
+	const line = "task endpoint request refused"
+	warnings := func() []string {
+		var out []string
+		for _, l := range strings.Split(e.log.String(), "\n") {
+			if strings.Contains(l, line) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	for range 1000 {
+		e.get("/v4/tok-web", fromWeb)
+	}
+	got := warnings()
+	require.Len(t, got, 1, "one line for 999 refusals within the minute")
+	assert.Contains(t, got[0], "level=warn")
+	assert.Contains(t, got[0], "reason=throttled path_kind=container source=172.17.0.2")
+	assert.NotContains(t, got[0], "suppressed")
+
+	e.clock.Advance(59 * time.Second)
+	e.get("/v4/tok-web", fromWeb) // refills one: answered
+	e.get("/v4/tok-web", fromWeb)
+	require.Len(t, warnings(), 1, "still within the minute")
+
+	e.clock.Advance(time.Second)
+	e.get("/v4/tok-web", fromWeb)
+	e.get("/v2/metadata", fromWeb) // the address's own budget: answered
+	e.get("/v2/metadata", fromWeb)
+	got = warnings()
+	require.Len(t, got, 2)
+	assert.Contains(t, got[1], "reason=throttled path_kind=task source=172.17.0.2 suppressed_throttled=999")
 }

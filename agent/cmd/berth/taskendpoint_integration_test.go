@@ -673,3 +673,112 @@ func TestIntegrationTaskMetadata(t *testing.T) {
 	status, _ := endpointGet(t, "/v4/"+randomHex(t, 16))
 	assert.Equal(t, http.StatusNotFound, status, "an unknown token")
 }
+
+// credentialsURI is the AWS_CONTAINER_CREDENTIALS_RELATIVE_URI the agent gave a container.
+func credentialsURI(t *testing.T, dockerID string) string {
+	t.Helper()
+	for _, kv := range dockerInspect(t, dockerID).Config.Env {
+		if v, ok := strings.CutPrefix(kv, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI="); ok {
+			return v
+		}
+	}
+	t.Fatalf("container %s has no AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", dockerID)
+	return ""
+}
+
+// dockerExec runs the test image's binary with args inside a running container (in its network
+// namespace, so from its address) and returns its output and whether it exited 0.
+func dockerExec(t *testing.T, dockerID string, env []string, args ...string) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmdArgs := []string{"exec"}
+	for _, kv := range env {
+		cmdArgs = append(cmdArgs, "-e", kv)
+	}
+	cmdArgs = append(cmdArgs, dockerID, "/testapp")
+	out, err := exec.CommandContext(ctx, "docker", append(cmdArgs, args...)...).CombinedOutput()
+	return string(out), err == nil
+}
+
+// TestIntegrationCredentialsBoundToTheirTask: with ECS_TASK_CREDENTIALS_BIND_TO_TASK at its default,
+// two bridge tasks with roles run in local mode; a container of the second, and a container of no
+// task, asking through 169.254.170.2 with the first task's credentials ID get the ECS agent's 400
+// InvalidIdInRequest, while the first task's containers (the AWS SDK among them) get them, and so
+// does the host; the refusal is logged, the ID only by its first characters.
+func TestIntegrationCredentialsBoundToTheirTask(t *testing.T) {
+	const role = "arn:aws:iam::000000000000:role/app"
+	sts := &stsStandIn{issued: map[string]string{}}
+	stsServer := &http.Server{Handler: sts}
+	stsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = stsServer.Serve(stsLn) }()
+	t.Cleanup(func() { _ = stsServer.Close() })
+
+	env := newRecoveryEnv(t, buildBerth(t))
+	logFile := filepath.Join(t.TempDir(), "berth.log")
+	agent := env.start("AWS_ENDPOINT_URL_STS=http://"+stsLn.Addr().String(), "AWS_ACCESS_KEY_ID=AKIAHOSTHOSTHOST0000",
+		"AWS_SECRET_ACCESS_KEY=host-secret", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "ECS_LOGFILE="+logFile,
+		"ECS_LOCAL_CONTROL_PLANE_ADDR="+freeAddr(t))
+	require.Eventually(t, func() bool {
+		return hostnat.Check(context.Background(), hostnat.Config{HostNetwork: true}) == nil
+	}, 30*time.Second, 100*time.Millisecond, "the agent installs the NAT redirect; log:\n%s", agent.out.String())
+
+	probeTask(t, env.tasksDir, "bound-owner", "bridge", role)
+	probeTask(t, env.tasksDir, "bound-other", "bridge", role)
+	stopTasks := stopFamiliesAtEnd(t, agent, env.tasksDir, "bound-owner", "bound-other")
+	ts := agent.waitTasks(3*time.Minute, "both probes have run", func(ts []introspection.TaskResponse) bool {
+		_, owner := probeDone(ts, "bound-owner")
+		_, other := probeDone(ts, "bound-other")
+		return owner && other
+	})
+	apps := map[string]string{}
+	for _, tk := range ts {
+		for _, c := range tk.Containers {
+			if c.Name == "app" {
+				apps[tk.Family] = c.DockerID
+			}
+		}
+	}
+	require.Len(t, apps, 2, "%+v", ts)
+
+	// The owner's SDK got its credentials.
+	probe, _ := probeDone(ts, "bound-owner")
+	logs, err := exec.Command("docker", "logs", probe.DockerID).CombinedOutput()
+	require.NoError(t, err)
+	require.Equal(t, 0, *probe.ExitCode, "the owner's SDK gets its credentials: %s", logs)
+	assert.Contains(t, string(logs), "AccessKeyId=ASIALOCAL")
+
+	uri := credentialsURI(t, apps["bound-owner"])
+	require.NotEqual(t, uri, credentialsURI(t, apps["bound-other"]), "each task has its own ID")
+	endpoint := "http://169.254.170.2" + uri
+
+	// The owner's other container asks with the ID: answered.
+	out, ok := dockerExec(t, apps["bound-owner"], nil, "health", "-url", endpoint, "-timeout", "10s")
+	assert.True(t, ok, "the owner's container gets its credentials: %s", out)
+	// The second task's container: refused, with the ECS agent's answer to an unknown ID.
+	out, ok = dockerExec(t, apps["bound-other"], nil, "health", "-url", endpoint, "-timeout", "10s")
+	assert.False(t, ok, "another task's container is refused: %s", out)
+	out, ok = dockerExec(t, apps["bound-other"], []string{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI=" + uri}, "aws-identity", "-creds-only", "-timeout", "20s")
+	assert.False(t, ok, "the SDK in another task's container gets nothing with the first task's ID: %s", out)
+	assert.Contains(t, out, "400", "the ECS agent's status for an unknown ID")
+	assert.Contains(t, out, "InvalidIdInRequest", "and its code")
+	assert.NotContains(t, out, "AccessKeyId=")
+	// A container of no task on the default bridge: refused too.
+	out, ok = runContainer(t, "health", "-url", endpoint, "-timeout", "10s")
+	assert.False(t, ok, "a container of no task is refused: %s", out)
+
+	// The host is answered as the ECS agent answers it.
+	status, body := endpointGet(t, uri)
+	assert.Equal(t, http.StatusOK, status, "%v", body)
+	assert.Equal(t, role, body["RoleArn"])
+
+	stopTasks()
+	agent.stop()
+	logged, err := os.ReadFile(logFile)
+	require.NoError(t, err)
+	id := strings.TrimPrefix(uri, "/v2/credentials/")
+	assert.Contains(t, string(logged), "reason=credentials_not_the_tasks_address credentials_id="+id[:8], "the refusal is logged")
+	assert.NotContains(t, string(logged), id, "the full ID never is")
+}
