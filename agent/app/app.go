@@ -32,6 +32,7 @@ import (
 	"github.com/berth-agent/berth/agent/rolecreds"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/statictasks"
+	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskcreds"
 	"github.com/berth-agent/berth/agent/taskmetrics"
 	"github.com/berth-agent/berth/agent/tasksecrets"
@@ -248,7 +249,9 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, CleanupJitter: cfg.TaskCleanupWaitJitter,
-		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Resources: resources, AWSVPC: awsvpc, Probe: probe, DisablePrivileged: cfg.PrivilegedDisabled,
+		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Resources: resources, AWSVPC: awsvpc, Probe: probe,
+		Policy: task.Policy{NoPrivileged: cfg.PrivilegedDisabled, Baseline: cfg.TaskSecurityPolicy == config.TaskSecurityPolicyBaseline,
+			DataDir: cfg.DataDir, Resolve: filepath.EvalSymlinks},
 		TaskEndpoint: endpoint, ExecutionRoleAuth: auth.ExecutionRoles(creds),
 		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource, Images: client,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,

@@ -1382,3 +1382,16 @@ func TestLogFields(t *testing.T) {
 	assert.NotContains(t, fmt.Sprint(values...), "hunter2")
 	assert.Equal(t, []any{"ECS_CLUSTER", "environment", "ECS_ENGINE_AUTH_DATA", "/etc/ecs/ecs.config:3"}, sources)
 }
+
+// ECS_TASK_SECURITY_POLICY is none unless set, takes baseline in any case, and any other value is an
+// error naming the key and the values it takes.
+func TestTaskSecurityPolicy(t *testing.T) {
+	f := newFiles(t, "", "")
+	res := f.mustLoad(t, nil)
+	assert.Equal(t, TaskSecurityPolicyNone, res.Config.TaskSecurityPolicy)
+	res = f.mustLoad(t, nil, "ECS_TASK_SECURITY_POLICY=Baseline")
+	assert.Equal(t, TaskSecurityPolicyBaseline, res.Config.TaskSecurityPolicy)
+	_, err := f.load(nil, "ECS_TASK_SECURITY_POLICY=restricted")
+	e := keyError(t, err, "ECS_TASK_SECURITY_POLICY")
+	assert.Contains(t, e.Error(), `"restricted" is not one of none, baseline`)
+}
