@@ -83,6 +83,9 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err != nil || ctx.Err() != nil {
 		return err // nil when stopped while waiting: nothing was started
 	}
+	if err := blockBridgeIMDS(ctx, cfg, log); err != nil {
+		return err
+	}
 	m := prommetrics.New()
 	var roles *rolecreds.Provider // sts:AssumeRole with the host's credentials, when ACS sends none
 	if plan.assumesRoles {
@@ -154,6 +157,9 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	g.Go(func() error { tel.WatchRuntime(gctx); return nil })
+	if cfg.BridgeBlockIMDS {
+		g.Go(func() error { keepBridgeIMDSBlock(gctx, log); return nil })
+	}
 	if !cfg.MetricsDisabled {
 		g.Go(func() error { tel.Run(gctx); return nil })
 	}

@@ -140,6 +140,8 @@ type Config struct {
 	// TaskSecurityPolicy is ECS_TASK_SECURITY_POLICY: TaskSecurityPolicyNone, or
 	// TaskSecurityPolicyBaseline, which refuses tasks that ask for the host.
 	TaskSecurityPolicy string
+	// BridgeBlockIMDS drops bridge-mode containers' traffic to the instance metadata service.
+	BridgeBlockIMDS bool
 	// TaskIAMRoleEnabled and TaskIAMRoleNetworkHost serve task role credentials to containers (the
 	// latter: of host-network tasks too); TaskMetadataRPS and TaskMetadataBurst bound each container's
 	// requests to the task endpoint.

@@ -249,6 +249,8 @@ func keyTable() []key {
 			field: func(c *Config) field {
 				return stringField{p: &c.TaskSecurityPolicy, fold: true, oneOf: []string{TaskSecurityPolicyNone, TaskSecurityPolicyBaseline}}
 			}},
+		{name: "ECS_BRIDGE_BLOCK_IMDS", def: "false", berth: true, doc: "make 169.254.169.254 unreachable from bridge-mode tasks (an iptables DROP in DOCKER-USER for the Docker bridge, kept in place while the agent runs)",
+			field: func(c *Config) field { return boolField{p: &c.BridgeBlockIMDS} }},
 
 		{name: "ECS_STATIC_TASKS_DIR", def: "", berth: true, doc: "directory of task definitions kept running on this host",
 			field: func(c *Config) field { return stringField{p: &c.StaticTasksDir} }},
