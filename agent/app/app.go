@@ -32,6 +32,7 @@ import (
 	"github.com/berth-agent/berth/agent/rolecreds"
 	"github.com/berth-agent/berth/agent/state"
 	"github.com/berth-agent/berth/agent/statictasks"
+	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskcreds"
 	"github.com/berth-agent/berth/agent/taskmetrics"
 	"github.com/berth-agent/berth/agent/tasksecrets"
@@ -81,6 +82,9 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	dockerVersion, err := waitForDocker(ctx, client, log)
 	if err != nil || ctx.Err() != nil {
 		return err // nil when stopped while waiting: nothing was started
+	}
+	if err := blockBridgeIMDS(ctx, cfg, log); err != nil {
+		return err
 	}
 	m := prommetrics.New()
 	var roles *rolecreds.Provider // sts:AssumeRole with the host's credentials, when ACS sends none
@@ -153,6 +157,9 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	g.Go(func() error { tel.WatchRuntime(gctx); return nil })
+	if cfg.BridgeBlockIMDS {
+		g.Go(func() error { keepBridgeIMDSBlock(gctx, log); return nil })
+	}
 	if !cfg.MetricsDisabled {
 		g.Go(func() error { tel.Run(gctx); return nil })
 	}
@@ -256,7 +263,9 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 	}
 	eng := engine.New(engine.Config{Cluster: cfg.Cluster, StopTimeout: cfg.DockerStopTimeout, StartTimeout: cfg.ContainerStartTimeout, CreateTimeout: cfg.ContainerCreateTimeout,
 		CleanupWait: cfg.TaskCleanupWaitDuration, CleanupJitter: cfg.TaskCleanupWaitJitter,
-		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Resources: resources, AWSVPC: awsvpc, Probe: probe, DisablePrivileged: cfg.PrivilegedDisabled,
+		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Resources: resources, AWSVPC: awsvpc, Probe: probe,
+		Policy: task.Policy{NoPrivileged: cfg.PrivilegedDisabled, Baseline: cfg.TaskSecurityPolicy == config.TaskSecurityPolicyBaseline,
+			DataDir: cfg.DataDir, Resolve: filepath.EvalSymlinks},
 		TaskEndpoint: endpoint, ExecutionRoleAuth: auth.ExecutionRoles(creds),
 		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource, Images: client,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,

@@ -53,6 +53,12 @@ const (
 	PropagateTagsEC2Instance = "ec2_instance"
 )
 
+// The values of ECS_TASK_SECURITY_POLICY.
+const (
+	TaskSecurityPolicyNone     = "none"
+	TaskSecurityPolicyBaseline = "baseline"
+)
+
 // RegistryECR is the only registry vendor ECS_REGISTRY_REQUIRE knows.
 const RegistryECR = "ecr"
 
@@ -131,6 +137,11 @@ type Config struct {
 	// AvailableLoggingDrivers keeps the operator's order, for the registered capabilities.
 	AvailableLoggingDrivers []string
 	PrivilegedDisabled      bool
+	// TaskSecurityPolicy is ECS_TASK_SECURITY_POLICY: TaskSecurityPolicyNone, or
+	// TaskSecurityPolicyBaseline, which refuses tasks that ask for the host.
+	TaskSecurityPolicy string
+	// BridgeBlockIMDS drops bridge-mode containers' traffic to the instance metadata service.
+	BridgeBlockIMDS bool
 	// TaskIAMRoleEnabled and TaskIAMRoleNetworkHost serve task role credentials to containers (the
 	// latter: of host-network tasks too); TaskMetadataRPS and TaskMetadataBurst bound each container's
 	// requests to the task endpoint.

@@ -247,6 +247,13 @@ func keyTable() []key {
 		{name: "ECS_REGISTRY_ECR_EXCLUDE_ACCOUNTS", def: "602401143452,918309763551", berth: true, doc: "accounts whose ECR images never get credentials",
 			field: func(c *Config) field { return setField{p: &c.Registry.ExcludeAccounts, check: checkAccount} }},
 
+		{name: "ECS_TASK_SECURITY_POLICY", def: "none", berth: true, doc: "none, or baseline: refuse tasks that ask for the host (privileged, capabilities beyond Docker's default set, host pid, ipc or network namespaces, devices, binds of /, /proc, /sys, the Docker or containerd socket or ECS_DATADIR, unconfined seccomp, AppArmor, SELinux or system paths), naming the field",
+			field: func(c *Config) field {
+				return stringField{p: &c.TaskSecurityPolicy, fold: true, oneOf: []string{TaskSecurityPolicyNone, TaskSecurityPolicyBaseline}}
+			}},
+		{name: "ECS_BRIDGE_BLOCK_IMDS", def: "false", berth: true, doc: "make 169.254.169.254 unreachable from bridge-mode tasks (an iptables DROP in DOCKER-USER for the Docker bridge, kept in place while the agent runs)",
+			field: func(c *Config) field { return boolField{p: &c.BridgeBlockIMDS} }},
+
 		{name: "ECS_STATIC_TASKS_DIR", def: "", berth: true, doc: "directory of task definitions kept running on this host",
 			field: func(c *Config) field { return stringField{p: &c.StaticTasksDir} }},
 		{name: keyLocalCP, def: "false", berth: true, doc: "run the embedded control plane (local mode) even with ECS_CLUSTER set, which then names its cluster",

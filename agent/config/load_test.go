@@ -1393,3 +1393,20 @@ func TestTaskCredentialsBindToTask(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 	assert.Contains(t, err.Error(), "ECS_TASK_CREDENTIALS_BIND_TO_TASK")
 }
+
+// ECS_TASK_SECURITY_POLICY is none unless set, takes baseline in any case, and any other value is an
+// error naming the key and the values it takes; ECS_BRIDGE_BLOCK_IMDS is off unless set.
+func TestTaskSecurityPolicyAndBridgeIMDS(t *testing.T) {
+	f := newFiles(t, "", "")
+	res := f.mustLoad(t, nil)
+	assert.Equal(t, TaskSecurityPolicyNone, res.Config.TaskSecurityPolicy)
+	assert.False(t, res.Config.BridgeBlockIMDS)
+	res = f.mustLoad(t, nil, "ECS_TASK_SECURITY_POLICY=Baseline", "ECS_BRIDGE_BLOCK_IMDS=true")
+	assert.Equal(t, TaskSecurityPolicyBaseline, res.Config.TaskSecurityPolicy)
+	assert.True(t, res.Config.BridgeBlockIMDS)
+	_, err := f.load(nil, "ECS_TASK_SECURITY_POLICY=restricted")
+	e := keyError(t, err, "ECS_TASK_SECURITY_POLICY")
+	assert.Contains(t, e.Error(), `"restricted" is not one of none, baseline`)
+	_, err = f.load(nil, "ECS_BRIDGE_BLOCK_IMDS=yes please")
+	keyError(t, err, "ECS_BRIDGE_BLOCK_IMDS")
+}

@@ -44,7 +44,8 @@ import (
 // Engine is the part of the task engine the control plane drives.
 type Engine interface {
 	// AddTask returns once the task (or, for a known task, its stop) is saved. A new task the
-	// engine refuses (ECS_DISABLE_PRIVILEGED) fails with a *task.PrivilegedError and is not saved.
+	// engine refuses (ECS_DISABLE_PRIVILEGED, ECS_TASK_SECURITY_POLICY) fails with a
+	// *task.RefusedError and is not saved.
 	AddTask(ctx context.Context, t *task.Task) error
 	// Tasks returns a copy of every task the engine holds.
 	Tasks() []*task.Task
@@ -346,9 +347,9 @@ func (c *ControlPlane) HandlePayload(ctx context.Context, p acs.Payload) error {
 		g.Go(func() error {
 			for _, a := range byArn[arn] {
 				err := c.accept(ctx, a)
-				var pe *task.PrivilegedError
-				if errors.As(err, &pe) {
-					refused[i] = append(refused[i], acstranslate.Rejected{Arn: arn, Err: pe})
+				var re *task.RefusedError
+				if errors.As(err, &re) {
+					refused[i] = append(refused[i], acstranslate.Rejected{Arn: arn, Err: re})
 					continue
 				}
 				if err != nil {
@@ -402,7 +403,7 @@ func (c *ControlPlane) accept(ctx context.Context, a acstranslate.Accepted) erro
 	c.putCredentials(t.Arn, acswire.RoleTypeTaskApplication, a.RoleCredentials)
 	c.putCredentials(t.Arn, acswire.RoleTypeTaskExecution, a.ExecutionRoleCredentials)
 	if err := c.eng.AddTask(ctx, t); err != nil {
-		if errors.Is(err, task.ErrPrivilegedRefused) {
+		if errors.Is(err, task.ErrRefused) {
 			c.creds.TaskRemoved(t.Arn)
 		}
 		return fmt.Errorf("accept task %s: %w", t.Arn, err)

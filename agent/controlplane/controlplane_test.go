@@ -69,15 +69,15 @@ func (f *fakeControl) TelemetryEndpoint(context.Context, string) (string, error)
 
 func (f *fakeControl) ForgetPollEndpoint(string) { f.forgotten++ }
 
-// fakeEngine accepts tasks; refuse makes AddTask fail for one ARN, and refusePrivileged refuses
-// privileged tasks as the engine does with ECS_DISABLE_PRIVILEGED.
+// fakeEngine accepts tasks; refuse makes AddTask fail for one ARN, and policy refuses tasks as the
+// engine's Admit does (ECS_DISABLE_PRIVILEGED, ECS_TASK_SECURITY_POLICY).
 type fakeEngine struct {
-	mu               sync.Mutex
-	added            []*task.Task
-	refuse           string
-	refusePrivileged bool
-	held             []*task.Task      // what Tasks returns
-	stopped          map[string]string // task ARN → the reason StopTask was given
+	mu      sync.Mutex
+	added   []*task.Task
+	refuse  string
+	policy  task.Policy
+	held    []*task.Task      // what Tasks returns
+	stopped map[string]string // task ARN → the reason StopTask was given
 }
 
 func (e *fakeEngine) Tasks() []*task.Task {
@@ -102,7 +102,7 @@ func (e *fakeEngine) AddTask(_ context.Context, t *task.Task) error {
 	if t.Arn == e.refuse {
 		return errors.New("disk full")
 	}
-	if err := t.RefusePrivileged(); err != nil && e.refusePrivileged {
+	if err := t.Refuse(e.policy); err != nil {
 		return fmt.Errorf("task %s: %w", t.Arn, err)
 	}
 	e.added = append(e.added, t)
@@ -272,7 +272,7 @@ func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
 	ctx := context.Background()
 	store := state.NewMemory()
 	clock := clockwork.NewFakeClock()
-	eng := &fakeEngine{refusePrivileged: true}
+	eng := &fakeEngine{policy: task.Policy{NoPrivileged: true}}
 	cp := New(Config{Clock: clock}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
 	priv := &task.Task{Arn: "arn:priv", Containers: []*task.Container{{Name: "root", Privileged: true}}}
 	plain := &task.Task{Arn: "arn:plain", Containers: []*task.Container{{Name: "app"}}}
@@ -284,8 +284,7 @@ func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, records, 1)
 	assert.Equal(t, "arn:priv", records[0].TaskArn)
-	assert.Contains(t, records[0].Report.StoppedReason, "container root: privileged")
-	assert.Equal(t, "TaskDefinitionError: container root: privileged: "+task.ErrPrivilegedRefused.Error(), records[0].Report.StoppedReason)
+	assert.Equal(t, "TaskDefinitionError: containerDefinitions[0].privileged: true is refused by ECS_DISABLE_PRIVILEGED=true", records[0].Report.StoppedReason)
 	_, ok := cp.Credentials().Get("c-priv")
 	assert.False(t, ok, "a refused task's credentials are dropped")
 	seq, err := store.SeqNum(ctx)
@@ -296,6 +295,38 @@ func TestPrivilegedRejectedWhenDisabled(t *testing.T) {
 		cfg := &config.Config{PrivilegedDisabled: disabled}
 		reg := NewRegistration(cfg, engine.Resources{}, "27.0", "1.47", nil)
 		assert.Equal(t, !disabled, reg.Privileged, "ECS_DISABLE_PRIVILEGED=%v", disabled)
+	}
+}
+
+// With ECS_TASK_SECURITY_POLICY=baseline a payload's task the engine's policy refuses is rejected as
+// a privileged one is: reported STOPPED with the field named, the others accepted. Registration then
+// leaves out the privileged-container capability, so Amazon ECS places no privileged task here.
+func TestBaselinePolicyRejected(t *testing.T) {
+	ctx := context.Background()
+	store := state.NewMemory()
+	eng := &fakeEngine{policy: task.Policy{Baseline: true}}
+	cp := New(Config{Clock: clockwork.NewFakeClock()}, &fakeControl{fakeECS: newFakeECS()}, eng, store, logger.Nop())
+	admin := &task.Task{Arn: "arn:admin", Containers: []*task.Container{{Name: "app"},
+		{Name: "tool", Linux: &task.LinuxParameters{CapAdd: []string{"CHOWN", "SYS_ADMIN"}}}}}
+	hostNet := &task.Task{Arn: "arn:host", NetworkMode: task.NetworkHost, Containers: []*task.Container{{Name: "app"}}}
+	plain := &task.Task{Arn: "arn:plain", NetworkMode: task.NetworkBridge, Containers: []*task.Container{{Name: "app"}}}
+	require.NoError(t, cp.HandlePayload(ctx, acs.Payload{SeqNum: 1, Tasks: []acstranslate.Accepted{{Task: admin}, {Task: hostNet}, {Task: plain}}}))
+	require.Len(t, eng.added, 1)
+	assert.Equal(t, "arn:plain", eng.added[0].Arn)
+	records, err := store.SentRecords(ctx)
+	require.NoError(t, err)
+	reasons := map[string]string{}
+	for _, r := range records {
+		reasons[r.TaskArn] = r.Report.StoppedReason
+	}
+	assert.Equal(t, map[string]string{
+		"arn:admin": "TaskDefinitionError: containerDefinitions[1].linuxParameters.capabilities.add[1]: SYS_ADMIN is refused by ECS_TASK_SECURITY_POLICY=baseline",
+		"arn:host":  "TaskDefinitionError: networkMode: host is refused by ECS_TASK_SECURITY_POLICY=baseline",
+	}, reasons)
+
+	for policy, privileged := range map[string]bool{config.TaskSecurityPolicyNone: true, config.TaskSecurityPolicyBaseline: false} {
+		reg := NewRegistration(&config.Config{TaskSecurityPolicy: policy}, engine.Resources{}, "27.0", "1.47", nil)
+		assert.Equal(t, privileged, reg.Privileged, "ECS_TASK_SECURITY_POLICY=%s", policy)
 	}
 }
 

@@ -28,7 +28,7 @@ func NewRegistration(cfg *config.Config, resources engine.Resources, dockerVersi
 		AgentVersion: version.ECSAgentVersion, AgentHash: version.Get().GitHash, DockerVersion: dockerVersion,
 		DockerAPIVersion: dockerAPIVersion, LoggingDrivers: cfg.AvailableLoggingDrivers, TaskENI: cfg.TaskENIEnabled,
 		BlockIMDS: cfg.AWSVPCBlockIMDS, External: cfg.External, OSFamilyDetailed: DetailedOSFamily(osRelease),
-		Privileged: !cfg.PrivilegedDisabled, HealthCheckDisabled: cfg.DockerHealthCheckDisabled,
+		Privileged: !cfg.PrivilegedDisabled && cfg.TaskSecurityPolicy != config.TaskSecurityPolicyBaseline, HealthCheckDisabled: cfg.DockerHealthCheckDisabled,
 		AWSLogsExecutionRole: cfg.AWSLogsExecutionRole, Attributes: cfg.InstanceAttributes,
 		TaskIAMRole: cfg.TaskIAMRoleEnabled, TaskIAMRoleNetworkHost: cfg.TaskIAMRoleNetworkHost,
 		TaskCPUMemLimit: cfg.TaskCPUMemLimit, SELinux: cfg.SELinuxCapable, AppArmor: cfg.AppArmorCapable,

@@ -122,7 +122,8 @@ type Registration struct {
 	LoggingDrivers []string
 	// TaskENI registers ecs.capability.task-eni (awsvpc tasks).
 	TaskENI bool
-	// Privileged registers the privileged-container capability (unless ECS_DISABLE_PRIVILEGED).
+	// Privileged registers the privileged-container capability (unless ECS_DISABLE_PRIVILEGED or
+	// ECS_TASK_SECURITY_POLICY=baseline refuses privileged containers).
 	Privileged bool
 	// TaskCPUMemLimit registers task-cpu-mem-limit: tasks get cgroups with their task-level limits.
 	TaskCPUMemLimit bool

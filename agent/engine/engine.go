@@ -104,10 +104,10 @@ type Config struct {
 	Probe Probe
 	// Clock is the engine's time source; nil means the real clock.
 	Clock clockwork.Clock
-	// DisablePrivileged refuses privileged containers (ECS_DISABLE_PRIVILEGED): AddTask refuses a new
-	// task that has one (see Admit), and such a task restored from the store stops before anything
-	// of it is created, with a reason naming the container.
-	DisablePrivileged bool
+	// Policy is what the host refuses of a task (ECS_DISABLE_PRIVILEGED, ECS_TASK_SECURITY_POLICY):
+	// AddTask refuses a new task it refuses (see Admit), and such a task restored from the store
+	// stops before anything of it is created, with a reason naming the field.
+	Policy task.Policy
 	// TaskEndpoint tells containers where their credentials and metadata are.
 	TaskEndpoint TaskEndpointConfig
 	// ContainerMetadata is the container metadata file (ECS_ENABLE_CONTAINER_METADATA).
@@ -299,14 +299,12 @@ func (e *Engine) AddTask(ctx context.Context, t *task.Task) error {
 	return e.add(ctx, t, true)
 }
 
-// Admit reports whether the engine takes t as a new task: with DisablePrivileged it returns a
-// *task.PrivilegedError (wrapping task.ErrPrivilegedRefused) naming t's first privileged container,
-// else nil. AddTask refuses a new task with this error, and a restored task stops with it.
+// Admit reports whether the engine takes t as a new task: a *task.RefusedError (wrapping
+// task.ErrRefused) naming the first field of t that Config.Policy refuses, else nil. It is the one
+// gate of every path a task comes by (the control plane, the embedded one through it, static
+// files): AddTask refuses a new task with this error, and a restored task stops with it.
 func (e *Engine) Admit(t *task.Task) error {
-	if !e.cfg.DisablePrivileged {
-		return nil
-	}
-	return t.RefusePrivileged()
+	return t.Refuse(e.cfg.Policy)
 }
 
 // add is AddTask; save is false for tasks Restore loaded from the store, which are saved already.

@@ -484,17 +484,17 @@ func TestStartAndAddTaskErrors(t *testing.T) {
 // Without it the container runs privileged.
 func TestPrivilegedRefusedWhenDisabled(t *testing.T) {
 	cfg := testConfig()
-	cfg.DisablePrivileged = true
+	cfg.Policy = task.Policy{NoPrivileged: true}
 	h := newHarness(t, cfg)
 	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/priv"
 	priv := func() *task.Task {
 		return newTask(arn, ctr("app"), ctr("root", func(c *task.Container) { c.Privileged = true }))
 	}
 	err := h.engine.AddTask(context.Background(), priv())
-	require.ErrorIs(t, err, task.ErrPrivilegedRefused)
-	var pe *task.PrivilegedError
-	require.ErrorAs(t, err, &pe)
-	assert.Equal(t, task.PrivilegedError{Index: 1, Container: "root"}, *pe)
+	require.ErrorIs(t, err, task.ErrRefused)
+	var re *task.RefusedError
+	require.ErrorAs(t, err, &re)
+	assert.Equal(t, task.RefusedError{Field: "containerDefinitions[1].privileged", Value: "true", By: "ECS_DISABLE_PRIVILEGED=true"}, *re)
 	assert.Contains(t, err.Error(), arn)
 	assert.Nil(t, h.engine.Task(arn), "a refused task is not held")
 	assert.Empty(t, h.store.snapshot(), "a refused task is not saved")
@@ -502,8 +502,7 @@ func TestPrivilegedRefusedWhenDisabled(t *testing.T) {
 	_, err = h.engine.Restore(context.Background(), []*task.Task{priv()}, false)
 	require.NoError(t, err)
 	stopped := h.waitStatus(arn, task.TaskStopped)
-	assert.Contains(t, stopped.StoppedReason, "container root: privileged")
-	assert.Contains(t, stopped.StoppedReason, "ECS_DISABLE_PRIVILEGED=true")
+	assert.Equal(t, "containerDefinitions[1].privileged: true is refused by ECS_DISABLE_PRIVILEGED=true", stopped.StoppedReason)
 	assert.Empty(t, h.docker.createCalls(), "no container of the task was created")
 	again := priv()
 	again.DesiredStatus = task.TaskStopped
@@ -514,4 +513,42 @@ func TestPrivilegedRefusedWhenDisabled(t *testing.T) {
 	allowed.waitStatus(arn, task.TaskRunning)
 	require.Len(t, allowed.docker.createCalls(), 1)
 	assert.True(t, allowed.docker.createCalls()[0].HostConfig.Privileged)
+}
+
+// With ECS_TASK_SECURITY_POLICY=baseline AddTask refuses a new task the policy refuses, naming the
+// field as the definition does (the pause container of a pidMode task not counted), and such a task
+// restored from the store stops with that reason before anything of it is created. Under the default
+// policy the same task runs with what it asked for.
+func TestBaselinePolicyRefused(t *testing.T) {
+	cfg := testConfig()
+	cfg.Policy = task.Policy{Baseline: true, DataDir: "/var/lib/ecs/data"}
+	cfg.PauseImage = "berth/pause"
+	h := newHarness(t, cfg)
+	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/admin"
+	admin := func() *task.Task {
+		t := newTask(arn, ctr("app"), ctr("tool", func(c *task.Container) {
+			c.Linux = &task.LinuxParameters{CapAdd: []string{"NET_BIND_SERVICE", "SYS_ADMIN"}}
+		}))
+		t.PidMode = "task"
+		return t
+	}
+	const reason = "containerDefinitions[1].linuxParameters.capabilities.add[1]: SYS_ADMIN is refused by ECS_TASK_SECURITY_POLICY=baseline"
+	err := h.engine.AddTask(context.Background(), admin())
+	require.ErrorIs(t, err, task.ErrRefused)
+	assert.Equal(t, "task "+arn+": "+reason, err.Error())
+	assert.Nil(t, h.engine.Task(arn), "a refused task is not held")
+	assert.Empty(t, h.store.snapshot(), "a refused task is not saved")
+
+	_, err = h.engine.Restore(context.Background(), []*task.Task{admin()}, false)
+	require.NoError(t, err)
+	assert.Equal(t, reason, h.waitStatus(arn, task.TaskStopped).StoppedReason)
+	assert.Empty(t, h.docker.createCalls(), "no container of the task was created")
+
+	allowed := newHarness(t, testConfig())
+	t2 := admin()
+	t2.PidMode = ""
+	allowed.add(t2)
+	allowed.waitStatus(arn, task.TaskRunning)
+	require.Len(t, allowed.docker.createCalls(), 2)
+	assert.Contains(t, allowed.docker.createCalls()[1].HostConfig.CapAdd, "SYS_ADMIN")
 }

@@ -53,7 +53,7 @@ import (
 type Runner interface {
 	// AddTask returns once the task is saved.
 	AddTask(ctx context.Context, t *task.Task) error
-	// Admit returns a *task.PrivilegedError when AddTask would refuse t, else nil.
+	// Admit returns a *task.RefusedError naming the field when AddTask would refuse t, else nil.
 	Admit(t *task.Task) error
 	// StopTask returns once the stop is saved.
 	StopTask(ctx context.Context, arn, reason string) error
@@ -651,14 +651,9 @@ func (w *Watcher) reportInvalid(name, key string, err error) {
 }
 
 // admit asks the Runner whether it takes the definition's task, before anything is started or
-// stopped for the file, and names the field of the container it refuses.
+// stopped for the file; its refusal names the definition's field.
 func (w *Watcher) admit(def *taskdef.Definition) error {
-	err := w.runner.Admit(def.NewTask(""))
-	var pe *task.PrivilegedError
-	if errors.As(err, &pe) { // the task's containers are the definition's, in its order
-		return fmt.Errorf("containerDefinitions[%d].privileged: %w", pe.Index, task.ErrPrivilegedRefused)
-	}
-	return err
+	return w.runner.Admit(def.NewTask(""))
 }
 
 func contentKey(data []byte) string {

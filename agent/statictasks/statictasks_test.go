@@ -27,18 +27,15 @@ type call struct {
 type fakeRunner struct {
 	calls []call
 	tasks map[string]*task.Task
-	// refusePrivileged refuses privileged tasks as the engine does with ECS_DISABLE_PRIVILEGED;
-	// admits counts the tasks asked about.
-	refusePrivileged bool
-	admits           int
+	// policy refuses tasks as the engine's Admit does (ECS_DISABLE_PRIVILEGED,
+	// ECS_TASK_SECURITY_POLICY); admits counts the tasks asked about.
+	policy task.Policy
+	admits int
 }
 
 func (f *fakeRunner) Admit(t *task.Task) error {
 	f.admits++
-	if f.refusePrivileged {
-		return t.RefusePrivileged()
-	}
-	return nil
+	return t.Refuse(f.policy)
 }
 
 func (f *fakeRunner) AddTask(_ context.Context, t *task.Task) error {
@@ -319,7 +316,7 @@ func TestWatcherRefusesPrivilegedWhenDisabled(t *testing.T) {
 	priv := strings.Replace(webDef, `"memory": 32`, `"memory": 32, "privileged": true`, 1)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(priv), 0o600))
 
-	r := &fakeRunner{refusePrivileged: true}
+	r := &fakeRunner{policy: task.Policy{NoPrivileged: true}}
 	w := New(Config{Dir: dir, Cluster: "default"}, r, log)
 	w.Scan(context.Background())
 	w.Scan(context.Background())
@@ -330,6 +327,26 @@ func TestWatcherRefusesPrivilegedWhenDisabled(t *testing.T) {
 	allowed := &fakeRunner{}
 	New(Config{Dir: dir, Cluster: "default"}, allowed, log).Scan(context.Background())
 	assert.Len(t, allowed.calls, 1, "without ECS_DISABLE_PRIVILEGED it starts")
+}
+
+// With ECS_TASK_SECURITY_POLICY=baseline a file whose task the policy refuses is invalid, logged
+// once with the field named, and never started.
+func TestWatcherRefusesWhatBaselineRefuses(t *testing.T) {
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	log, err := logger.New(logger.Config{}, &logs)
+	require.NoError(t, err)
+	sock := strings.Replace(webDef, `"memory": 32`, `"memory": 32, "mountPoints": [{"sourceVolume": "sock", "containerPath": "/sock"}]`, 1)
+	sock = strings.Replace(sock, `"containerDefinitions"`, `"volumes": [{"name": "sock", "host": {"sourcePath": "/var/run/docker.sock"}}], "containerDefinitions"`, 1)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "web.json"), []byte(sock), 0o600))
+
+	r := &fakeRunner{policy: task.Policy{Baseline: true}}
+	w := New(Config{Dir: dir, Cluster: "default"}, r, log)
+	w.Scan(context.Background())
+	w.Scan(context.Background())
+	assert.Empty(t, r.calls, "the task is not started")
+	assert.Equal(t, 1, strings.Count(logs.String(), "volumes[0].host.sourcePath: /var/run/docker.sock is refused by ECS_TASK_SECURITY_POLICY=baseline"),
+		"logged once, naming the field:\n%s", logs.String())
 }
 
 func TestWatcherReadsOnlySmallRegularFiles(t *testing.T) {

@@ -1,7 +1,6 @@
 package task
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -362,24 +361,6 @@ func (t *Task) Container(name string) *Container {
 	return nil
 }
 
-// ErrPrivilegedRefused is what RefusePrivileged reports.
-var ErrPrivilegedRefused = errors.New("privileged containers are refused on this host (ECS_DISABLE_PRIVILEGED=true)")
-
-// PrivilegedError is RefusePrivileged's error: it names the first container that asks for
-// privileged mode and wraps ErrPrivilegedRefused.
-type PrivilegedError struct {
-	Index     int    // the container's position in the task's Containers
-	Container string // the container's name
-}
-
-// Error names the container and the field.
-func (e *PrivilegedError) Error() string {
-	return fmt.Sprintf("container %s: privileged: %v", e.Container, ErrPrivilegedRefused)
-}
-
-// Unwrap returns ErrPrivilegedRefused.
-func (e *PrivilegedError) Unwrap() error { return ErrPrivilegedRefused }
-
 // NetworkNamespace is the network namespace whose interfaces are the networks of t's containers: an
 // awsvpc task's, /proc/PID/ns/net of its pause container, while it is set up; "" for the others,
 // whose networks Docker knows.
@@ -388,17 +369,6 @@ func (t *Task) NetworkNamespace() string {
 		return ""
 	}
 	return t.AWSVPC.NetNS
-}
-
-// RefusePrivileged returns a *PrivilegedError naming the first container that asks for privileged
-// mode, or nil when none does. The engine asks it when ECS_DISABLE_PRIVILEGED=true.
-func (t *Task) RefusePrivileged() error {
-	for i, c := range t.Containers {
-		if c.Privileged {
-			return &PrivilegedError{Index: i, Container: c.Name}
-		}
-	}
-	return nil
 }
 
 // DeriveKnownStatus computes the task's known status from its containers: the lowest status every

@@ -2,8 +2,6 @@ package task
 
 import (
 	"encoding/json"
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -161,19 +159,4 @@ func TestCloneSharesNothingMutable(t *testing.T) {
 	assert.Equal(t, ContainerRunning, orig.Containers[0].KnownStatus)
 	assert.Nil(t, orig.Containers[0].ExitCode)
 	assert.Equal(t, "a", cp.Arn)
-}
-
-func TestRefusePrivileged(t *testing.T) {
-	tk := &Task{Containers: []*Container{{Name: "app"}, {Name: "root", Privileged: true}}}
-	err := tk.RefusePrivileged()
-	if !errors.Is(err, ErrPrivilegedRefused) || !strings.Contains(err.Error(), "container root: privileged") {
-		t.Errorf("RefusePrivileged() = %v, want the root container named", err)
-	}
-	var pe *PrivilegedError
-	if !errors.As(err, &pe) || *pe != (PrivilegedError{Index: 1, Container: "root"}) {
-		t.Errorf("RefusePrivileged() = %#v, want container 1, root", err)
-	}
-	if err := (&Task{Containers: []*Container{{Name: "app"}}}).RefusePrivileged(); err != nil {
-		t.Errorf("no privileged container: %v", err)
-	}
 }
