@@ -57,8 +57,6 @@ type Config struct {
 	Clock clockwork.Clock
 	// Keys sign every request the server accepts (required): see localauth.
 	Keys localauth.Keys
-	// AllowedHosts are the Host header names clients may use besides loopback ones.
-	AllowedHosts []string
 }
 
 // Server is the embedded control plane. Its methods and handler are safe for concurrent use.
@@ -108,7 +106,7 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
 	}
-	s.auth = localauth.NewVerifier(cfg.Keys, cfg.AllowedHosts, nil)
+	s.auth = localauth.NewVerifier(cfg.Keys, nil)
 	db, err := openDB(cfg.DBPath)
 	if err != nil {
 		return nil, fmt.Errorf("localcp: %w", err)
@@ -149,9 +147,8 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 }
 
 // Handler returns the HTTP handler: the ACS websocket on /ws, the TCS one on /tcs/ws, the ECS API on
-// everything else. Every
-// request must name a loopback (or allowed) host and carry a SigV4 signature made with the keys;
-// anything else is refused with ECS's error before it is looked at.
+// everything else. It serves its own host only: every request must name a loopback host and carry a
+// SigV4 signature made with the keys; anything else is refused with ECS's error before it is looked at.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("x-amzn-RequestId", newID())
