@@ -107,12 +107,15 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 		s.clock = clockwork.NewRealClock()
 	}
 	s.auth = localauth.NewVerifier(cfg.Keys, nil)
-	db, err := openDB(cfg.DBPath)
+	db, err := openDB(cfg.DBPath, s.badRecord)
 	if err != nil {
 		return nil, fmt.Errorf("localcp: %w", err)
 	}
 	s.db = db
 	if err := db.Update(func(tx *bolt.Tx) error {
+		if _, err := expire(tx, s.clock.Now(), -1); err != nil {
+			return err
+		}
 		_, err := s.ensureCluster(tx, DefaultCluster)
 		return err
 	}); err != nil {
