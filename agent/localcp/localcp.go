@@ -6,10 +6,13 @@
 // It places every task on the cluster's container instance (in local mode there is one, the agent's)
 // and delivers it over ACS. A task's life as this control plane sees it:
 //
-//	RunTask ──▶ PENDING (desired RUNNING) ──agent reports──▶ RUNNING ──agent reports──▶ STOPPED
+//	RunTask ──▶ PENDING (desired RUNNING) ──agent reports──▶ RUNNING ──agent reports──▶ STOPPED ──1 h──▶ forgotten
 //	               │   no instance yet: waits, delivered once one registers             ▲
 //	               └── StopTask: desired STOPPED, sent to the agent ────────────────────┘
 //	                   (a task never placed on an instance stops at once)
+//
+// As in ECS, a stopped task is described for an hour after it stopped, then forgotten; a RunTask or
+// StartTask that repeats a client token gets the first call's answer. It serves its own host only.
 //
 // A task is sent in a PayloadMessage whenever its desired status differs from the one the agent last
 // acknowledged; un-acknowledged payloads are sent again on the next connection.
