@@ -97,8 +97,8 @@ func listen(cfg *config.Config, embedded bool, log *logger.Logger) (*servers, er
 		s.close()
 		return nil, err
 	}
-	if s.localCP, err = localcp.New(localcp.Config{DBPath: filepath.Join(cfg.DataDir, "localcp.db"), Keys: keys,
-		AllowedHosts: cfg.LocalControlPlaneAllowedHosts.Values()}, log.With("component", "localcp")); err != nil {
+	if s.localCP, err = localcp.New(localcp.Config{DBPath: filepath.Join(cfg.DataDir, "localcp.db"), Keys: keys},
+		log.With("component", "localcp")); err != nil {
 		s.close()
 		return nil, fmt.Errorf("embedded control plane: %w", err)
 	}

@@ -209,9 +209,6 @@ type Config struct {
 	LocalControlPlaneAddr string
 	// LocalControlPlane runs the embedded control plane even when ECS_CLUSTER is set.
 	LocalControlPlane bool
-	// LocalControlPlaneAllowedHosts are Host header names accepted besides loopback ones; non-empty,
-	// it allows a non-loopback LocalControlPlaneAddr.
-	LocalControlPlaneAllowedHosts set.Set[string]
 
 	// EnvFile and JSONFile are the configuration files that were read (or would have been).
 	EnvFile  string

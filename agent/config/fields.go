@@ -283,16 +283,6 @@ func (f portRangeField) show() any {
 	return fmt.Sprintf("%d-%d", f.p[0], f.p[1])
 }
 
-// hostName matches a DNS name or an IPv4 or IPv6 address, without port.
-var hostName = regexp.MustCompile(`^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$|^[0-9A-Fa-f:.]+$`)
-
-func checkHostName(s string) error {
-	if len(s) > 253 || !hostName.MatchString(s) {
-		return fmt.Errorf("%q is not a host name or address (write it without port)", s)
-	}
-	return nil
-}
-
 var accountID = regexp.MustCompile(`^[0-9]{12}$`)
 
 func checkAccount(s string) error {

@@ -258,10 +258,8 @@ func keyTable() []key {
 			field: func(c *Config) field { return stringField{p: &c.StaticTasksDir} }},
 		{name: keyLocalCP, def: "false", berth: true, doc: "run the embedded control plane (local mode) even with ECS_CLUSTER set, which then names its cluster",
 			field: func(c *Config) field { return boolField{p: &c.LocalControlPlane} }},
-		{name: keyLocalCPAddr, def: "127.0.0.1:51677", berth: true, doc: "local mode: listen address of the embedded control plane (ECS API on POST /, ACS on /ws)",
+		{name: keyLocalCPAddr, def: "127.0.0.1:51677", berth: true, doc: "local mode: listen address of the embedded control plane (ECS API on POST /, ACS on /ws); a loopback address, as it serves its own host only",
 			field: func(c *Config) field { return stringField{p: &c.LocalControlPlaneAddr} }},
-		{name: "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS", def: "", berth: true, doc: "local mode: names other hosts' agents use to reach the embedded control plane; setting it allows a non-loopback ECS_LOCAL_CONTROL_PLANE_ADDR",
-			field: func(c *Config) field { return setField{p: &c.LocalControlPlaneAllowedHosts, check: checkHostName} }},
 		{name: keyIntroAddr, def: "127.0.0.1:51678", berth: true, doc: "listen address of the introspection API",
 			field: func(c *Config) field { return stringField{p: &c.IntrospectionAddr} }},
 

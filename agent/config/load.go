@@ -136,6 +136,7 @@ func Load(src Sources) (*Result, error) {
 	}
 
 	res.Warnings = append(res.Warnings, unknownKeys(envEntries, jsonEntries, byName, jsonNames, res.Config)...)
+	errs = append(errs, checkRemovedKeys(env, envEntries, jsonEntries, res.Config))
 	res.Warnings = append(res.Warnings, unsupportedWarnings(env, envEntries, jsonEntries, res.Config)...)
 	errs = append(errs, crossChecks(res)...)
 	res.Config.Mode, res.Config.ModeReason = chooseMode(res)
@@ -208,7 +209,7 @@ func unknownKeys(envEntries, jsonEntries []entry, byName map[string]key, jsonNam
 	var out []Warning
 	unsupported := unsupportedKeys()
 	for _, e := range envEntries {
-		if _, ok := unsupported[e.key]; ok {
+		if _, ok := unsupported[e.key]; ok || e.key == keyRemovedAllowedHosts {
 			continue
 		}
 		o := Origin{Kind: SourceEnvFile, File: c.EnvFile, Line: e.line}
@@ -221,7 +222,7 @@ func unknownKeys(envEntries, jsonEntries []entry, byName map[string]key, jsonNam
 		}
 	}
 	for _, e := range jsonEntries {
-		if _, ok := unsupported[e.key]; ok {
+		if _, ok := unsupported[e.key]; ok || e.key == keyRemovedAllowedHosts {
 			continue
 		}
 		o := Origin{Kind: SourceJSONFile, File: c.JSONFile, Line: e.line}
@@ -255,21 +256,58 @@ func crossChecks(res *Result) []error {
 	return errs
 }
 
-// checkLocalListen refuses a non-loopback listen address for the embedded control plane unless the
-// operator named the hosts other agents reach it by: a root agent's control port is not opened to
-// the network by accident.
+// useECSMode is what a configuration that asks the embedded control plane to serve other hosts is
+// told: more than one host is what Amazon ECS is for.
+const useECSMode = "the embedded control plane serves its own host only; to run tasks on several hosts " +
+	"from one cluster, use ecs mode (set ECS_CLUSTER and let each host's agent register with Amazon ECS)"
+
+// checkLocalListen refuses a non-loopback listen address for the embedded control plane: it serves
+// its own host only, so its port (a root agent's control port) is never opened to the network.
 func checkLocalListen(res *Result) error {
 	c := res.Config
 	host, _, err := net.SplitHostPort(c.LocalControlPlaneAddr)
 	if err != nil {
 		return &Error{Key: keyLocalCPAddr, Origin: res.Origins[keyLocalCPAddr], Err: fmt.Errorf("%q is not host:port: %w", c.LocalControlPlaneAddr, err)}
 	}
-	if isLoopbackHost(host) || c.LocalControlPlaneAllowedHosts.Len() > 0 {
+	if isLoopbackHost(host) {
 		return nil
 	}
 	return &Error{Key: keyLocalCPAddr, Origin: res.Origins[keyLocalCPAddr],
-		Err: fmt.Errorf("%q is not a loopback address: the embedded control plane runs tasks as root and would be reachable "+
-			"from other hosts; set ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS to the names they use to reach it to allow that", c.LocalControlPlaneAddr)}
+		Err: fmt.Errorf("%q is not a loopback address: %s", c.LocalControlPlaneAddr, useECSMode)}
+}
+
+// keyRemovedAllowedHosts is a Berth key that no longer exists: it served the embedded control plane
+// to other hosts. Setting it is an error, so that such a configuration does not start half-working.
+const keyRemovedAllowedHosts = "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS"
+
+// checkRemovedKeys refuses a configuration that sets keyRemovedAllowedHosts to a value, naming the
+// source of highest precedence it is set in. An empty value asks for nothing and is ignored.
+func checkRemovedKeys(env map[string]string, envEntries, jsonEntries []entry, c *Config) error {
+	var (
+		where Origin
+		set   bool
+	)
+	nonEmpty := func(text string) bool {
+		t := strings.TrimSpace(text)
+		return t != "" && t != "null" && t != "[]"
+	}
+	for _, e := range jsonEntries {
+		if e.key == keyRemovedAllowedHosts && nonEmpty(e.text) {
+			where, set = Origin{Kind: SourceJSONFile, File: c.JSONFile, Line: e.line}, true
+		}
+	}
+	for _, e := range envEntries {
+		if e.key == keyRemovedAllowedHosts && nonEmpty(e.text) {
+			where, set = Origin{Kind: SourceEnvFile, File: c.EnvFile, Line: e.line}, true
+		}
+	}
+	if v, ok := env[keyRemovedAllowedHosts]; ok && nonEmpty(v) {
+		where, set = Origin{Kind: SourceEnv}, true
+	}
+	if !set {
+		return nil
+	}
+	return &Error{Key: keyRemovedAllowedHosts, Origin: where, Err: errors.New("was removed: " + useECSMode)}
 }
 
 // OffhostIntrospectionAddr is where the introspection API listens with ECS_ALLOW_OFFHOST_INTROSPECTION_ACCESS

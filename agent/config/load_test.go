@@ -1289,7 +1289,7 @@ func TestAvailableLoggingDrivers(t *testing.T) {
 	}
 }
 
-func TestLocalControlPlaneListensOnLoopbackUnlessAllowed(t *testing.T) {
+func TestLocalControlPlaneListensOnLoopbackOnly(t *testing.T) {
 	f := newFiles(t, "", "")
 	for _, addr := range []string{"127.0.0.1:51677", "localhost:51677", "[::1]:51677", "127.0.0.2:0"} {
 		res := f.mustLoad(t, nil, "ECS_LOCAL_CONTROL_PLANE_ADDR="+addr)
@@ -1297,23 +1297,56 @@ func TestLocalControlPlaneListensOnLoopbackUnlessAllowed(t *testing.T) {
 	}
 	for _, addr := range []string{"0.0.0.0:51677", ":51677", "[::]:51677", "10.0.0.5:51677", "cp.example:51677"} {
 		_, err := f.load(nil, "ECS_LOCAL_CONTROL_PLANE_ADDR="+addr)
-		require.Error(t, err, addr)
-		require.Contains(t, err.Error(), "ECS_LOCAL_CONTROL_PLANE_ADDR")
-		require.Contains(t, err.Error(), "not a loopback address")
-		require.Contains(t, err.Error(), "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS")
+		errs := requireConfigErrors(t, err)
+		require.Len(t, errs, 1, addr)
+		require.Equal(t, "ECS_LOCAL_CONTROL_PLANE_ADDR", errs[0].Key, addr)
+		require.Contains(t, err.Error(), "not a loopback address", addr)
+		require.Contains(t, err.Error(), "serves its own host only", addr)
+		require.Contains(t, err.Error(), "use ecs mode", addr)
 	}
 	_, err := f.load(nil, "ECS_LOCAL_CONTROL_PLANE_ADDR=127.0.0.1")
 	require.ErrorContains(t, err, "not host:port")
 
-	// The operator's explicit opt-in, naming the hosts other agents use.
-	res := f.mustLoad(t, nil, "ECS_LOCAL_CONTROL_PLANE_ADDR=0.0.0.0:51677", "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=cp.example,10.0.0.5")
-	require.ElementsMatch(t, []string{"cp.example", "10.0.0.5"}, res.Config.LocalControlPlaneAllowedHosts.Values())
-	_, err = f.load(nil, "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=cp.example:51677")
-	require.ErrorContains(t, err, "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS")
-
 	// In ecs mode the embedded control plane does not run, so its address is not checked.
-	res = f.mustLoad(t, nil, "ECS_LOCAL_CONTROL_PLANE_ADDR=0.0.0.0:51677", "ECS_CLUSTER=prod", "AWS_DEFAULT_REGION=us-east-1")
+	res := f.mustLoad(t, nil, "ECS_LOCAL_CONTROL_PLANE_ADDR=0.0.0.0:51677", "ECS_CLUSTER=prod", "AWS_DEFAULT_REGION=us-east-1")
 	require.Equal(t, ModeECS, res.Config.Mode)
+}
+
+// TestRemovedAllowedHostsKeyIsRefused holds that the key that once served the embedded control plane
+// to other hosts is refused wherever it is set, in either mode, with a message pointing at ecs mode;
+// an empty value asks for nothing.
+func TestRemovedAllowedHostsKeyIsRefused(t *testing.T) {
+	for _, tt := range []struct {
+		name, envFile, jsonFile string
+		env                     []string
+		want                    SourceKind
+	}{
+		{name: "environment", env: []string{"ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=cp.example"}, want: SourceEnv},
+		{name: "environment, with a non-loopback address", env: []string{"ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=cp.example,10.0.0.5",
+			"ECS_LOCAL_CONTROL_PLANE_ADDR=127.0.0.1:51677"}, want: SourceEnv},
+		{name: "ecs mode", env: []string{"ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=cp.example", "ECS_CLUSTER=prod", "AWS_DEFAULT_REGION=us-east-1"}, want: SourceEnv},
+		{name: "env file", envFile: "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=cp.example\n", want: SourceEnvFile},
+		{name: "JSON file", jsonFile: `{"ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS": "cp.example"}`, want: SourceJSONFile},
+		{name: "environment over env file", envFile: "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=a.example\n",
+			env: []string{"ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=b.example"}, want: SourceEnv},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFiles(t, tt.envFile, tt.jsonFile)
+			_, err := f.load(nil, tt.env...)
+			errs := requireConfigErrors(t, err)
+			require.Len(t, errs, 1)
+			assert.Equal(t, "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS", errs[0].Key)
+			assert.Equal(t, tt.want, errs[0].Origin.Kind)
+			assert.Contains(t, err.Error(), "was removed")
+			assert.Contains(t, err.Error(), "serves its own host only")
+			assert.Contains(t, err.Error(), "use ecs mode")
+		})
+	}
+	t.Run("empty", func(t *testing.T) {
+		f := newFiles(t, "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=\n", "")
+		res := f.mustLoad(t, nil, "ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS=")
+		assert.Empty(t, res.Warnings)
+	})
 }
 
 func TestTaskPidsLimitNeedsTaskCgroups(t *testing.T) {

@@ -19,8 +19,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/jonboulle/clockwork"
-
-	"github.com/berth-agent/berth/agent/set"
 )
 
 // Service is the signing name of the ECS API and of ACS.
@@ -60,39 +58,32 @@ func invalidSignature(format string, args ...any) *Error {
 }
 
 // Verifier checks that a request is meant for this host's control plane and signed with its keys.
+// The control plane serves its own host only: every other Host header is refused.
 type Verifier struct {
 	keys  Keys
-	hosts set.Set[string] // Host header names allowed besides loopback ones, lower case
 	clock clockwork.Clock
 }
 
-// NewVerifier returns a Verifier for keys. allowedHosts are names or addresses (without port) that
-// clients may use in the Host header besides loopback ones; nil allows loopback only. A nil clock is
-// the wall clock.
-func NewVerifier(keys Keys, allowedHosts []string, clock clockwork.Clock) *Verifier {
+// NewVerifier returns a Verifier for keys. A nil clock is the wall clock.
+func NewVerifier(keys Keys, clock clockwork.Clock) *Verifier {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	var hosts set.Set[string]
-	for _, h := range allowedHosts {
-		hosts.Add(strings.ToLower(strings.Trim(h, "[]")))
-	}
-	return &Verifier{keys: keys, hosts: hosts, clock: clock}
+	return &Verifier{keys: keys, clock: clock}
 }
 
-// CheckHost refuses a Host header that is not a loopback name or address, nor an allowed host: a web
-// page that reaches the control plane through DNS rebinding names its own host there.
+// CheckHost refuses a Host header that is not a loopback name or address: a web page that reaches
+// the control plane through DNS rebinding names its own host there, and other hosts are not served.
 func (v *Verifier) CheckHost(host string) *Error {
 	name := host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		name = h
 	}
-	name = strings.ToLower(strings.Trim(name, "[]"))
-	if IsLoopback(name) || v.hosts.Has(name) {
+	if IsLoopback(name) {
 		return nil
 	}
 	return &Error{Status: http.StatusForbidden, Type: "AccessDeniedException",
-		Message: fmt.Sprintf("Host %q is not a loopback name or address, nor one of ECS_LOCAL_CONTROL_PLANE_ALLOWED_HOSTS", host)}
+		Message: fmt.Sprintf("Host %q is not a loopback name or address: the embedded control plane serves its own host only", host)}
 }
 
 // IsLoopback reports whether a host name or address (without port) is "localhost" or a loopback

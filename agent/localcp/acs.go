@@ -268,7 +268,8 @@ func (s *Server) deliver(c *acsConn) error {
 	c.mu.Unlock()
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		var cluster string
-		err := each(tx, bucketTasks, "", s.badRecord, func(t *taskRecord) error {
+		// A STOPPED task has nothing left to send: the agent stopped it, or it never ran.
+		err := eachLive(tx, s.badRecord, func(t *taskRecord) error {
 			if t.ContainerInstanceArn != c.instanceArn || t.DesiredStatus == t.AckedDesired || inflight[t.Arn] == t.DesiredStatus {
 				return nil
 			}
@@ -344,7 +345,7 @@ func (s *Server) acked(c *acsConn, messageID string) error {
 				continue
 			}
 			t.AckedDesired = st.desired
-			if err := put(tx, bucketTasks, t.Arn, t); err != nil {
+			if err := saveTask(tx, t); err != nil {
 				return err
 			}
 		}

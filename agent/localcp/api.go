@@ -25,6 +25,8 @@ type APIError struct {
 	Status  int
 	Type    string
 	Message string
+	// ResourceIDs are the resources a ConflictException names, if any.
+	ResourceIDs []string
 }
 
 // Error formats the error as "Type: message".
@@ -141,7 +143,11 @@ func (s *Server) writeError(w http.ResponseWriter, op string, err error) {
 	} else {
 		s.log.Debug("control plane request rejected", "op", op, "type", apiErr.Type, "message", apiErr.Message)
 	}
-	b, _ := json.Marshal(map[string]string{"__type": apiErr.Type, "message": apiErr.Message})
+	body := map[string]any{"__type": apiErr.Type, "message": apiErr.Message}
+	if len(apiErr.ResourceIDs) > 0 {
+		body["resourceIds"] = apiErr.ResourceIDs
+	}
+	b, _ := json.Marshal(body)
 	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 	w.Header().Set("x-amzn-ErrorType", apiErr.Type)
 	w.WriteHeader(apiErr.Status)

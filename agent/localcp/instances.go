@@ -79,7 +79,7 @@ func (s *Server) placeWaiting(tx *bolt.Tx, ci *instanceRecord) (int, error) {
 		return 0, nil
 	}
 	var waiting []*taskRecord
-	err := each(tx, bucketTasks, "", s.badRecord, func(t *taskRecord) error {
+	err := eachLive(tx, s.badRecord, func(t *taskRecord) error {
 		if t.ClusterName == ci.ClusterName && t.ContainerInstanceArn == "" && t.DesiredStatus == task.TaskRunning {
 			waiting = append(waiting, t)
 		}
@@ -91,7 +91,7 @@ func (s *Server) placeWaiting(tx *bolt.Tx, ci *instanceRecord) (int, error) {
 	for _, t := range waiting {
 		t.ContainerInstanceArn = ci.Arn
 		t.Version++
-		if err := put(tx, bucketTasks, t.Arn, t); err != nil {
+		if err := saveTask(tx, t); err != nil {
 			return 0, err
 		}
 		s.log.Info("task placed", "task", t.Arn, "container_instance", ci.Arn)
@@ -131,7 +131,7 @@ func (s *Server) instanceOut(tx *bolt.Tx, ci *instanceRecord) instanceOut {
 		Tags:                 slices.Clone(ci.Tags),
 	}
 	cpu, mem := 0, 0
-	_ = each(tx, bucketTasks, "", s.badRecord, func(t *taskRecord) error {
+	_ = eachLive(tx, s.badRecord, func(t *taskRecord) error {
 		if t.ContainerInstanceArn != ci.Arn || t.LastStatus.Terminal() {
 			return nil
 		}

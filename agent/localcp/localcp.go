@@ -6,10 +6,13 @@
 // It places every task on the cluster's container instance (in local mode there is one, the agent's)
 // and delivers it over ACS. A task's life as this control plane sees it:
 //
-//	RunTask ──▶ PENDING (desired RUNNING) ──agent reports──▶ RUNNING ──agent reports──▶ STOPPED
+//	RunTask ──▶ PENDING (desired RUNNING) ──agent reports──▶ RUNNING ──agent reports──▶ STOPPED ──1 h──▶ forgotten
 //	               │   no instance yet: waits, delivered once one registers             ▲
 //	               └── StopTask: desired STOPPED, sent to the agent ────────────────────┘
 //	                   (a task never placed on an instance stops at once)
+//
+// As in ECS, a stopped task is described for an hour after it stopped, then forgotten; a RunTask or
+// StartTask that repeats a client token gets the first call's answer. It serves its own host only.
 //
 // A task is sent in a PayloadMessage whenever its desired status differs from the one the agent last
 // acknowledged; un-acknowledged payloads are sent again on the next connection.
@@ -57,8 +60,6 @@ type Config struct {
 	Clock clockwork.Clock
 	// Keys sign every request the server accepts (required): see localauth.
 	Keys localauth.Keys
-	// AllowedHosts are the Host header names clients may use besides loopback ones.
-	AllowedHosts []string
 }
 
 // Server is the embedded control plane. Its methods and handler are safe for concurrent use.
@@ -108,13 +109,16 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
 	}
-	s.auth = localauth.NewVerifier(cfg.Keys, cfg.AllowedHosts, nil)
-	db, err := openDB(cfg.DBPath)
+	s.auth = localauth.NewVerifier(cfg.Keys, nil)
+	db, err := openDB(cfg.DBPath, s.badRecord)
 	if err != nil {
 		return nil, fmt.Errorf("localcp: %w", err)
 	}
 	s.db = db
 	if err := db.Update(func(tx *bolt.Tx) error {
+		if _, err := expire(tx, s.clock.Now(), -1); err != nil {
+			return err
+		}
 		_, err := s.ensureCluster(tx, DefaultCluster)
 		return err
 	}); err != nil {
@@ -149,9 +153,8 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 }
 
 // Handler returns the HTTP handler: the ACS websocket on /ws, the TCS one on /tcs/ws, the ECS API on
-// everything else. Every
-// request must name a loopback (or allowed) host and carry a SigV4 signature made with the keys;
-// anything else is refused with ECS's error before it is looked at.
+// everything else. It serves its own host only: every request must name a loopback host and carry a
+// SigV4 signature made with the keys; anything else is refused with ECS's error before it is looked at.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("x-amzn-RequestId", newID())

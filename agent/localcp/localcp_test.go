@@ -497,7 +497,7 @@ func TestPersistence(t *testing.T) {
 func TestNewRefusesNewerSchema(t *testing.T) {
 	h := newHarness(t)
 	require.NoError(t, h.srv.Close())
-	db, err := openDB(h.path)
+	db, err := openDB(h.path, func(string, error) {})
 	require.NoError(t, err)
 	require.NoError(t, db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchemaVersion, []byte("99")) }))
 	require.NoError(t, db.Close())

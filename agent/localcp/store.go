@@ -5,7 +5,7 @@ package localcp
 // belongs to, before the API call returns or a payload is sent.
 //
 //	meta/
-//	  schemaVersion          → "1" (decimal); a newer version than this code knows is refused
+//	  schemaVersion          → "2" (decimal); a newer version than this code knows is refused
 //	  seqNum                 → decimal sequence number of the last ACS PayloadMessage sent
 //	clusters/
 //	  <cluster name>         → clusterRecord
@@ -13,20 +13,39 @@ package localcp
 //	  <family>/<%010d rev>   → taskDefRecord (keys sort by family, then revision)
 //	tasks/
 //	  <task ARN>             → taskRecord (its effective definition, overrides, statuses, containers)
+//	live/
+//	  <task ARN>             → "" for every task not STOPPED: what delivery, placement, the task
+//	                           counts and ListTasks of RUNNING or PENDING tasks read
+//	taskIDs/
+//	  <task ID>              → task ARN
+//	expiry/
+//	  <%020d unix ns>/task/<task ARN>             → "": a STOPPED task, forgotten then
+//	  <%020d unix ns>/token/<cluster>/<token>     → "": a client token, forgotten then
+//	clientTokens/
+//	  <cluster>/<client token>                    → clientTokenRecord
 //	instances/
 //	  <container inst. ARN>  → instanceRecord
+//
+// live, taskIDs and expiry are indexes of tasks/, written in the same transaction as the task (see
+// saveTask), so that no call on the RunTask, StopTask or delivery path reads every task ever run. A
+// task is forgotten stoppedTaskRetention after it stopped, as ECS forgets stopped tasks; a client
+// token after clientTokenTTL, or with the first of its tasks.
 //
 // Task and container statuses (lastStatus, desiredStatus, ackedDesired) are stored by their ECS
 // names, PENDING, RUNNING and STOPPED, and held in memory as the task model's statuses.
 //
 // A record that does not decode is reported (logged) and skipped; it does not fail the whole read.
+//
+// Version 1 had no indexes and no client tokens; its upgrade builds the indexes from tasks/.
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -35,19 +54,35 @@ import (
 )
 
 // schemaVersion is the version of the layout above that this code writes.
-const schemaVersion = 1
+const schemaVersion = 2
+
+// stoppedTaskRetention is how long a stopped task stays visible: ECS documents that stopped tasks
+// appear in DescribeTasks results for at least one hour.
+const stoppedTaskRetention = time.Hour
+
+// clientTokenTTL is how long a RunTask or StartTask client token is remembered at most, as in ECS.
+const clientTokenTTL = 24 * time.Hour
+
+// expireBatch bounds how many expired entries one write transaction removes, so that a backlog never
+// makes one API call slow; every write removes some, and New removes all.
+const expireBatch = 128
 
 var (
-	bucketMeta      = []byte("meta")
-	bucketClusters  = []byte("clusters")
-	bucketTaskDefs  = []byte("taskdefs")
-	bucketTasks     = []byte("tasks")
-	bucketInstances = []byte("instances")
+	bucketMeta         = []byte("meta")
+	bucketClusters     = []byte("clusters")
+	bucketTaskDefs     = []byte("taskdefs")
+	bucketTasks        = []byte("tasks")
+	bucketLive         = []byte("live")
+	bucketTaskIDs      = []byte("taskIDs")
+	bucketExpiry       = []byte("expiry")
+	bucketClientTokens = []byte("clientTokens")
+	bucketInstances    = []byte("instances")
 
 	keySchemaVersion = []byte("schemaVersion")
 	keySeqNum        = []byte("seqNum")
 
-	allBuckets = [][]byte{bucketMeta, bucketClusters, bucketTaskDefs, bucketTasks, bucketInstances}
+	allBuckets = [][]byte{bucketMeta, bucketClusters, bucketTaskDefs, bucketTasks, bucketLive, bucketTaskIDs,
+		bucketExpiry, bucketClientTokens, bucketInstances}
 )
 
 // clusterRecord is one cluster.
@@ -110,6 +145,17 @@ type taskRecord struct {
 	// LaunchType is the launch type RunTask named (EC2 when it named none), Tags the tags it gave.
 	LaunchType string `json:"launchType,omitempty"`
 	Tags       []tag  `json:"tags,omitempty"`
+	// ClientToken is the client token of the call that started the task, if any.
+	ClientToken string `json:"clientToken,omitempty"`
+}
+
+// clientTokenRecord is what a RunTask or StartTask with a client token answered, to answer a retry.
+type clientTokenRecord struct {
+	Op        string          `json:"op"`
+	Digest    string          `json:"digest"` // of the operation and its parameters, the token aside
+	TaskArns  []string        `json:"taskArns"`
+	Response  json.RawMessage `json:"response"` // the first call's answer, as sent
+	CreatedAt time.Time       `json:"createdAt"`
 }
 
 // containerRecord is one container of a task as reported by the agent.
@@ -213,8 +259,8 @@ type instanceRecord struct {
 }
 
 // openDB opens (creating if needed) the bbolt file, 0600 even when it existed, and brings its schema
-// to schemaVersion.
-func openDB(path string) (*bolt.DB, error) {
+// to schemaVersion. A record the upgrade cannot decode is passed to bad and skipped.
+func openDB(path string, bad func(key string, err error)) (*bolt.DB, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -238,7 +284,7 @@ func openDB(path string) (*bolt.DB, error) {
 		if err != nil {
 			return fmt.Errorf("schema version %q: %w", v, err)
 		}
-		return upgrade(tx, n)
+		return upgrade(tx, n, bad)
 	})
 	if err != nil {
 		_ = db.Close()
@@ -247,18 +293,163 @@ func openDB(path string) (*bolt.DB, error) {
 	return db, nil
 }
 
-// upgrade brings a database written with schema version from up to schemaVersion. There has been
-// only one version so far; a future layout change adds its step here.
-func upgrade(tx *bolt.Tx, from int) error {
+// upgrade brings a database written with schema version from up to schemaVersion, one step at a
+// time.
+func upgrade(tx *bolt.Tx, from int, bad func(key string, err error)) error {
 	switch {
 	case from == schemaVersion:
 		return nil
 	case from > schemaVersion:
 		return fmt.Errorf("schema version %d is newer than this build understands (%d)", from, schemaVersion)
+	case from == 1:
+		// Version 2 adds the task indexes: build them from the tasks.
+		if err := each(tx, bucketTasks, "", bad, func(t *taskRecord) error { return indexTask(tx, t) }); err != nil {
+			return fmt.Errorf("upgrade from schema version 1: %w", err)
+		}
+		if err := tx.Bucket(bucketMeta).Put(keySchemaVersion, []byte("2")); err != nil {
+			return fmt.Errorf("upgrade from schema version 1: %w", err)
+		}
+		return upgrade(tx, 2, bad)
 	default:
 		return fmt.Errorf("unknown schema version %d", from)
 	}
 }
+
+// saveTask stores t and its indexes.
+func saveTask(tx *bolt.Tx, t *taskRecord) error {
+	if err := put(tx, bucketTasks, t.Arn, t); err != nil {
+		return err
+	}
+	return indexTask(tx, t)
+}
+
+// indexTask writes t's entries in the live, taskIDs and expiry indexes.
+func indexTask(tx *bolt.Tx, t *taskRecord) error {
+	arn := []byte(t.Arn)
+	if err := tx.Bucket(bucketTaskIDs).Put([]byte(t.ID), arn); err != nil {
+		return fmt.Errorf("index task %s: %w", t.Arn, err)
+	}
+	live := tx.Bucket(bucketLive)
+	if t.LastStatus != task.TaskStopped {
+		if err := live.Put(arn, nil); err != nil {
+			return fmt.Errorf("index task %s: %w", t.Arn, err)
+		}
+		return nil
+	}
+	if err := live.Delete(arn); err != nil {
+		return fmt.Errorf("index task %s: %w", t.Arn, err)
+	}
+	stopped := t.StoppedAt
+	if stopped.IsZero() {
+		stopped = t.CreatedAt
+	}
+	if err := tx.Bucket(bucketExpiry).Put(expiryKey(stopped.Add(stoppedTaskRetention), expireTask, t.Arn), nil); err != nil {
+		return fmt.Errorf("index task %s: %w", t.Arn, err)
+	}
+	return nil
+}
+
+// Kinds of expiry entries.
+const (
+	expireTask  = "task"
+	expireToken = "token"
+)
+
+// expiryKey is the expiry index key of what (a task ARN, or a "<cluster>/<token>" key) of kind, due
+// at due: keys sort by due time.
+func expiryKey(due time.Time, kind, what string) []byte {
+	return fmt.Appendf(nil, "%020d/%s/%s", max(due.UnixNano(), 0), kind, what)
+}
+
+// eachLive decodes every task that is not STOPPED and calls fn with it, in ARN order. A record that
+// does not decode is passed to bad and skipped; fn returning an error stops.
+func eachLive(tx *bolt.Tx, bad func(key string, err error), fn func(*taskRecord) error) error {
+	tasks := tx.Bucket(bucketTasks)
+	c := tx.Bucket(bucketLive).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		v := tasks.Get(k)
+		if v == nil {
+			continue
+		}
+		t := &taskRecord{}
+		if err := json.Unmarshal(v, t); err != nil {
+			bad(string(k), err)
+			continue
+		}
+		if err := fn(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// taskArnByID returns the ARN of the task with ID id, or errNoRecord.
+func taskArnByID(tx *bolt.Tx, id string) (string, error) {
+	v := tx.Bucket(bucketTaskIDs).Get([]byte(id))
+	if v == nil {
+		return "", errNoRecord
+	}
+	return string(v), nil
+}
+
+// expire forgets what is due by now: stopped tasks past their retention and client tokens past their
+// TTL, at most limit entries (all, when limit is negative). It returns how many entries it removed.
+func expire(tx *bolt.Tx, now time.Time, limit int) (int, error) {
+	bound := fmt.Appendf(nil, "%020d/", max(now.UnixNano(), 0))
+	var due [][]byte
+	c := tx.Bucket(bucketExpiry).Cursor()
+	for k, _ := c.First(); k != nil && string(k) < string(bound) && (limit < 0 || len(due) < limit); k, _ = c.Next() {
+		due = append(due, slices.Clone(k))
+	}
+	for _, k := range due {
+		_, rest, _ := strings.Cut(string(k), "/")
+		kind, what, _ := strings.Cut(rest, "/")
+		var err error
+		switch kind {
+		case expireTask:
+			err = deleteTask(tx, what)
+		case expireToken:
+			err = tx.Bucket(bucketClientTokens).Delete([]byte(what))
+		}
+		if err != nil {
+			return 0, fmt.Errorf("expire %s: %w", k, err)
+		}
+		if err := tx.Bucket(bucketExpiry).Delete(k); err != nil {
+			return 0, fmt.Errorf("expire %s: %w", k, err)
+		}
+	}
+	return len(due), nil
+}
+
+// deleteTask removes the task at arn, its indexes and the client token that started it. A task that
+// is gone already is not an error.
+func deleteTask(tx *bolt.Tx, arn string) error {
+	tasks := tx.Bucket(bucketTasks)
+	v := tasks.Get([]byte(arn))
+	if v == nil {
+		return nil
+	}
+	t := &taskRecord{}
+	if err := json.Unmarshal(v, t); err == nil {
+		if ids := tx.Bucket(bucketTaskIDs); string(ids.Get([]byte(t.ID))) == arn {
+			if err := ids.Delete([]byte(t.ID)); err != nil {
+				return err
+			}
+		}
+		if t.ClientToken != "" {
+			if err := tx.Bucket(bucketClientTokens).Delete([]byte(tokenKey(t.ClusterName, t.ClientToken))); err != nil {
+				return err
+			}
+		}
+	}
+	if err := tx.Bucket(bucketLive).Delete([]byte(arn)); err != nil {
+		return err
+	}
+	return tasks.Delete([]byte(arn))
+}
+
+// tokenKey is the clientTokens key of token in cluster: tokens are scoped to a cluster, as in ECS.
+func tokenKey(cluster, token string) string { return cluster + "/" + token }
 
 // errNoRecord is returned by get when the key is absent.
 var errNoRecord = errors.New("no such record")

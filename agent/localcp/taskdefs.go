@@ -96,7 +96,7 @@ func (s *Server) clusterOut(tx *bolt.Tx, rec *clusterRecord) clusterOut {
 		}
 		return nil
 	})
-	_ = each(tx, bucketTasks, "", s.badRecord, func(t *taskRecord) error {
+	_ = eachLive(tx, s.badRecord, func(t *taskRecord) error {
 		if t.ClusterName != rec.Name {
 			return nil
 		}

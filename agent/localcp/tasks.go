@@ -1,6 +1,8 @@
 package localcp
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,8 +31,27 @@ type runTaskRequest struct {
 	LaunchType         string        `json:"launchType"`
 	ContainerInstances []string      `json:"containerInstances"` // StartTask
 	Tags               []tag         `json:"tags"`
+	// ClientToken makes the call idempotent: see startTasks.
+	ClientToken string `json:"clientToken"`
 	// Refused when set: ECS Exec.
 	EnableExecuteCommand bool `json:"enableExecuteCommand"`
+}
+
+// maxClientToken is the longest client token ECS accepts for RunTask.
+const maxClientToken = 64
+
+// checkClientToken refuses a client token ECS would: longer than maxClientToken, or with a character
+// outside ASCII 33-126.
+func checkClientToken(token string) error {
+	if len(token) > maxClientToken {
+		return invalidParameter("clientToken can have at most %d characters.", maxClientToken)
+	}
+	for i := range len(token) {
+		if token[i] < 33 || token[i] > 126 {
+			return invalidParameter("clientToken can only contain ASCII characters 33-126.")
+		}
+	}
+	return nil
 }
 
 func (s *Server) runTask(_ *http.Request, req *runTaskRequest) (any, error) {
@@ -43,7 +64,7 @@ func (s *Server) runTask(_ *http.Request, req *runTaskRequest) (any, error) {
 	if lt := strings.ToUpper(req.LaunchType); lt != "" && lt != "EC2" && lt != "EXTERNAL" {
 		return nil, unsupported("launch type %s is not supported by Berth's local control plane; use EC2", req.LaunchType)
 	}
-	return s.startTasks(req, false)
+	return s.startTasks("RunTask", req, false)
 }
 
 // launchTypeOf is the launch type a task has for the one RunTask named: EC2 when it named none
@@ -88,21 +109,56 @@ func (s *Server) startTask(_ *http.Request, req *runTaskRequest) (any, error) {
 	if len(req.ContainerInstances) > maxRunCount {
 		return nil, invalidParameter("containerInstances can have at most %d items.", maxRunCount)
 	}
-	return s.startTasks(req, true)
+	return s.startTasks("StartTask", req, true)
 }
 
 // startTasks creates the tasks of a RunTask (placed on the cluster's instance) or StartTask (one on
 // each given instance) and sends them to the agents.
-func (s *Server) startTasks(req *runTaskRequest, explicit bool) (any, error) {
+//
+// With a client token it is idempotent as ECS is: a call that repeats a successful one's token in the
+// same cluster, within clientTokenTTL (and while the tasks it started are remembered), gets that
+// call's answer and starts nothing; one that repeats the token with other parameters, or for the
+// other operation, gets a ConflictException naming the tasks the token started. The token is stored
+// in the transaction that creates the tasks, so it holds across a restart.
+func (s *Server) startTasks(op string, req *runTaskRequest, explicit bool) (any, error) {
 	if err := refuseUnsupported(req); err != nil {
 		return nil, err
 	}
-	var tasks []*taskRecord
+	if err := checkClientToken(req.ClientToken); err != nil {
+		return nil, err
+	}
+	var (
+		tasks  []*taskRecord
+		answer json.RawMessage
+		replay bool
+	)
 	failures := []failure{}
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		cl, err := s.cluster(tx, req.Cluster)
 		if err != nil {
 			return err
+		}
+		now := s.clock.Now()
+		if _, err := expire(tx, now, expireBatch); err != nil {
+			return err
+		}
+		digest, err := requestDigest(op, cl.Name, req)
+		if err != nil {
+			return err
+		}
+		if req.ClientToken != "" {
+			prev := &clientTokenRecord{}
+			err := get(tx, bucketClientTokens, tokenKey(cl.Name, req.ClientToken), prev)
+			switch {
+			case err == nil && prev.Digest == digest:
+				answer, replay = prev.Response, true
+				return nil
+			case err == nil:
+				return &APIError{Status: http.StatusBadRequest, Type: "ConflictException", ResourceIDs: prev.TaskArns,
+					Message: "The clientToken is already in use with a different " + prev.Op + " request."}
+			case !errors.Is(err, errNoRecord):
+				return err
+			}
 		}
 		td, err := s.findTaskDef(tx, req.TaskDefinition, "TaskDefinition not found.")
 		if err != nil {
@@ -145,28 +201,61 @@ func (s *Server) startTasks(req *runTaskRequest, explicit bool) (any, error) {
 				}
 			}
 		}
+		out := make([]taskOut, 0, len(targets))
+		arns := make([]string, 0, len(targets))
 		for _, inst := range targets {
 			t, err := s.newTask(cl.Name, td, def, req, inst)
 			if err != nil {
 				return err
 			}
-			if err := put(tx, bucketTasks, t.Arn, t); err != nil {
+			if err := saveTask(tx, t); err != nil {
 				return err
 			}
 			tasks = append(tasks, t)
+			out = append(out, s.taskOut(t))
+			arns = append(arns, t.Arn)
 		}
-		return nil
+		if answer, err = json.Marshal(map[string]any{"tasks": out, "failures": failures}); err != nil {
+			return fmt.Errorf("encode %s response: %w", op, err)
+		}
+		if req.ClientToken == "" {
+			return nil
+		}
+		key := tokenKey(cl.Name, req.ClientToken)
+		rec := &clientTokenRecord{Op: op, Digest: digest, TaskArns: arns, Response: answer, CreatedAt: now}
+		if err := put(tx, bucketClientTokens, key, rec); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketExpiry).Put(expiryKey(now.Add(clientTokenTTL), expireToken, key), nil)
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]taskOut, 0, len(tasks))
+	if replay {
+		s.log.Info("repeated call answered from its client token; nothing started", "op", op, "client_token", req.ClientToken)
+		return answer, nil
+	}
 	for _, t := range tasks {
 		s.log.Info("task created", "task", t.Arn, "task_definition", t.TaskDefinitionArn, "container_instance", t.ContainerInstanceArn)
-		out = append(out, s.taskOut(t))
 		s.kick(t.ContainerInstanceArn)
 	}
-	return map[string]any{"tasks": out, "failures": failures}, nil
+	return answer, nil
+}
+
+// requestDigest identifies a RunTask or StartTask call by its operation and parameters, with its
+// cluster by name and without its client token: two calls with the same digest ask for the same.
+func requestDigest(op, cluster string, req *runTaskRequest) (string, error) {
+	r := *req
+	r.Cluster, r.ClientToken = cluster, ""
+	b, err := json.Marshal(struct {
+		Op  string          `json:"op"`
+		Req *runTaskRequest `json:"req"`
+	}{op, &r})
+	if err != nil {
+		return "", fmt.Errorf("encode %s request: %w", op, err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // place picks the instance a RunTask task goes to: an ACTIVE one of the cluster, preferring one whose
@@ -294,6 +383,7 @@ func (s *Server) newTask(cluster string, td *taskDefRecord, def *taskdef.Definit
 		CreatedAt:            s.clock.Now(),
 		LaunchType:           launchTypeOf(req.LaunchType),
 		Tags:                 req.Tags,
+		ClientToken:          req.ClientToken,
 	}
 	if t.Group == "" {
 		t.Group = "family:" + td.Family
@@ -394,26 +484,16 @@ func (s *Server) taskOut(t *taskRecord) taskOut {
 
 // findTask returns the task ref names (an ARN or an ID) in cluster, or errNoRecord.
 func (s *Server) findTask(tx *bolt.Tx, cluster, ref string) (*taskRecord, error) {
+	arn := ref
+	if !strings.HasPrefix(ref, "arn:") {
+		var err error
+		if arn, err = taskArnByID(tx, lastSegment(ref)); err != nil {
+			return nil, err
+		}
+	}
 	t := &taskRecord{}
-	if strings.HasPrefix(ref, "arn:") {
-		if err := get(tx, bucketTasks, ref, t); err != nil {
-			return nil, err
-		}
-	} else {
-		t = nil
-		id := lastSegment(ref)
-		err := each(tx, bucketTasks, "", s.badRecord, func(r *taskRecord) error {
-			if r.ID == id {
-				t = r
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		if t == nil {
-			return nil, errNoRecord
-		}
+	if err := get(tx, bucketTasks, arn, t); err != nil {
+		return nil, err
 	}
 	if t.ClusterName != cluster {
 		return nil, errNoRecord
@@ -463,7 +543,10 @@ func (s *Server) stopTask(_ *http.Request, req *stopTaskRequest) (any, error) {
 			s.markStopped(t, now)
 			t.AckedDesired = task.TaskStopped
 		}
-		return put(tx, bucketTasks, t.Arn, t)
+		if _, err := expire(tx, now, expireBatch); err != nil {
+			return err
+		}
+		return saveTask(tx, t)
 	})
 	if err != nil {
 		return nil, err
@@ -553,7 +636,12 @@ func (s *Server) listTasks(_ *http.Request, req *listTasksRequest) (any, error) 
 		if err != nil {
 			return err
 		}
-		return each(tx, bucketTasks, "", s.badRecord, func(t *taskRecord) error {
+		// Only a task not STOPPED can be desired RUNNING: those need not read the stopped ones.
+		visit := func(fn func(*taskRecord) error) error { return eachLive(tx, s.badRecord, fn) }
+		if desired == task.TaskStopped {
+			visit = func(fn func(*taskRecord) error) error { return each(tx, bucketTasks, "", s.badRecord, fn) }
+		}
+		return visit(func(t *taskRecord) error {
 			switch {
 			case t.ClusterName != cl.Name,
 				req.Family != "" && t.Family != req.Family,
@@ -634,9 +722,13 @@ func (s *Server) updateTask(cluster, ref string, fn func(t *taskRecord, now time
 		if err != nil {
 			return err
 		}
-		fn(t, s.clock.Now())
+		now := s.clock.Now()
+		fn(t, now)
 		t.Version++
-		return put(tx, bucketTasks, t.Arn, t)
+		if _, err := expire(tx, now, expireBatch); err != nil {
+			return err
+		}
+		return saveTask(tx, t)
 	})
 	return t, err
 }

@@ -156,7 +156,7 @@ func agentInstanceArn(t *testing.T, r *agentRun) string {
 
 // TestIntegrationECSModeAgainstAStandIn runs the agent in ecs mode (ECS_CLUSTER, a region, the
 // control plane's keys file as its AWS credentials, ECS_BACKEND_HOST) against the embedded control
-// plane served on its own, as another host's agent joins one: the agent registers, receives a
+// plane served on its own on loopback, standing in for Amazon ECS: the agent registers, receives a
 // payload over ACS, runs the task and reports it.
 func TestIntegrationECSModeAgainstAStandIn(t *testing.T) {
 	keysFile := localauth.Path(t.TempDir())

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,8 +93,9 @@ func runTaskFile(ctx context.Context, cfg *config.Config, file string, out io.Wr
 			Reason string `json:"reason"`
 		} `json:"failures"`
 	}
+	// A client token, as the AWS CLI sends: the call, replayed, starts nothing more.
 	if err := api.call(ctx, "RunTask", map[string]any{"cluster": cfg.Cluster, "taskDefinition": registered.TaskDefinition.TaskDefinitionArn,
-		"startedBy": "berth run"}, &ran); err != nil {
+		"startedBy": "berth run", "clientToken": rand.Text()}, &ran); err != nil {
 		return err
 	}
 	if len(ran.Tasks) == 0 {
