@@ -23,6 +23,7 @@ import (
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/hostnat"
 	"github.com/berth-agent/berth/agent/imagecleanup"
 	"github.com/berth-agent/berth/agent/imds"
 	"github.com/berth-agent/berth/agent/introspection"
@@ -100,7 +101,8 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		chain.Roles = roles
 	}
 	creds := taskcreds.NewChain(chain)
-	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, creds, opts.Probe, log)
+	nat := newHostNAT(cfg, log)
+	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, creds, nat, opts.Probe, log)
 	if err != nil {
 		return err
 	}
@@ -109,7 +111,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		return err
 	}
 	defer servers.close()
-	installTaskEndpointNAT(ctx, cfg, log)
+	_ = nat.Ensure(ctx) // before any task starts; the keeper logs the outcome
 	// One stats stream per container, shared by the task endpoint's /stats and the telemetry source.
 	// An awsvpc task's containers show its namespace's interfaces but the task bridge, as the ECS
 	// agent shows only the ENI.
@@ -153,9 +155,10 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	defer stopEngine()
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := servers.serve(gctx, g, eng, stats, tel, m, cp, ecs, creds, ec2, cfg); err != nil {
+	if err := servers.serve(gctx, g, eng, stats, tel, m, cp, ecs, creds, ec2, nat, cfg); err != nil {
 		return err
 	}
+	g.Go(func() error { nat.Run(gctx); return nil })
 	g.Go(func() error { tel.WatchRuntime(gctx); return nil })
 	if cfg.BridgeBlockIMDS {
 		g.Go(func() error { keepBridgeIMDSBlock(gctx, log); return nil })
@@ -225,7 +228,7 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 // newEngine builds the task engine with the host's resources and, with ECS_ENABLE_TASK_ENI, awsvpc
 // support (without it the engine refuses awsvpc tasks, saying how to enable them).
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
-	m *prommetrics.Metrics, roles *rolecreds.Provider, creds *taskcreds.Chain,
+	m *prommetrics.Metrics, roles *rolecreds.Provider, creds *taskcreds.Chain, nat *hostnat.Keeper,
 	probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
 	resources, err := engine.HostResources(engine.HostMeminfo, cfg.ReservedMemoryMiB, cfg.ReservedPorts, cfg.ReservedPortsUDP)
 	if err != nil {
@@ -239,7 +242,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		if err != nil {
 			return nil, resources, err
 		}
-		awsvpc.TaskBridgeReady = func(ctx context.Context) error { return installTaskBridgeNAT(ctx, cfg) }
+		awsvpc.TaskBridgeReady = func(ctx context.Context) error { return nat.AddTaskBridge(ctx, ecscni.DefaultTaskBridge) }
 	}
 	pauseImage := awsvpc.PauseImage
 	if pauseImage == "" {
@@ -253,7 +256,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		return nil, resources, err
 	}
 	endpoint := engine.TaskEndpointConfig{URL: taskEndpointURL, Credentials: cfg.TaskIAMRoleEnabled,
-		HostNetwork: cfg.TaskIAMRoleNetworkHost, Region: cfg.AWSRegion}
+		HostNetwork: cfg.TaskIAMRoleNetworkHost, Region: cfg.AWSRegion, Route: nat}
 	if roles != nil {
 		endpoint.Roles = roles
 	}
@@ -425,17 +428,21 @@ type agentMetadata struct {
 	cp      *controlplane.ControlPlane
 	eng     *engine.Engine
 	ec2     imds.Identity
+	nat     *hostnat.Keeper
 }
 
 var _ introspection.MetadataSource = agentMetadata{}
 
-// Metadata returns the cluster and version, and a failure to save task state while there is one; the
-// instance ARN is null until registration exists.
+// Metadata returns the cluster and version, a failure to save task state while there is one, and why
+// the host NAT is not in place while it is not; the instance ARN is null until registration exists.
 func (m agentMetadata) Metadata() introspection.Metadata {
 	md := introspection.Metadata{Cluster: m.cluster, ContainerInstanceArn: m.cp.InstanceArn(), Version: version.Get().ECSAgentString(),
 		EC2InstanceID: m.ec2.InstanceID, AvailabilityZone: m.ec2.AvailabilityZone}
 	if err := m.eng.SaveError(); err != nil {
 		md.StateSaveError = err.Error()
+	}
+	if err := m.nat.Err(); err != nil {
+		md.HostNATError = err.Error()
 	}
 	return md
 }

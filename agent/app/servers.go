@@ -30,26 +30,16 @@ import (
 	"github.com/berth-agent/berth/agent/tasksecrets"
 )
 
-// installTaskBridgeNAT adds the awsvpc task bridge, which CNI makes with the first awsvpc task, to
-// the task endpoint's NAT; it is cheap when the bridge is in already.
-func installTaskBridgeNAT(ctx context.Context, cfg *config.Config) error {
-	return hostnat.Install(ctx, hostnat.Config{HostNetwork: cfg.TaskIAMRoleNetworkHost, TaskBridges: []string{ecscni.DefaultTaskBridge}})
-}
-
-// installTaskEndpointNAT makes the task endpoint reachable from bridge containers (and, with
-// ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST, from the host's own) at 169.254.170.2. Without it the agent
-// still runs tasks; their containers cannot reach their credentials or metadata, and the log says so.
-func installTaskEndpointNAT(ctx context.Context, cfg *config.Config, log *logger.Logger) {
+// newHostNAT returns the keeper of the NAT that makes the task endpoint reachable from bridge
+// containers (and, with ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST, from the host's own) at
+// 169.254.170.2, and, with ECS_ENABLE_TASK_ENI, from the awsvpc task bridge once it exists. Tasks
+// whose containers get role credentials wait while it is not in place.
+func newHostNAT(cfg *config.Config, log *logger.Logger) *hostnat.Keeper {
 	nat := hostnat.Config{HostNetwork: cfg.TaskIAMRoleNetworkHost}
-	if _, err := net.InterfaceByName(ecscni.DefaultTaskBridge); err == nil && cfg.TaskENIEnabled {
+	if cfg.TaskENIEnabled {
 		nat.TaskBridges = []string{ecscni.DefaultTaskBridge}
 	}
-	if err := hostnat.Install(ctx, nat); err != nil {
-		log.Error("containers cannot reach the task endpoint at 169.254.170.2 (credentials, metadata)", "error", err)
-		return
-	}
-	log.Info("task endpoint reachable from containers", "address", "169.254.170.2:80", "listen", taskEndpointAddr,
-		"host_network", cfg.TaskIAMRoleNetworkHost, "remove_with", "berth cleanup-task-endpoint-nat")
+	return hostnat.NewKeeper(hostnat.KeeperConfig{NAT: nat, Logger: log.With("component", "host_nat")})
 }
 
 // shutdownGrace bounds how long a server gets to finish in-flight requests after SIGTERM, well inside
@@ -113,7 +103,8 @@ func listen(cfg *config.Config, embedded bool, log *logger.Logger) (*servers, er
 
 // serve serves every listener in g until ctx ends.
 func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, stats *dockerstats.Cache, tel *taskmetrics.Source,
-	m *prommetrics.Metrics, cp *controlplane.ControlPlane, ecs *ecsclient.Client, creds *taskcreds.Chain, ec2 ec2Instance, cfg *config.Config) error {
+	m *prommetrics.Metrics, cp *controlplane.ControlPlane, ecs *ecsclient.Client, creds *taskcreds.Chain, ec2 ec2Instance, nat *hostnat.Keeper,
+	cfg *config.Config) error {
 	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: endpointInstance(cfg, ec2),
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
 		Tasks:     eng, Credentials: creds, CredentialsTasks: eng, BindCredentials: cfg.TaskCredentialsBindToTask,
@@ -136,7 +127,7 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 		}
 		return out
 	})
-	intro := introspection.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng, ec2: ec2.Identity},
+	intro := introspection.NewIntrospection(agentMetadata{cluster: cfg.Cluster, cp: cp, eng: eng, ec2: ec2.Identity, nat: nat},
 		tasksWithUsage{Engine: eng, tel: tel}, m.Handler())
 	g.Go(func() error { return serveHTTP(ctx, s.introspection, intro, "introspection API", s.log) })
 	g.Go(func() error { return serveHTTP(ctx, s.taskEndpoint, endpoint, "task endpoint", s.log) })

@@ -28,6 +28,17 @@ type TaskEndpointConfig struct {
 	// Roles, when set, provides the credentials of roles whose control plane sent no keys (local mode
 	// and static tasks).
 	Roles RoleCredentials
+	// Route, when set, tells whether containers' requests reach the task endpoint (the host's NAT,
+	// *hostnat.Keeper). A task whose containers get role credentials from the endpoint does not start
+	// them while they would not: their requests would leave by the default route.
+	Route EndpointRoute
+}
+
+// EndpointRoute tells whether containers' requests reach the task endpoint.
+type EndpointRoute interface {
+	// Missing returns why they do not now ("" when they do) and a channel closed once that has
+	// changed. It must not block.
+	Missing() (reason string, changed <-chan struct{})
 }
 
 // RoleCredentials provides a task role's credentials under an ID the engine chose (*rolecreds.Provider).
@@ -77,6 +88,7 @@ type endpointFeature struct {
 
 var (
 	_ Preparer    = endpointFeature{}
+	_ Holder      = endpointFeature{}
 	_ CreateHook  = endpointFeature{}
 	_ StopHook    = endpointFeature{}
 	_ CleanupHook = endpointFeature{}
@@ -109,6 +121,21 @@ func (f endpointFeature) Prepare(r *Run) error {
 		}
 	}
 	return nil
+}
+
+// Hold holds a task whose containers get role credentials from the task endpoint (the task role's,
+// or the execution role's for an awslogs driver) while Route says the endpoint is out of reach.
+func (f endpointFeature) Hold(r *Run) (string, <-chan struct{}) {
+	t := r.Task()
+	if f.cfg.Route == nil {
+		return "", nil
+	}
+	awslogs := t.ExecutionCredentialsID != "" &&
+		slices.ContainsFunc(t.Containers, func(c *task.Container) bool { return awslogsWithExecutionRole(f.awslogsExecutionRole, c) })
+	if !injectsCredentials(t, f.cfg) && !awslogs {
+		return "", nil
+	}
+	return f.cfg.Route.Missing()
 }
 
 // BeforeCreate adds the task endpoint's variables to c's environment and, when c's awslogs driver
@@ -229,7 +256,7 @@ func endpointEnv(t *task.Task, c *task.Container, cfg TaskEndpointConfig, env []
 		set("ECS_CONTAINER_METADATA_URI", cfg.URL+"/v3/"+c.MetadataToken)
 		set("ECS_CONTAINER_METADATA_URI_V4", cfg.URL+"/v4/"+c.MetadataToken)
 	}
-	if !cfg.Credentials || t.CredentialsID == "" || t.NetworkMode == task.NetworkHost && !cfg.HostNetwork {
+	if !injectsCredentials(t, cfg) {
 		return env
 	}
 	set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/"+t.CredentialsID)
@@ -241,4 +268,10 @@ func endpointEnv(t *task.Task, c *task.Container, cfg TaskEndpointConfig, env []
 		}
 	}
 	return env
+}
+
+// injectsCredentials reports whether t's containers get AWS_CONTAINER_CREDENTIALS_RELATIVE_URI: t has
+// a task role, task roles are enabled, and t is not a host-network task unless those are enabled too.
+func injectsCredentials(t *task.Task, cfg TaskEndpointConfig) bool {
+	return cfg.Credentials && t.CredentialsID != "" && (t.NetworkMode != task.NetworkHost || cfg.HostNetwork)
 }

@@ -255,3 +255,120 @@ func TestTaskRoleWithoutTaskRoleCredentials(t *testing.T) {
 	defer roles.mu.Unlock()
 	assert.Empty(t, roles.provided, "no role is provided")
 }
+
+// fakeRoute is an EndpointRoute a test turns on and off.
+type fakeRoute struct {
+	mu      sync.Mutex
+	reason  string
+	changed chan struct{}
+}
+
+var _ EndpointRoute = (*fakeRoute)(nil)
+
+func newFakeRoute(reason string) *fakeRoute {
+	return &fakeRoute{reason: reason, changed: make(chan struct{})}
+}
+
+func (f *fakeRoute) Missing() (string, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reason, f.changed
+}
+
+func (f *fakeRoute) set(reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reason = reason
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// createdFor returns how many containers of the task Docker was asked to create.
+func (h *harness) createdFor(arn string) int {
+	n := 0
+	for _, o := range h.docker.createCalls() {
+		if o.Config.Labels[LabelTaskARN] == arn {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRoleTaskWaitsForTheEndpointRoute: while the route to the task endpoint is missing, a task whose
+// containers get role credentials from it (task role, awslogs with the execution role) makes no
+// container and waits with the route's reason as its PendingReason, then starts once the route is
+// back; tasks without a role, and host-network tasks that get no credentials, start at once; a stop
+// ends the wait.
+func TestRoleTaskWaitsForTheEndpointRoute(t *testing.T) {
+	const missing = "waiting for the task endpoint's NAT at 169.254.170.2, which the task's credentials need: no rule"
+	route := newFakeRoute(missing)
+	cfg := testConfig()
+	cfg.AWSLogsExecutionRole = true
+	cfg.TaskEndpoint = TaskEndpointConfig{URL: "http://169.254.170.2", Credentials: true, Route: route}
+	h := newHarness(t, cfg)
+
+	role := newTask("arn:aws:ecs:r:1:task/c/role", ctr("app"))
+	role.RoleArn = "arn:aws:iam::1:role/app"
+	awslogs := newTask("arn:aws:ecs:r:1:task/c/awslogs", ctr("app", func(c *task.Container) {
+		c.LogsAuthExecutionRole = true
+		c.LogConfiguration = &task.LogConfiguration{LogDriver: "awslogs"}
+	}))
+	awslogs.ExecutionRoleArn = "arn:aws:iam::1:role/exec"
+	stopped := newTask("arn:aws:ecs:r:1:task/c/stopped", ctr("app"))
+	stopped.RoleArn = "arn:aws:iam::1:role/app"
+	plain := newTask("arn:aws:ecs:r:1:task/c/plain", ctr("app"))
+	execOnly := newTask("arn:aws:ecs:r:1:task/c/exec-only", ctr("app")) // an execution role for pulls only
+	execOnly.ExecutionRoleArn = "arn:aws:iam::1:role/exec"
+	host := newTask("arn:aws:ecs:r:1:task/c/host", ctr("app"))
+	host.NetworkMode, host.RoleArn = task.NetworkHost, "arn:aws:iam::1:role/app"
+	for _, tk := range []*task.Task{role, awslogs, stopped, plain, execOnly, host} {
+		h.add(tk)
+	}
+
+	for _, tk := range []*task.Task{plain, execOnly, host} {
+		got := h.waitStatus(tk.Arn, task.TaskRunning)
+		assert.Empty(t, got.PendingReason, tk.Arn)
+	}
+	for _, tk := range []*task.Task{role, awslogs, stopped} {
+		got := h.waitTask(tk.Arn, "it waits for the route", func(tk *task.Task) bool { return tk.PendingReason == missing })
+		assert.Less(t, got.KnownStatus, task.TaskCreated, tk.Arn)
+		assert.Zero(t, h.createdFor(tk.Arn), "%s: no container is made without the route", tk.Arn)
+	}
+
+	require.NoError(t, h.engine.StopTask(context.Background(), stopped.Arn, "no longer wanted"))
+	h.waitStatus(stopped.Arn, task.TaskStopped)
+
+	route.set("")
+	for _, tk := range []*task.Task{role, awslogs} {
+		got := h.waitStatus(tk.Arn, task.TaskRunning)
+		assert.Empty(t, got.PendingReason, tk.Arn)
+		assert.Equal(t, 1, h.createdFor(tk.Arn), tk.Arn)
+	}
+	assert.Zero(t, h.createdFor(stopped.Arn), "a task stopped while it waited never starts")
+}
+
+// TestRestoredRoleTaskIsNotHeld: a role task restored with its containers made is supervised as
+// before while the route is missing: it does not wait, and a container that exits stops it.
+func TestRestoredRoleTaskIsNotHeld(t *testing.T) {
+	const arn = "arn:aws:ecs:r:1:task/c/restored"
+	cfg := testConfig()
+	cfg.TaskEndpoint = TaskEndpointConfig{URL: "http://169.254.170.2", Credentials: true, Route: newFakeRoute("")}
+	first := newHarness(t, cfg)
+	tk := twoContainerTask(arn)
+	tk.RoleArn = "arn:aws:iam::1:role/app"
+	first.add(tk)
+	first.waitStatus(arn, task.TaskRunning)
+	webID := first.dockerID(arn, "web")
+	first.shutdown()
+	require.True(t, pollUntil(first.docker.streamClosed))
+
+	cfg.TaskEndpoint.Route = newFakeRoute("waiting for the task endpoint's NAT")
+	second := newHarness(t, cfg, func(h *harness) { h.docker = first.docker })
+	_, err := second.engine.Restore(context.Background(), first.store.snapshot(), true)
+	require.NoError(t, err)
+	got := second.waitStatus(arn, task.TaskRunning)
+	assert.Empty(t, got.PendingReason)
+	first.docker.exit(webID, 3, false, false)
+	got = second.waitStatus(arn, task.TaskStopped)
+	assert.Equal(t, task.StopReasonEssentialExited, got.StoppedReason)
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 
 	docker "github.com/fsouza/go-dockerclient"
 
@@ -21,6 +22,9 @@ import (
 //	point          interface        called                                   when it fails
 //	prepare        Preparer         once the task is accepted or restored,   the task stops with the error as its
 //	                                before its worker runs; must not block   reason before anything of it is made
+//	hold           Holder           once the images are pulled, before the   cannot fail: while it gives a reason the
+//	                                first container is made (not for a task  task waits, PENDING with it as its
+//	                                restored with containers made)           PendingReason; a stop ends the wait
 //	before create  CreateHook       before Docker creates a container, with  the container is not created
 //	                                the options it may change                (CannotCreateContainerError); an
 //	                                                                         essential one stops the task
@@ -40,8 +44,10 @@ import (
 //	                 container), at stop (CNI DEL), recovery (networking of unknown tasks)
 //	secrets          before create (environment files, secrets, log driver secret options)
 //	task cgroup      before create (the cgroup parent), at cleanup, recovery (cgroups of unknown tasks)
-//	task endpoint    prepare (role credentials), before create (the endpoint's variables, the awslogs
-//	                 credentials endpoint), at stop (role credentials no longer refreshed), at cleanup
+//	task endpoint    prepare (role credentials), hold (a task whose containers get role credentials
+//	                 waits for the route to the endpoint), before create (the endpoint's variables, the
+//	                 awslogs credentials endpoint), at stop (role credentials no longer refreshed), at
+//	                 cleanup
 //	metadata file    before create (the PENDING file and its mount), after commit (rewrites), at cleanup
 //
 // Secrets go before the task endpoint so that the endpoint's variables win over a secret's of the
@@ -69,6 +75,14 @@ type TaskHook any
 // reason before any of its containers is made.
 type Preparer interface {
 	Prepare(r *Run) error
+}
+
+// Holder is called once the task's images are pulled, before the first of its containers is made
+// (not for a task restored with containers made already). While Hold returns a reason, the task
+// waits, PENDING with the reason as its PendingReason, and asks again once changed is closed
+// (changed must not be nil then); a stop ends the wait. It must not block.
+type Holder interface {
+	Hold(r *Run) (reason string, changed <-chan struct{})
 }
 
 // CreateHook is called before Docker is asked to create container c of the task, with the options
@@ -131,6 +145,7 @@ func (r *Run) Log() *logger.Logger { return r.w.log }
 // taskHooks are a task's hooks, by point, in the features' order.
 type taskHooks struct {
 	prepare []Preparer
+	hold    []Holder
 	create  []CreateHook
 	start   []StartHook
 	commit  []CommitHook
@@ -149,6 +164,9 @@ func hooksFor(features []Feature, t *task.Task) taskHooks {
 		if p, ok := h.(Preparer); ok {
 			hs.prepare = append(hs.prepare, p)
 		}
+		if ho, ok := h.(Holder); ok {
+			hs.hold = append(hs.hold, ho)
+		}
 		if c, ok := h.(CreateHook); ok {
 			hs.create = append(hs.create, c)
 		}
@@ -166,6 +184,44 @@ func hooksFor(features []Feature, t *task.Task) taskHooks {
 		}
 	}
 	return hs
+}
+
+// hold waits while one of the task's Holders holds it, unless a container of the task has been made
+// (its name is saved before its create). It returns false when ctx ends first: a stop, or the agent
+// stopping.
+func (w *worker) hold(ctx context.Context) bool {
+	if len(w.hooks.hold) == 0 || slices.ContainsFunc(w.t.Containers, func(c *task.Container) bool { return c.DockerName != "" }) {
+		return true
+	}
+	held := false
+	for {
+		reason, changed := "", (<-chan struct{})(nil)
+		for _, h := range w.hooks.hold {
+			if reason, changed = h.Hold(&Run{w}); reason != "" {
+				break
+			}
+		}
+		if reason == "" {
+			break
+		}
+		if reason != w.t.PendingReason {
+			w.t.PendingReason = reason
+			w.log.Info("task waits", "reason", reason)
+			w.commit(ctx)
+		}
+		held = true
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		}
+	}
+	if held {
+		w.t.PendingReason = ""
+		w.log.Info("task no longer waits")
+		w.commit(ctx)
+	}
+	return true
 }
 
 // builtinFeatures are the engine's own features, in the order documented above.

@@ -14,8 +14,9 @@ import (
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// prepare acquires host resources and pulls every image. It returns false when the task must not
-// start: a stop arrived, resources can never fit, or a pull failed.
+// prepare acquires host resources, pulls every image and waits while a Holder holds the task. It
+// returns false when the task must not start: a stop arrived, resources can never fit, or a pull
+// failed.
 func (w *worker) prepare(ctx context.Context) bool {
 	if stop, _ := w.stopWanted(); stop {
 		return false
@@ -55,7 +56,7 @@ func (w *worker) prepare(ctx context.Context) bool {
 		w.t.PendingReason = ""
 		w.commit(ctx)
 	}
-	return w.pullAll(ctx)
+	return w.pullAll(ctx) && w.hold(ctx)
 }
 
 // pullAll pulls the images of every container not yet pulled, in parallel. A failed pull stops the

@@ -66,6 +66,10 @@ type Config struct {
 	HostNetwork bool
 	// IptablesPath is the iptables binary; empty means "iptables" looked up in PATH.
 	IptablesPath string
+
+	// owned are bridges whose route_localnet a Keeper saw recorded as turned on by Install: Install
+	// records them as its own again when the record went (a flush) and the setting stayed on.
+	owned []string
 }
 
 // ErrNotInstalled is wrapped by Check's error when a rule or setting is missing; it is of class
@@ -201,9 +205,10 @@ func Installed(ctx context.Context, cfg Config) (bool, error) {
 
 // txn runs the steps of one Install and remembers how to undo each.
 type txn struct {
-	ctx  context.Context
-	h    *host
-	undo []undoStep
+	ctx   context.Context
+	h     *host
+	owned []string // Config.owned
+	undo  []undoStep
 }
 
 type undoStep struct {
@@ -247,7 +252,7 @@ func (h *host) install(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("install task endpoint NAT: %w", err)
 	}
-	t := &txn{ctx: ctx, h: h}
+	t := &txn{ctx: ctx, h: h, owned: cfg.owned}
 	defer func() {
 		if err != nil {
 			if uerr := t.rollback(); uerr != nil {
@@ -359,7 +364,7 @@ func (t *txn) ensureJump(j jump) error {
 
 // ensureBridge puts in place the DNAT rule of bridge and turns route_localnet on; wasOn is the
 // setting found. The rule records a change this call makes, and keeps a record an earlier Install
-// made (the setting it found on is then its own).
+// made, in the chain or in Config.owned (the setting it found on is then its own).
 func (t *txn) ensureBridge(bridge string, wasOn bool) error {
 	ipt := t.h.ipt
 	plain, marked := dnatRule(bridge, false), dnatRule(bridge, true)
@@ -371,7 +376,7 @@ func (t *txn) ensureBridge(bridge string, wasOn bool) error {
 	if err != nil {
 		return fmt.Errorf("look for rule %s: %w", marked, err)
 	}
-	mark := !wasOn || hasMarked
+	mark := !wasOn || hasMarked || slices.Contains(t.owned, bridge)
 	want := plain
 	if mark {
 		want = marked
@@ -611,4 +616,75 @@ func (h *host) check(ctx context.Context, cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// guarded reports whether the guard is in force for bridge: its chain, the jump to it from INPUT and
+// its rule for bridge are all there. A failure to look counts as not in force.
+func (h *host) guarded(bridge string) bool {
+	if h.ipt == nil {
+		return false
+	}
+	for _, r := range []rule{guardJump().rule, guardRule(bridge)} {
+		if ok, err := h.ipt.Exists(r.table, r.chain, r.spec...); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// secure turns route_localnet off on every bridge of cfg where it is on while the guard is not in
+// force, whoever turned it on: without the guard it opens the host's loopback to the bridge. It returns
+// the bridges it turned off; a bridge that does not exist has no setting to turn off.
+func (h *host) secure(ctx context.Context, cfg Config) ([]string, error) {
+	bridges, err := cfg.bridges()
+	if err != nil {
+		return nil, err
+	}
+	var off []string
+	var errs []error
+	for _, b := range bridges {
+		if err := ctx.Err(); err != nil {
+			return off, err
+		}
+		if h.guarded(b) {
+			continue
+		}
+		on, err := h.sys.get(b)
+		switch {
+		case errdefs.IsNotFound(err):
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("read net.ipv4.conf.%s.route_localnet: %w", b, err))
+			continue
+		case !on:
+			continue
+		}
+		if err := h.sys.set(b, false); err != nil {
+			errs = append(errs, fmt.Errorf("set net.ipv4.conf.%s.route_localnet=0: %w", b, err))
+			continue
+		}
+		off = append(off, b)
+	}
+	return off, errors.Join(errs...)
+}
+
+// recorded returns the bridges whose DNAT rule records that Install turned route_localnet on.
+func (h *host) recorded(Config) ([]string, error) {
+	listed, err := listedBridges(h.ipt, "nat", ChainNAT)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, b := range slices.Sorted(maps.Keys(listed)) {
+		if listed[b] {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// present reports whether bridge exists.
+func (h *host) present(bridge string) bool {
+	_, err := h.sys.get(bridge)
+	return !errdefs.IsNotFound(err)
 }

@@ -10,6 +10,7 @@ package hostnat
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -495,5 +498,170 @@ func TestIntegrationEndToEnd(t *testing.T) {
 	inNS(t, h, func() {
 		require.NoError(t, Remove(ctx, fullConfig))
 		assert.Equal(t, "1", localnetOf(t, testBridge), "a setting found on stays on")
+	})
+}
+
+// iptablesRun runs iptables in the current namespace and fails the test on an error.
+func iptablesRun(t *testing.T, args ...string) {
+	t.Helper()
+	b, err := exec.Command("iptables", append([]string{"-w"}, args...)...).CombinedOutput()
+	require.NoError(t, err, "iptables %v: %s", args, b)
+}
+
+// hasRule reports whether r is in place in the current namespace (iptables -C).
+func hasRule(r rule) bool {
+	return exec.Command("iptables", append([]string{"-w", "-t", r.table, "-C", r.chain}, r.spec...)...).Run() == nil
+}
+
+// countedSystem is the host's operations, counting the checks.
+type countedSystem struct {
+	system
+	checks atomic.Int32
+}
+
+func (c *countedSystem) check(ctx context.Context, cfg Config) error {
+	c.checks.Add(1)
+	return c.system.check(ctx, cfg)
+}
+
+// runKeeper runs k.Run in n until stop is called or the test ends.
+func runKeeper(t *testing.T, n ns.NetNS, k *Keeper) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- n.Do(func(ns.NetNS) error { k.Run(ctx); return nil }) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			assert.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// pollIn polls cond in n every few milliseconds until it holds, failing the test after 20 s.
+func pollIn(t *testing.T, n ns.NetNS, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := false
+		inNS(t, n, func() { ok = cond() })
+		if ok {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "timed out waiting until %s", what)
+		select {
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestIntegrationKeeperPutsRulesBack: while the Keeper runs, a guard rule deleted with iptables, then
+// the whole filter table and the whole nat table flushed (a firewall reload), are back within a few
+// check intervals, with route_localnet on and still recorded as the agent's.
+func TestIntegrationKeeperPutsRulesBack(t *testing.T) {
+	h := hostNS(t)
+	cfg := Config{DockerBridge: testBridge, TaskBridges: []string{testTaskBridge}}
+	k := NewKeeper(KeeperConfig{NAT: cfg, Interval: 100 * time.Millisecond})
+	inNS(t, h, func() {
+		require.NoError(t, k.Ensure(t.Context()))
+		require.NoError(t, Check(t.Context(), cfg))
+	})
+	runKeeper(t, h, k)
+
+	for _, tc := range []struct {
+		name    string
+		breakIt []string
+	}{
+		{"guard rule deleted", append([]string{"-t", "filter", "-D", ChainGuard}, guardRule(testBridge).spec...)},
+		{"filter table flushed", []string{"-t", "filter", "-F"}},
+		{"nat table flushed", []string{"-t", "nat", "-F"}},
+	} {
+		inNS(t, h, func() {
+			iptablesRun(t, tc.breakIt...)
+			require.Error(t, Check(t.Context(), cfg), tc.name)
+		})
+		pollIn(t, h, tc.name+": the NAT is back", func() bool {
+			return hasRule(guardRule(testBridge)) && Check(t.Context(), cfg) == nil
+		})
+		inNS(t, h, func() {
+			assert.Equal(t, "1", localnetOf(t, testBridge), tc.name)
+			assert.Equal(t, "1", localnetOf(t, testTaskBridge), tc.name)
+			assert.True(t, hasRule(dnatRule(testBridge, true)), "%s: the DNAT rule still records that route_localnet is the agent's", tc.name)
+		})
+		assert.NoError(t, k.Err(), tc.name)
+	}
+}
+
+// TestIntegrationKeeperRouteLocalnetOffWithoutTheGuard: when the guard is deleted and iptables then
+// refuses to add it back (a wrapper that fails while a marker file exists), the Keeper turns
+// route_localnet off and reports the NAT missing; from then on route_localnet is never on while the
+// guard is missing; once iptables works again the guard and route_localnet are back, the DNAT rule
+// still records that route_localnet is the agent's (the flush took the record), and Remove turns it
+// off.
+func TestIntegrationKeeperRouteLocalnetOffWithoutTheGuard(t *testing.T) {
+	iptablesBin, err := exec.LookPath("iptables")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "refuse-guard")
+	wrapper := filepath.Join(dir, "iptables")
+	require.NoError(t, os.WriteFile(wrapper, []byte(`#!/bin/sh
+if [ -e `+marker+` ]; then
+	case "$*" in *"-A `+ChainGuard+` "*"127.0.0.0/8"*|*"-I INPUT"*) echo "iptables: injected failure" >&2; exit 4;; esac
+fi
+exec `+iptablesBin+` "$@"
+`), 0o755))
+
+	h := hostNS(t)
+	cfg := Config{DockerBridge: testBridge, IptablesPath: wrapper}
+	k := NewKeeper(KeeperConfig{NAT: cfg, Interval: 100 * time.Millisecond})
+	ops := &countedSystem{}
+	k.ops = ops
+	inNS(t, h, func() {
+		require.NoError(t, k.Ensure(t.Context()))
+		require.Equal(t, "1", localnetOf(t, testBridge))
+		require.True(t, hasRule(dnatRule(testBridge, true)))
+	})
+	stop := runKeeper(t, h, k)
+
+	require.NoError(t, os.WriteFile(marker, nil, 0o600))
+	inNS(t, h, func() {
+		iptablesRun(t, append([]string{"-t", "filter", "-D", ChainGuard}, guardRule(testBridge).spec...)...)
+		iptablesRun(t, "-t", "nat", "-F", ChainNAT)
+	})
+	require.Eventually(t, func() bool { return k.Err() != nil }, 20*time.Second, 10*time.Millisecond, "the keeper reports the NAT missing")
+	assert.Contains(t, k.Err().Error(), "injected failure")
+
+	// unguarded reads route_localnet, then whether the guard is there: the keeper adds the guard before
+	// it turns route_localnet on, so on, then missing, in this order, is a moment of both.
+	unguarded := func() bool {
+		on := localnetOf(t, testBridge) == "1"
+		return on && !hasRule(guardRule(testBridge))
+	}
+	inNS(t, h, func() {
+		assert.Equal(t, "0", localnetOf(t, testBridge), "route_localnet is off while the guard cannot be installed")
+		assert.False(t, hasRule(guardRule(testBridge)))
+	})
+	// Three failed checks later it is still off.
+	checks := ops.checks.Load()
+	pollIn(t, h, "three more checks", func() bool {
+		require.False(t, unguarded(), "route_localnet on without the guard")
+		require.Error(t, k.Err())
+		return ops.checks.Load() >= checks+3
+	})
+
+	require.NoError(t, os.Remove(marker))
+	pollIn(t, h, "the guard and route_localnet are back", func() bool {
+		require.False(t, unguarded(), "route_localnet on without the guard")
+		return hasRule(guardRule(testBridge)) && localnetOf(t, testBridge) == "1" && k.Err() == nil
+	})
+	stop()
+	inNS(t, h, func() {
+		assert.True(t, hasRule(dnatRule(testBridge, true)), "the DNAT rule records that route_localnet is the agent's")
+		require.NoError(t, Remove(t.Context(), cfg))
+		assert.Equal(t, "0", localnetOf(t, testBridge), "and Remove turns it off")
 	})
 }

@@ -22,6 +22,10 @@ type Metadata struct {
 	// StateSaveError (Berth extension) is set while saving task state fails (a full disk): the
 	// affected tasks wait, and `berth healthcheck` reports the agent unhealthy.
 	StateSaveError string `json:"StateSaveError,omitempty"`
+	// HostNATError (Berth extension) is set while the host NAT that takes containers' requests to
+	// 169.254.170.2 to the task endpoint is not in place: tasks with a role wait, and `berth
+	// healthcheck` reports the agent unhealthy.
+	HostNATError string `json:"HostNATError,omitempty"`
 	// EC2InstanceID and AvailabilityZone (Berth extension) name the EC2 instance in ecs mode, from
 	// its instance identity document; absent off EC2 and in local mode.
 	EC2InstanceID    string `json:"EC2InstanceID,omitempty"`

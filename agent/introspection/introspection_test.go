@@ -36,6 +36,8 @@ func TestIntrospection(t *testing.T) {
 		{"berth's extensions", Metadata{Cluster: "prod", Version: v, StateSaveError: "disk full", EC2InstanceID: "i-0abc", AvailabilityZone: "us-west-2a"},
 			"GET", "/v1/metadata", http.StatusOK, "application/json",
 			`{"Cluster":"prod","ContainerInstanceArn":null,"Version":"` + v + `","StateSaveError":"disk full","EC2InstanceID":"i-0abc","AvailabilityZone":"us-west-2a"}`},
+		{"host NAT missing", Metadata{Cluster: "prod", Version: v, HostNATError: "no rule"}, "GET", "/v1/metadata", http.StatusOK, "application/json",
+			`{"Cluster":"prod","ContainerInstanceArn":null,"Version":"` + v + `","HostNATError":"no rule"}`},
 		{"root lists the routes", Metadata{}, "GET", "/", http.StatusOK, "text/plain; charset=utf-8",
 			`{"AvailableCommands":["/v1/metadata","/v1/tasks","/license"]}`},
 		{"any other path lists the routes", Metadata{}, "DELETE", "/v1/nope", http.StatusOK, "text/plain; charset=utf-8",

@@ -314,6 +314,10 @@ func runHealthcheck(ctx context.Context, args, environ []string, stdout, stderr 
 		fmt.Fprintf(stderr, "berth healthcheck: unhealthy: saving task state fails: %s\n", meta.StateSaveError)
 		return 1
 	}
+	if meta.HostNATError != "" {
+		fmt.Fprintf(stderr, "berth healthcheck: unhealthy: containers cannot reach the task endpoint at 169.254.170.2: %s\n", meta.HostNATError)
+		return 1
+	}
 	fmt.Fprintf(stdout, "healthy: %s\n", addr)
 	return 0
 }

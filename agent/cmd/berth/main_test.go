@@ -155,7 +155,8 @@ func TestSetGCPercent(t *testing.T) {
 	}
 }
 
-// berth healthcheck reports the agent unhealthy while /v1/metadata says saving task state fails.
+// berth healthcheck reports the agent unhealthy while /v1/metadata says saving task state fails or
+// the host NAT to the task endpoint is not in place.
 func TestHealthcheckSaveError(t *testing.T) {
 	for _, tt := range []struct {
 		body     string
@@ -164,6 +165,8 @@ func TestHealthcheckSaveError(t *testing.T) {
 	}{
 		{`{"Cluster":"c","ContainerInstanceArn":null,"Version":"v"}`, 0, "healthy"},
 		{`{"Cluster":"c","ContainerInstanceArn":null,"Version":"v","StateSaveError":"save task: no space left on device"}`, 1, "saving task state fails: save task: no space left on device"},
+		{`{"Cluster":"c","ContainerInstanceArn":null,"Version":"v","HostNATError":"check task endpoint NAT: no rule"}`, 1,
+			"containers cannot reach the task endpoint at 169.254.170.2: check task endpoint NAT: no rule"},
 	} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
