@@ -71,6 +71,7 @@ type Server struct {
 	heartbeat time.Duration
 	ops       map[string]opFunc
 	auth      *localauth.Verifier
+	refused   *logger.Summary // refused requests, one line a minute
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -109,6 +110,7 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
 	}
+	s.refused = logger.NewSummary(s.log, s.clock, "control plane request refused; further refusals are counted, one line a minute", time.Minute)
 	s.auth = localauth.NewVerifier(cfg.Keys, nil)
 	db, err := openDB(cfg.DBPath, s.badRecord)
 	if err != nil {
@@ -183,9 +185,10 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// refuse answers a request that failed the signature or Host check, and logs who sent it.
+// refuse answers a request that failed the signature or Host check, and logs who sent it: at most
+// one line a minute, counting the others (any local process or web page can send them at will).
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err *localauth.Error) {
-	s.log.Warn("control plane request refused", "remote", r.RemoteAddr, "host", r.Host, "type", err.Type)
+	s.refused.Note(err.Type, "remote", r.RemoteAddr, "host", r.Host)
 	s.writeError(w, "", &APIError{Status: err.Status, Type: err.Type, Message: err.Message})
 }
 

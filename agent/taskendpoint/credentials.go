@@ -73,7 +73,7 @@ func (h *Handler) serveCredentials(w http.ResponseWriter, r *http.Request, versi
 		if holder == nil {
 			h.log.Debug("task credentials not found", "credentials_id", short, "api_version", version)
 		} else {
-			h.refused.note(refusedStranger, "credentials_id", short, "task_arn", holder.Arn, "source", src.String())
+			h.refused.Note(refusedStranger, "credentials_id", short, "task_arn", holder.Arn, "source", src.String())
 			h.log.Debug("task credentials asked from an address that is not the task's", "credentials_id", short, "task_arn", holder.Arn,
 				"source", src.String(), "api_version", version)
 		}

@@ -26,7 +26,7 @@ func (h *Handler) serveV2(w http.ResponseWriter, r *http.Request, rt route, src 
 			who = src.String()
 		}
 		if holders > 1 {
-			h.refused.note(refusedAmbiguous, "source", who, "tasks", holders)
+			h.refused.Note(refusedAmbiguous, "source", who, "tasks", holders)
 		} else {
 			h.log.Debug("task metadata v2: no task has the source address", "source", who)
 		}

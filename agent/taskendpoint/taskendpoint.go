@@ -162,7 +162,7 @@ type Handler struct {
 	tags     TagSource
 	instARN  func() string
 	log      *logger.Logger
-	refused  *refusalLog
+	refused  *logger.Summary
 	limits   *limiter
 	limitHdr string
 }
@@ -206,7 +206,7 @@ func New(cfg Config) (*Handler, error) {
 		tags:     cfg.Tags,
 		instARN:  cfg.InstanceARN,
 		log:      cfg.Logger,
-		refused:  &refusalLog{log: cfg.Logger, clock: cfg.Clock},
+		refused:  logger.NewSummary(cfg.Logger, cfg.Clock, "task endpoint request refused; further refusals are counted, one line a minute", refusalInterval),
 		limits:   newLimiter(rl, cfg.Clock, maxLimiters),
 		limitHdr: fmt.Sprintf("%.2f", float64(rl.Steady)),
 	}, nil
@@ -334,7 +334,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !h.limits.allow(key) {
 		h.log.Debug("task endpoint request throttled", "path_kind", rt.kind.String(), "source", src.String())
-		h.refused.note(refusedThrottled, "path_kind", rt.kind.String(), "source", src.String())
+		h.refused.Note(refusedThrottled, "path_kind", rt.kind.String(), "source", src.String())
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusTooManyRequests)
 		_, _ = w.Write([]byte("You have reached maximum request limit."))
