@@ -9,7 +9,8 @@
 // count, element offset and key and value length to lie within the file and below the high-water
 // mark; every tree page to be a branch or leaf page that names its own id; every page below the
 // high-water mark to be in use exactly once or free exactly once; keys ordered in every page and
-// within the bounds their parent pages give them; and inline buckets to be well-formed leaf pages.
+// within the bounds their parent pages give them, and each branch key equal to its child's first key
+// (which bbolt relies on when it writes); and inline buckets to be well-formed leaf pages.
 // Each page is read at most once, so the check takes time and memory linear in the file's size.
 //
 // What it cannot see is a value's contents: a changed byte inside a stored value leaves the file
@@ -171,7 +172,7 @@ func check(r io.ReaderAt, size int64) error {
 			return err
 		}
 	}
-	if err := c.walk(m.root, nil, nil); err != nil {
+	if _, err := c.walk(m.root, nil, nil); err != nil {
 		return err
 	}
 	for id := range m.hwm {
@@ -319,35 +320,37 @@ func (c *checker) freelist(id uint64) error {
 	return nil
 }
 
-// walk checks the tree rooted at page id, whose keys must lie in [lo, hi) (nil: unbounded).
-func (c *checker) walk(id uint64, lo, hi []byte) error {
+// walk checks the tree rooted at page id, whose keys must lie in [lo, hi) (nil: unbounded), and
+// returns the page's first key.
+func (c *checker) walk(id uint64, lo, hi []byte) ([]byte, error) {
 	p, err := c.page(id, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if order.Uint16(p[8:]) == leafPage {
-		if err := c.leaf(p, lo, hi); err != nil {
-			return fmt.Errorf("leaf page %d: %w", id, err)
+		first, err := c.leaf(p, lo, hi)
+		if err != nil {
+			return nil, fmt.Errorf("leaf page %d: %w", id, err)
 		}
-		return nil
+		return first, nil
 	}
 	count := int(order.Uint16(p[10:]))
 	if count == 0 {
-		return damaged("branch page %d is empty", id)
+		return nil, damaged("branch page %d is empty", id)
 	}
 	keys := make([][]byte, count)
 	children := make([]uint64, count)
 	for i := range count {
 		e, err := element(p, i)
 		if err != nil {
-			return fmt.Errorf("branch page %d: %w", id, err)
+			return nil, fmt.Errorf("branch page %d: %w", id, err)
 		}
 		pos, ksize := uint64(order.Uint32(e)), uint64(order.Uint32(e[4:]))
 		if keys[i], err = span(p, i, pos, ksize); err != nil {
-			return fmt.Errorf("branch page %d: %w", id, err)
+			return nil, fmt.Errorf("branch page %d: %w", id, err)
 		}
 		if err := inOrder(keys, i, lo, hi); err != nil {
-			return fmt.Errorf("branch page %d: %w", id, err)
+			return nil, fmt.Errorf("branch page %d: %w", id, err)
 		}
 		children[i] = order.Uint64(e[8:])
 	}
@@ -356,44 +359,53 @@ func (c *checker) walk(id uint64, lo, hi []byte) error {
 		if i+1 < count {
 			next = keys[i+1]
 		}
-		if err := c.walk(child, keys[i], next); err != nil {
-			return err
+		first, err := c.walk(child, keys[i], next)
+		if err != nil {
+			return nil, err
+		}
+		// bbolt finds a child's entry by the child's first key when it writes the child back: any
+		// other key there makes it add a second entry, and the file references a page twice.
+		if first == nil || !bytes.Equal(first, keys[i]) {
+			return nil, damaged("branch page %d: key %d is not the first key of its child page %d", id, i, child)
 		}
 	}
-	return nil
+	return keys[0], nil
 }
 
-// leaf checks the elements of the leaf page p (a page of the file or an inline bucket's) and walks
-// the buckets it holds.
-func (c *checker) leaf(p []byte, lo, hi []byte) error {
+// leaf checks the elements of the leaf page p (a page of the file or an inline bucket's), walks the
+// buckets it holds, and returns its first key (nil when it is empty).
+func (c *checker) leaf(p []byte, lo, hi []byte) ([]byte, error) {
 	count := int(order.Uint16(p[10:]))
 	keys := make([][]byte, count)
 	for i := range count {
 		e, err := element(p, i)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		flags, pos := order.Uint32(e), uint64(order.Uint32(e[4:]))
 		ksize, vsize := uint64(order.Uint32(e[8:])), uint64(order.Uint32(e[12:]))
 		kv, err := span(p, i, pos, ksize+vsize)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		keys[i] = kv[:ksize]
 		if err := inOrder(keys, i, lo, hi); err != nil {
-			return err
+			return nil, err
 		}
 		switch flags {
 		case 0:
 		case bucketLeaf:
 			if err := c.bucket(kv[ksize:]); err != nil {
-				return fmt.Errorf("bucket %q: %w", keys[i], err)
+				return nil, fmt.Errorf("bucket %q: %w", keys[i], err)
 			}
 		default:
-			return damaged("element %d has flags %#x", i, flags)
+			return nil, damaged("element %d has flags %#x", i, flags)
 		}
 	}
-	return nil
+	if count == 0 {
+		return nil, nil
+	}
+	return keys[0], nil
 }
 
 // bucket checks a bucket's value: its header, then its root page or its inline page.
@@ -402,7 +414,8 @@ func (c *checker) bucket(v []byte) error {
 		return damaged("its value is %d bytes, shorter than a bucket header", len(v))
 	}
 	if root := order.Uint64(v); root != 0 {
-		return c.walk(root, nil, nil)
+		_, err := c.walk(root, nil, nil)
+		return err
 	}
 	inline := v[bucketHeader:]
 	if len(inline) < pageHeaderSize {
@@ -411,7 +424,8 @@ func (c *checker) bucket(v []byte) error {
 	if id, flags, overflow := order.Uint64(inline), order.Uint16(inline[8:]), order.Uint32(inline[12:]); id != 0 || flags != leafPage || overflow != 0 {
 		return damaged("its inline page has id %d, flags %#x and overflow %d, not those of an inline leaf", id, flags, overflow)
 	}
-	return c.leaf(inline, nil, nil)
+	_, err := c.leaf(inline, nil, nil)
+	return err
 }
 
 // element returns element i of page p.

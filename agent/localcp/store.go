@@ -31,6 +31,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/berth-agent/berth/agent/boltcheck"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -212,10 +213,17 @@ type instanceRecord struct {
 	Tags                []tag        `json:"tags,omitempty"`
 }
 
-// openDB opens (creating if needed) the bbolt file, 0600 even when it existed, and brings its schema
-// to schemaVersion.
+// ErrCorrupt is wrapped by New's error when the control plane's bbolt file is damaged (empty,
+// truncated, a page changed: see package boltcheck); New never lets bbolt read such a file.
+var ErrCorrupt = errors.New("the embedded control plane's state file is corrupt")
+
+// openDB opens (creating if needed) the bbolt file once boltcheck found it whole, 0600 even when it
+// existed, and brings its schema to schemaVersion.
 func openDB(path string) (*bolt.DB, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	db, err := boltcheck.Open(path, 5*time.Second)
+	if errors.Is(err, boltcheck.ErrDamaged) {
+		return nil, fmt.Errorf("open %s: %w: %w", path, err, ErrCorrupt)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -224,6 +232,9 @@ func openDB(path string) (*bolt.DB, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
+		if err := wholeOrNew(tx); err != nil {
+			return err
+		}
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
@@ -245,6 +256,26 @@ func openDB(path string) (*bolt.DB, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return db, nil
+}
+
+// wholeOrNew checks that the file is new (no bucket yet) or has every bucket and a schema version, as
+// the first open leaves it in one transaction; anything between lost a name to damage.
+func wholeOrNew(tx *bolt.Tx) error {
+	found := 0
+	for _, name := range allBuckets {
+		if tx.Bucket(name) != nil {
+			found++
+		}
+	}
+	switch {
+	case found == 0:
+		return nil
+	case found < len(allBuckets):
+		return fmt.Errorf("damaged: %d of its %d buckets are missing: %w", len(allBuckets)-found, len(allBuckets), ErrCorrupt)
+	case tx.Bucket(bucketMeta).Get(keySchemaVersion) == nil:
+		return fmt.Errorf("damaged: its schema version is missing: %w", ErrCorrupt)
+	}
+	return nil
 }
 
 // upgrade brings a database written with schema version from up to schemaVersion. There has been

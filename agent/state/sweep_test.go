@@ -19,14 +19,14 @@ import (
 	"github.com/berth-agent/berth/agent/task"
 )
 
-// sweepMemoryLimit is the address space a sweep child may use: the Go runtime's own reservations and
-// a few times the file, far below what a runaway open reaches.
+// sweepMemoryLimit is the memory a sweep child may use: the Go runtime's own reservations and
+// a few times the file, far below what a runaway open reaches (RLIMIT_DATA, see boltchecktest.Child).
 const sweepMemoryLimit = 256 << 20
 
 // Every page-aligned truncation and every single-byte change of a churned state file (every page
 // header field of every page, and random bytes) either opens with its data readable and writable,
 // or fails with ErrCorrupt: never a signal, a hang or unbounded memory. Each case runs in a child
-// process with a deadline and an address-space limit.
+// process with a deadline and a memory limit.
 func TestBoltDamageSweep(t *testing.T) {
 	boltchecktest.Child(sweepMemoryLimit, ErrCorrupt, sweepOpen)
 	if testing.Short() {
@@ -37,7 +37,7 @@ func TestBoltDamageSweep(t *testing.T) {
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	boltchecktest.Run(t, boltchecktest.Sweep{Test: "TestBoltDamageSweep", File: data, PageSize: os.Getpagesize(),
-		RandomFlips: 400, Seed: 21, Deadline: 10 * time.Second, MaxFailures: 10})
+		RandomFlips: 300, Seed: 21, Deadline: 10 * time.Second, MaxFailures: 10})
 }
 
 // churn builds a state file through the Store as an agent would over time: 900 task saves, every
