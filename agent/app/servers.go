@@ -87,9 +87,12 @@ func listen(cfg *config.Config, embedded bool, log *logger.Logger) (*servers, er
 		s.close()
 		return nil, err
 	}
-	if s.localCP, err = localcp.New(localcp.Config{DBPath: filepath.Join(cfg.DataDir, "localcp.db"), Keys: keys},
-		log.With("component", "localcp")); err != nil {
+	dbPath := filepath.Join(cfg.DataDir, "localcp.db")
+	if s.localCP, err = localcp.New(localcp.Config{DBPath: dbPath, Keys: keys}, log.With("component", "localcp")); err != nil {
 		s.close()
+		if errors.Is(err, localcp.ErrCorrupt) {
+			err = corruptState(dbPath, err)
+		}
 		return nil, fmt.Errorf("embedded control plane: %w", err)
 	}
 	if s.local, err = net.Listen("tcp", cfg.LocalControlPlaneAddr); err != nil {

@@ -50,6 +50,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/berth-agent/berth/agent/boltcheck"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -83,6 +84,8 @@ var (
 
 	allBuckets = [][]byte{bucketMeta, bucketClusters, bucketTaskDefs, bucketTasks, bucketLive, bucketTaskIDs,
 		bucketExpiry, bucketClientTokens, bucketInstances}
+	// schema1Buckets are the buckets of schema 1, which every later schema keeps.
+	schema1Buckets = [][]byte{bucketMeta, bucketClusters, bucketTaskDefs, bucketTasks, bucketInstances}
 )
 
 // clusterRecord is one cluster.
@@ -258,10 +261,18 @@ type instanceRecord struct {
 	Tags                []tag        `json:"tags,omitempty"`
 }
 
-// openDB opens (creating if needed) the bbolt file, 0600 even when it existed, and brings its schema
-// to schemaVersion. A record the upgrade cannot decode is passed to bad and skipped.
+// ErrCorrupt is wrapped by New's error when the control plane's bbolt file is damaged (empty,
+// truncated, a page changed: see package boltcheck); New never lets bbolt read such a file.
+var ErrCorrupt = errors.New("the embedded control plane's state file is corrupt")
+
+// openDB opens (creating if needed) the bbolt file once boltcheck found it whole, 0600 even when it
+// existed, and brings its schema to schemaVersion. A record the upgrade cannot decode is passed to
+// bad and skipped.
 func openDB(path string, bad func(key string, err error)) (*bolt.DB, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	db, err := boltcheck.Open(path, 5*time.Second)
+	if errors.Is(err, boltcheck.ErrDamaged) {
+		return nil, fmt.Errorf("open %s: %w: %w", path, err, ErrCorrupt)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -270,6 +281,9 @@ func openDB(path string, bad func(key string, err error)) (*bolt.DB, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
+		if err := wholeOrNew(tx); err != nil {
+			return err
+		}
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
@@ -291,6 +305,27 @@ func openDB(path string, bad func(key string, err error)) (*bolt.DB, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return db, nil
+}
+
+// wholeOrNew checks that the file is new (no bucket yet) or has every bucket of schema 1 (which
+// every later version keeps) and a schema version, as the first open leaves it in one transaction;
+// anything between lost a name to damage.
+func wholeOrNew(tx *bolt.Tx) error {
+	found := 0
+	for _, name := range schema1Buckets {
+		if tx.Bucket(name) != nil {
+			found++
+		}
+	}
+	switch {
+	case found == 0:
+		return nil
+	case found < len(schema1Buckets):
+		return fmt.Errorf("damaged: %d of its %d buckets are missing: %w", len(schema1Buckets)-found, len(schema1Buckets), ErrCorrupt)
+	case tx.Bucket(bucketMeta).Get(keySchemaVersion) == nil:
+		return fmt.Errorf("damaged: its schema version is missing: %w", ErrCorrupt)
+	}
+	return nil
 }
 
 // upgrade brings a database written with schema version from up to schemaVersion, one step at a

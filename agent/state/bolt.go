@@ -40,19 +40,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/berth-agent/berth/agent/boltcheck"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -147,21 +145,20 @@ func (e *lockedError) Unwrap() error { return ErrLocked }
 // OpenBolt opens the state file at path, creating it (0600) and its directory if missing, making an
 // existing file 0600 too, and
 // upgrades its schema to SchemaVersion. It waits up to timeout for the file lock (0 waits forever);
-// when another process holds it the error wraps ErrLocked, when the file is not a bbolt database it
-// wraps ErrCorrupt, and when the file's schema is newer than SchemaVersion it says so. Every error
-// names the path.
+// when another process holds it the error wraps ErrLocked; when the file is not a whole bbolt
+// database of this schema (empty, truncated, any page damaged: see package boltcheck, which checks it
+// before bbolt maps it, in time and memory linear in its size) it wraps ErrCorrupt; when the file's
+// schema is newer than SchemaVersion it says so. Every error names the path.
 func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create directory of state file %s: %w", path, err)
 	}
-	db, err := openChecked(path, timeout)
+	db, err := boltcheck.Open(path, timeout)
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, &lockedError{path: path}
-	case errors.Is(err, ErrCorrupt):
-		return nil, fmt.Errorf("open state file %s: %w", path, err)
-	case err != nil && notBolt(err):
-		return nil, fmt.Errorf("open state file %s: not a valid bbolt database (%w): %w", path, err, ErrCorrupt)
+	case errors.Is(err, boltcheck.ErrDamaged):
+		return nil, fmt.Errorf("open state file %s: %w: %w", path, err, ErrCorrupt)
 	case err != nil:
 		return nil, fmt.Errorf("open state file %s: %w", path, err)
 	}
@@ -173,56 +170,22 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("state file %s: %w", path, err)
 	}
+	if err := db.View(hasBuckets); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open state file %s: damaged: %w: %w", path, err, ErrCorrupt)
+	}
 	return &Bolt{db: db, path: path}, nil
 }
 
-// openChecked opens the file with bbolt and walks every page of it once. bbolt trusts its pages: a
-// damaged one (a scrambled file) makes it panic, and a truncated file makes it read past the end of
-// its memory map (a fault, which SetPanicOnFault turns into a panic for this goroutine), at open or at
-// any later read. The walk finds the damage now, and a panic while opening or walking becomes an
-// error wrapping ErrCorrupt.
-func openChecked(path string, timeout time.Duration) (db *bbolt.DB, err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			if db != nil {
-				_ = db.Close()
-			}
-			db, err = nil, fmt.Errorf("damaged (%v): %w", r, ErrCorrupt)
+// hasBuckets checks that every bucket of the schema is there, as the upgrades leave them: a file
+// that lacks one lost it to damage (a changed byte in its name, say).
+func hasBuckets(tx *bbolt.Tx) error {
+	for _, name := range []string{bucketMeta, bucketTasks, bucketImages, bucketSent} {
+		if _, err := bucket(tx, name); err != nil {
+			return err
 		}
-	}()
-	db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: timeout})
-	if err != nil {
-		return nil, err
 	}
-	var damage []error
-	err = db.View(func(tx *bbolt.Tx) error {
-		for e := range tx.Check() {
-			damage = append(damage, e)
-		}
-		return nil
-	})
-	if err == nil && len(damage) > 0 {
-		err = fmt.Errorf("damaged: %w: %w", errors.Join(damage...), ErrCorrupt)
-	}
-	if err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	return db, nil
-}
-
-// notBolt reports whether an error of bbolt.Open means the file's contents are not a bbolt database
-// rather than that the operating system refused (permissions, I/O, mmap): bbolt reports format
-// problems with its own sentinels or, for some (a file too short for its meta pages), plain errors,
-// while the operating system's refusals are *fs.PathError or syscall.Errno.
-func notBolt(err error) bool {
-	if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrChecksum) || errors.Is(err, berrors.ErrVersionMismatch) {
-		return true
-	}
-	var pathErr *fs.PathError
-	var errno syscall.Errno
-	return !errors.As(err, &pathErr) && !errors.As(err, &errno)
+	return nil
 }
 
 // upgrade brings the schema from the file's version up to SchemaVersion.

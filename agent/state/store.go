@@ -92,7 +92,7 @@ var (
 	// errdefs.ErrConflict: the file is in use by another process (another agent on the same data
 	// directory), and trying again will not help while that process runs.
 	ErrLocked = errdefs.New(errdefs.ErrConflict, "state file is locked")
-	// ErrCorrupt is wrapped by OpenBolt's error when the state file is not a bbolt database. An
+	// ErrCorrupt is wrapped by OpenBolt's error when the state file is not a whole bbolt database. An
 	// errdefs.ErrFailedPrecondition: the file on disk, not the request, is wrong, until an operator
 	// moves it away.
 	ErrCorrupt = errdefs.New(errdefs.ErrFailedPrecondition, "state file is corrupt")
