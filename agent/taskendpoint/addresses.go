@@ -76,19 +76,29 @@ func (h *Handler) binding(holder *task.Task, src netip.Addr, srcOK bool) binding
 		return bindServe
 	case srcOK && h.isHost(src):
 		return bindServe
-	case holder != nil && holder.KnownStatus != task.TaskStopped && slices.ContainsFunc(holder.Containers, startingAddress):
+	case holder != nil && holder.KnownStatus != task.TaskStopped &&
+		slices.ContainsFunc(holder.Containers, func(c *task.Container) bool { return startingAddress(holder, c) }):
 		return bindNotYet
 	}
 	return bindRefuse
 }
 
 // startingAddress reports whether c is a container whose address the model does not have yet though
-// Docker may already have given it one: created and due to run (Docker may be starting it), or
-// restarted in place and not read back since (RestartedAt after the StartedAt of its last run).
-func startingAddress(c *task.Container) bool {
+// Docker may already have given it one: created and due to run (Docker may be starting it), running
+// but with no address read back yet, or restarted in place and not read back since (RestartedAt
+// after the StartedAt of its last run). An awsvpc task's containers have no address of their own:
+// the task's is known before they start.
+func startingAddress(t *task.Task, c *task.Container) bool {
 	if c.DockerID == "" || c.Pause || c.DesiredStatus != task.ContainerRunning {
 		return false
 	}
 	return c.KnownStatus == task.ContainerCreated ||
-		c.KnownStatus == task.ContainerRunning && c.RestartedAt.After(c.StartedAt)
+		c.KnownStatus == task.ContainerRunning && (t.NetworkMode != task.NetworkAWSVPC && !hasAddress(c) || c.RestartedAt.After(c.StartedAt))
+}
+
+// hasAddress reports whether the model holds an address of c on a Docker network.
+func hasAddress(c *task.Container) bool {
+	return slices.ContainsFunc(c.Networks, func(n task.Network) bool {
+		return slices.ContainsFunc(n.IPv4Addresses, func(a string) bool { return a != "" })
+	})
 }

@@ -386,3 +386,25 @@ func TestCredentialsWhileAContainerRestarts(t *testing.T) {
 	assert.Equal(t, bodyOK, e.get("/v2/credentials/"+credsID, "172.17.0.8:41234").Body.String(), "read back: the new address is the task's")
 	assert.Equal(t, bodyV2NotFound, e.get("/v2/credentials/"+credsID, fromWeb).Body.String(), "and the old one no longer is")
 }
+
+// TestCredentialsBeforeTheAddressIsReadBack: Docker starts a container's process before the engine
+// has read its address back from Docker; a running bridge container without a recorded address
+// makes its task's credentials due (503, which SDKs retry), not refused — the SDK of a container
+// asking at once must not get a final 400.
+func TestCredentialsBeforeTheAddressIsReadBack(t *testing.T) {
+	fresh := bridgeTask()
+	fresh.CredentialsID = credsID
+	web := fresh.Containers[0]
+	web.Networks = nil
+	e := credentialsEnv(t, func(c *taskendpoint.Config) {
+		c.CredentialsTasks.(fakeHolders)[credsID] = fresh
+		c.BindCredentials = true
+	})
+	rec := e.get("/v2/credentials/"+credsID, "172.17.0.9:41234")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, bodyV2Uninitialized, rec.Body.String())
+
+	web.Networks = []task.Network{{Mode: "bridge", IPv4Addresses: []string{"172.17.0.9"}}}
+	assert.Equal(t, bodyOK, e.get("/v2/credentials/"+credsID, "172.17.0.9:41234").Body.String(), "read back: the owner is answered")
+	assert.Equal(t, bodyV2NotFound, e.get("/v2/credentials/"+credsID, fromWeb).Body.String(), "and a stranger refused")
+}
