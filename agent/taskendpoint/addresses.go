@@ -84,15 +84,17 @@ func (h *Handler) binding(holder *task.Task, src netip.Addr, srcOK bool) binding
 }
 
 // startingAddress reports whether c is a container whose address the model does not have yet though
-// Docker may already have given it one: created and due to run (Docker may be starting it), running
-// but with no address read back yet, or restarted in place and not read back since (RestartedAt
+// Docker may already have given it one: due to run and not known running (Docker may be starting
+// it), running but with no address read back yet, or restarted in place and not read back since (RestartedAt
 // after the StartedAt of its last run). An awsvpc task's containers have no address of their own:
 // the task's is known before they start.
 func startingAddress(t *task.Task, c *task.Container) bool {
-	if c.DockerID == "" || c.Pause || c.DesiredStatus != task.ContainerRunning {
+	if c.Pause || c.DesiredStatus != task.ContainerRunning {
 		return false
 	}
-	return c.KnownStatus == task.ContainerCreated ||
+	// Before it runs: the engine publishes what it created and started only once it has read the
+	// container back, so a process Docker started may ask while the model still says NONE.
+	return c.KnownStatus < task.ContainerRunning ||
 		c.KnownStatus == task.ContainerRunning && (t.NetworkMode != task.NetworkAWSVPC && !hasAddress(c) || c.RestartedAt.After(c.StartedAt))
 }
 

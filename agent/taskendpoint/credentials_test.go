@@ -408,3 +408,20 @@ func TestCredentialsBeforeTheAddressIsReadBack(t *testing.T) {
 	assert.Equal(t, bodyOK, e.get("/v2/credentials/"+credsID, "172.17.0.9:41234").Body.String(), "read back: the owner is answered")
 	assert.Equal(t, bodyV2NotFound, e.get("/v2/credentials/"+credsID, fromWeb).Body.String(), "and a stranger refused")
 }
+
+// TestCredentialsBeforeTheContainerIsPublished: the engine publishes a container it created and
+// started only once it has read it back, so its process may ask while the model still says it has
+// not been created; its task's credentials are due then (503), not refused.
+func TestCredentialsBeforeTheContainerIsPublished(t *testing.T) {
+	fresh := bridgeTask()
+	fresh.CredentialsID = credsID
+	probe := &task.Container{Name: "probe", DesiredStatus: task.ContainerRunning, KnownStatus: task.ContainerPulled}
+	fresh.Containers = append(fresh.Containers, probe)
+	e := credentialsEnv(t, func(c *taskendpoint.Config) {
+		c.CredentialsTasks.(fakeHolders)[credsID] = fresh
+		c.BindCredentials = true
+	})
+	rec := e.get("/v2/credentials/"+credsID, "172.17.0.10:41234")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, bodyV2Uninitialized, rec.Body.String())
+}

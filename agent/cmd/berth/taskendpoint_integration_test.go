@@ -211,8 +211,11 @@ func TestIntegrationTaskRoleCredentialsECSMode(t *testing.T) {
 
 	// Containers reach the endpoint only through the redirect: it must be in place before one asks.
 	require.NoError(t, hostnat.Check(context.Background(), hostnat.Config{HostNetwork: true}), "the NAT redirect is installed")
+	// A container of no task reaches the endpoint there, and, the credentials being bound to their
+	// task (ECS_TASK_CREDENTIALS_BIND_TO_TASK), gets the ECS agent's answer to an unknown ID.
 	body, ok := runContainer(t, "health", "-url", "http://169.254.170.2/v2/credentials/"+first.CredentialsID)
-	assert.True(t, ok, "a bridge container gets its credentials at 169.254.170.2: %s", body)
+	assert.False(t, ok, "a container of no task is refused the task's credentials: %s", body)
+	assert.Contains(t, body, "answered 400 Bad Request", "an answer through 169.254.170.2, not a timeout")
 
 	status, got := endpointGet(t, "/v2/credentials/"+first.CredentialsID)
 	require.Equal(t, http.StatusOK, status, "%v", got)
@@ -762,8 +765,7 @@ func TestIntegrationCredentialsBoundToTheirTask(t *testing.T) {
 	assert.False(t, ok, "another task's container is refused: %s", out)
 	out, ok = dockerExec(t, apps["bound-other"], []string{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI=" + uri}, "aws-identity", "-creds-only", "-timeout", "20s")
 	assert.False(t, ok, "the SDK in another task's container gets nothing with the first task's ID: %s", out)
-	assert.Contains(t, out, "400", "the ECS agent's status for an unknown ID")
-	assert.Contains(t, out, "InvalidIdInRequest", "and its code")
+	assert.Contains(t, out, "InvalidIdInRequest: CredentialsV2Request: Credentials not found", "the ECS agent's answer to an unknown ID")
 	assert.NotContains(t, out, "AccessKeyId=")
 	// A container of no task on the default bridge: refused too.
 	out, ok = runContainer(t, "health", "-url", endpoint, "-timeout", "10s")
