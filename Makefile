@@ -70,9 +70,11 @@ packages: build images cni-plugins
 packages-test: packages
 	bash scripts/packages-test.sh $(PACKAGES_DIR) $(BERTH_VERSION)
 
-# Every test: provisioning, the package test, then unit and integration tests (with the fuzz seed
-# corpora) under -race. Packages run one at a time (-p 1): one integration test restarts the Docker Engine.
+# Every test: provisioning, the package test, the state files' damage sweeps in full (without -race,
+# whose children cost twenty times more: under it they run a sample), then unit and integration tests
+# (with the fuzz seed corpora) under -race. Packages run one at a time (-p 1): one integration test restarts the Docker Engine.
 test: images cni-plugins ec2-metadata-mock jsclients lint packages-test
+	$(GO) test -count=1 -run 'DamageSweep' ./agent/state/ ./agent/localcp/
 	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) BERTH_PAUSE_TARBALL=$(RUN_DIR)/images/pause.tar \
 		$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
 

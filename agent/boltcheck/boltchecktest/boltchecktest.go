@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,7 +47,10 @@ func Child(limit uint64, damaged error, open Open) {
 	if path == "" {
 		return
 	}
-	if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
+	if raceEnabled {
+		// The race detector's memory costs several times the program's: watch the resident set.
+		go watchRSS(raceOverhead * limit)
+	} else if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
 		fmt.Fprintln(os.Stderr, "setrlimit:", err)
 		os.Exit(exitFailed)
 	}
@@ -61,6 +65,42 @@ func Child(limit uint64, damaged error, open Open) {
 	}
 	fmt.Fprint(os.Stdout, digest)
 	os.Exit(exitOpened)
+}
+
+// raceSample is how many cases a sweep under the race detector runs.
+const raceSample = 60
+
+// spread returns n of cases, evenly spaced, in order; all of them when there are no more than n.
+func spread[T any](cases []T, n int) []T {
+	if len(cases) <= n {
+		return cases
+	}
+	out := make([]T, 0, n)
+	for i := range n {
+		out = append(out, cases[i*len(cases)/n])
+	}
+	return out
+}
+
+// raceOverhead is how many times more memory a child under the race detector may hold.
+const raceOverhead = 8
+
+// watchRSS ends the process, as a failure, once its resident memory passes limit bytes; it checks
+// every 10 ms, so a runaway allocation is caught within a small multiple of the limit.
+func watchRSS(limit uint64) {
+	page := uint64(os.Getpagesize())
+	for {
+		if b, err := os.ReadFile("/proc/self/statm"); err == nil {
+			fields := strings.Fields(string(b))
+			if len(fields) > 1 {
+				if pages, err := strconv.ParseUint(fields[1], 10, 64); err == nil && pages*page > limit {
+					fmt.Fprintf(os.Stderr, "resident memory %d bytes over the limit of %d\n", pages*page, limit)
+					os.Exit(exitFailed)
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Sweep describes one sweep.
@@ -97,6 +137,11 @@ func Run(t *testing.T, s Sweep) {
 		t.Fatalf("the undamaged file does not open: %s", control)
 	}
 	cases := damages(s)
+	if raceEnabled {
+		// A child under the race detector costs about twenty times one without: the race build
+		// (make test) runs an evenly spread sample; `go test` without -race runs every case.
+		cases = spread(cases, raceSample)
+	}
 	var (
 		mu       sync.Mutex
 		failures int
