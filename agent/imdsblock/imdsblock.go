@@ -120,26 +120,24 @@ func spec(bridge string) []string {
 // removes every other rule of ours there (a copy further down, one for a bridge no longer named).
 // It is idempotent. It wraps ErrNoDockerUser when the chain does not exist and changes nothing.
 func Install(ctx context.Context, cfg Config) error {
-	ipt, err := open(cfg)
-	if err != nil {
-		return fmt.Errorf("install the instance metadata block: %w", err)
-	}
-	if err := install(ipt, cfg); err != nil {
-		return fmt.Errorf("install the instance metadata block: %w", err)
-	}
-	return nil
+	return withIptables(cfg, "install", install)
 }
 
 // Check returns nil when the rule is in DOCKER-USER with nothing before it that may accept the
 // traffic, an error wrapping ErrNotInstalled when it is not (or the chain is missing), or another
 // error when it could not look.
 func Check(ctx context.Context, cfg Config) error {
+	return withIptables(cfg, "check", check)
+}
+
+// withIptables opens iptables for cfg and runs do with it; an error of either says what was done.
+func withIptables(cfg Config, what string, do func(iptables, Config) error) error {
 	ipt, err := open(cfg)
-	if err != nil {
-		return fmt.Errorf("check the instance metadata block: %w", err)
+	if err == nil {
+		err = do(ipt, cfg)
 	}
-	if err := check(ipt, cfg); err != nil {
-		return fmt.Errorf("check the instance metadata block: %w", err)
+	if err != nil {
+		return fmt.Errorf("%s the instance metadata block: %w", what, err)
 	}
 	return nil
 }
