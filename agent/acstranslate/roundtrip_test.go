@@ -77,6 +77,8 @@ func TestTaskWireTaskRoundTrip(t *testing.T) {
 				for _, c := range want.Containers {
 					c.ARN = "arn:aws:ecs:us-east-1:012345678901:container/default/0123/" + c.Name
 				}
+				want.Containers[0].ManagedAgents = []task.ManagedAgent{{Name: task.ExecuteCommandAgent,
+					Properties: map[string]string{"sessionLimit": "4"}, Status: task.ManagedAgentPending}}
 				if desired == task.TaskStopped {
 					for _, c := range want.Containers {
 						c.DesiredStatus = task.ContainerStopped

@@ -78,9 +78,20 @@ func TranslateTask(t *acswire.Task) (Accepted, error) {
 		tk.Containers[i].ARN = c.ContainerArn
 		tk.Containers[i].ECRAuth = ecrAuth(c.RegistryAuthentication)
 		tk.Containers[i].LogsAuthExecutionRole = c.LogsAuthStrategy == "ExecutionRole"
+		tk.Containers[i].ManagedAgents = managedAgents(c.ManagedAgents)
 	}
 	return Accepted{Task: tk, Definition: def, RoleCredentials: t.RoleCredentials,
 		ExecutionRoleCredentials: t.ExecutionRoleCredentials}, nil
+}
+
+// managedAgents translates a container's managed agents (Definition has refused any but
+// ExecuteCommandAgent), each PENDING until the engine starts it.
+func managedAgents(in []acswire.ManagedAgent) []task.ManagedAgent {
+	var out []task.ManagedAgent
+	for _, m := range in {
+		out = append(out, task.ManagedAgent{Name: m.Name, Properties: maps.Clone(m.Properties), Status: task.ManagedAgentPending})
+	}
+	return out
 }
 
 // ecrAuth translates a container's registryAuthentication of type ecr: with useExecutionRole the
@@ -331,13 +342,23 @@ func containerDefinition(p string, c *acswire.Container, errs *fieldErrors) task
 		why  string
 	}{
 		{"firelensConfiguration", c.FirelensConfiguration, "FireLens is not supported by Berth yet"},
-		{"managedAgents", c.ManagedAgents, "ECS Exec is not supported by Berth yet"},
 		{"resourceRequirements", c.ResourceRequirements, "GPUs and inference accelerators are not supported by Berth yet"},
 		{"credentialSpecs", c.CredentialSpecs, "applies to Windows containers only (gMSA)"},
 	} {
 		if len(f.raw) > 0 && !emptyJSON(f.raw) {
 			errs.add(p+"."+f.name, "%s", f.why)
 		}
+	}
+	seen := map[string]bool{}
+	for j, m := range c.ManagedAgents {
+		mp := fmt.Sprintf("%s.managedAgents[%d]", p, j)
+		switch {
+		case m.Name != task.ExecuteCommandAgent:
+			errs.add(mp+".name", "managed agent %q is not supported by Berth (only %s)", m.Name, task.ExecuteCommandAgent)
+		case seen[m.Name]:
+			errs.add(mp+".name", "managed agent %q given twice", m.Name)
+		}
+		seen[m.Name] = true
 	}
 	var logSecrets []taskdef.Secret
 	for j, s := range c.Secrets {

@@ -164,6 +164,22 @@ func TestTranslateRealisticPayload(t *testing.T) {
 	assert.Equal(t, "web", a.Definition.Family)
 }
 
+// TestTranslateManagedAgents: ACS's managedAgents, as the ECS agent reads them (ecsacs.ManagedAgent:
+// name and properties), become the container's managed agents, PENDING.
+func TestTranslateManagedAgents(t *testing.T) {
+	frame := `{"type":"PayloadMessage","message":{"messageId":"m","seqNum":1,"tasks":[{"arn":"arn:aws:ecs:us-east-1:012345678901:task/c/1",
+	 "family":"f","version":"1","desiredStatus":"RUNNING","containers":[
+	  {"name":"web","image":"busybox","memory":16,"managedAgents":[{"name":"ExecuteCommandAgent","properties":{"sessionLimit":"3"}}]},
+	  {"name":"side","image":"busybox","memory":16}]}]}}`
+	m, err := acswire.Decode([]byte(frame))
+	require.NoError(t, err)
+	accepted, err := TranslateTask(m.(*acswire.PayloadMessage).Tasks[0])
+	require.NoError(t, err)
+	assert.Equal(t, []task.ManagedAgent{{Name: "ExecuteCommandAgent", Properties: map[string]string{"sessionLimit": "3"}, Status: "PENDING"}},
+		accepted.Task.Containers[0].ManagedAgents)
+	assert.Nil(t, accepted.Task.Containers[1].ManagedAgents)
+}
+
 func TestTranslateRegistryAuthentication(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -324,9 +340,12 @@ func TestTranslateRejects(t *testing.T) {
 		}, "containerDefinitions[0].dockerConfig.config.StopSignal: not supported by Berth"},
 		{"firelens", func(t *acswire.Task) { t.Containers[0].FirelensConfiguration = json.RawMessage(`{"type":"fluentbit"}`) },
 			"containerDefinitions[0].firelensConfiguration: FireLens is not supported by Berth yet"},
-		{"ECS Exec", func(t *acswire.Task) {
-			t.Containers[0].ManagedAgents = json.RawMessage(`[{"name":"ExecuteCommandAgent"}]`)
-		}, "containerDefinitions[0].managedAgents: ECS Exec is not supported by Berth yet"},
+		{"unknown managed agent", func(t *acswire.Task) {
+			t.Containers[0].ManagedAgents = []acswire.ManagedAgent{{Name: "ExecuteCommandAgent"}, {Name: "ServiceConnectAgent"}}
+		}, `containerDefinitions[0].managedAgents[1].name: managed agent "ServiceConnectAgent" is not supported by Berth (only ExecuteCommandAgent)`},
+		{"managed agent twice", func(t *acswire.Task) {
+			t.Containers[0].ManagedAgents = []acswire.ManagedAgent{{Name: "ExecuteCommandAgent"}, {Name: "ExecuteCommandAgent"}}
+		}, `containerDefinitions[0].managedAgents[1].name: managed agent "ExecuteCommandAgent" given twice`},
 		{"fault injection", func(t *acswire.Task) { t.EnableFaultInjection = true },
 			"enableFaultInjection: fault injection is not supported by Berth yet"},
 		{"App Mesh", func(t *acswire.Task) { t.ProxyConfiguration = json.RawMessage(`{"type":"APPMESH"}`) },

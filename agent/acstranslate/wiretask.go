@@ -86,6 +86,9 @@ func wireContainer(c *task.Container) (*acswire.Container, error) {
 		StopTimeout:  int64(c.StopTimeout / time.Second),
 		Privileged:   c.Privileged,
 	}
+	for _, m := range c.ManagedAgents {
+		out.ManagedAgents = append(out.ManagedAgents, acswire.ManagedAgent{Name: m.Name, Properties: maps.Clone(m.Properties)})
+	}
 	if a := c.ECRAuth; a != nil && a.UseExecutionRole {
 		// As Amazon ECS sends it for a task with an executionRoleArn; the agent applies it to ECR images.
 		out.RegistryAuthentication = &acswire.RegistryAuthentication{Type: "ecr", ECRAuthData: &acswire.ECRAuthData{

@@ -111,13 +111,20 @@ type Container struct {
 	EnvironmentFiles       []EnvironmentFile       `json:"environmentFiles,omitempty"`
 	RestartPolicy          *RestartPolicy          `json:"restartPolicy,omitempty"`
 	LogsAuthStrategy       string                  `json:"logsAuthStrategy,omitempty"` // ExecutionRole
+	ManagedAgents          []ManagedAgent          `json:"managedAgents,omitempty"`
 
 	// What Berth cannot do, kept raw so that a task asking for it is refused by name: FireLens,
-	// ECS Exec (managed agents), GPUs, gMSA credential specs.
+	// GPUs, gMSA credential specs.
 	FirelensConfiguration json.RawMessage `json:"firelensConfiguration,omitempty"`
-	ManagedAgents         json.RawMessage `json:"managedAgents,omitempty"`
 	ResourceRequirements  json.RawMessage `json:"resourceRequirements,omitempty"`
 	CredentialSpecs       json.RawMessage `json:"credentialSpecs,omitempty"`
+}
+
+// ManagedAgent is an agent ECS asks the agent to run inside a container: ECS Exec's
+// "ExecuteCommandAgent", with properties such as "sessionLimit".
+type ManagedAgent struct {
+	Name       string            `json:"name"`
+	Properties map[string]string `json:"properties,omitempty"`
 }
 
 // EnvironmentFile is an S3 object of VAR=VALUE lines; Type is s3.

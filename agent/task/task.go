@@ -242,6 +242,9 @@ type Container struct {
 	HealthExitCode int       `json:"healthExitCode,omitempty"`
 	// Mounts are the container's mounts as Docker last reported them (its inspect's Mounts).
 	Mounts []Mount `json:"mounts,omitempty"`
+	// ManagedAgents are the agents ECS asked to run inside the container (ECS Exec's), with their
+	// state; Clone copies them.
+	ManagedAgents []ManagedAgent `json:"managedAgents,omitempty"`
 }
 
 // Mount is one mount of a running container as Docker reports it: the Docker volume's name (empty
@@ -335,8 +338,9 @@ type Task struct {
 }
 
 // Clone returns a copy of the task that shares nothing mutable with it: the task and each container
-// are copied. Slices and maps of the definition are shared; the model treats them as read-only and
-// replaces runtime slices (NetworkBindings) and pointers (ExitCode) wholesale instead of mutating them.
+// are copied, and so are the containers' managed agents, whose state changes in place. Slices and maps
+// of the definition are shared; the model treats them as read-only and replaces runtime slices
+// (NetworkBindings) and pointers (ExitCode) wholesale instead of mutating them.
 func (t *Task) Clone() *Task {
 	c := *t
 	if t.AWSVPC != nil {
@@ -346,6 +350,7 @@ func (t *Task) Clone() *Task {
 	c.Containers = make([]*Container, len(t.Containers))
 	for i, ct := range t.Containers {
 		cc := *ct
+		cc.ManagedAgents = slices.Clone(ct.ManagedAgents)
 		c.Containers[i] = &cc
 	}
 	return &c

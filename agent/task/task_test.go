@@ -160,3 +160,11 @@ func TestCloneSharesNothingMutable(t *testing.T) {
 	assert.Nil(t, orig.Containers[0].ExitCode)
 	assert.Equal(t, "a", cp.Arn)
 }
+
+func TestCloneCopiesManagedAgents(t *testing.T) {
+	orig := &Task{Containers: []*Container{{Name: "web", ManagedAgents: []ManagedAgent{{Name: ExecuteCommandAgent, Status: ManagedAgentPending}}}}}
+	cp := orig.Clone()
+	cp.Containers[0].ManagedAgent(ExecuteCommandAgent).Status = ManagedAgentRunning
+	assert.Equal(t, ManagedAgentPending, orig.Containers[0].ManagedAgents[0].Status)
+	assert.Nil(t, cp.Containers[0].ManagedAgent("other"))
+}
