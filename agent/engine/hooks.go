@@ -55,6 +55,13 @@ import (
 //
 // Every hook method is called on the task's worker goroutine (prepare: before it starts), so a hook
 // needs no lock for its own state.
+//
+// A hook whose work outlasts its call (watching a process in a container) starts it with Run.Go
+// from a hook method after prepare: the goroutine's context ends when the task's stop is wanted or
+// the agent stops, Engine.Wait waits for it, and it hands what it finds to the task through post,
+// whose function runs on the worker goroutine (where the task may be changed) and is then committed,
+// so it is saved and reported like any other change. A post after the task has stopped and its
+// worker finished is dropped (post returns false).
 
 // Feature is something the engine does for the tasks it concerns, at points of their lives.
 type Feature interface {
@@ -141,6 +148,20 @@ func (r *Run) Commit(ctx context.Context) { r.w.commit(ctx) }
 
 // Log returns the task's logger.
 func (r *Run) Log() *logger.Logger { return r.w.log }
+
+// Go runs fn on a goroutine of its own for work that outlasts a hook's call; it must be called from a
+// hook method other than Prepare. fn's ctx ends when the task's stop is wanted or the agent stops;
+// the engine's Wait waits for fn to return. post queues a function for the task's worker goroutine,
+// which runs it with the task's Run and commits the task after it; post reports false, and the
+// function never runs, once the task's worker has finished. Go reports whether fn runs: not once the
+// stop is wanted or the agent is stopping.
+func (r *Run) Go(fn func(ctx context.Context, post func(func(*Run)) bool)) bool {
+	ctx := r.w.runCtx
+	if ctx == nil || ctx.Err() != nil {
+		return false
+	}
+	return r.w.e.goTracked(func() { fn(ctx, r.w.post) })
+}
 
 // taskHooks are a task's hooks, by point, in the features' order.
 type taskHooks struct {

@@ -167,3 +167,47 @@ func TestHookFailureRules(t *testing.T) {
 		})
 	}
 }
+
+// goFeature starts, after its container starts, a goroutine with Run.Go that posts a change of the
+// task (the container's reason) and then waits for its context to end.
+type goFeature struct{ ended chan struct{} }
+
+func (f *goFeature) Name() string                 { return "go" }
+func (f *goFeature) TaskHook(*task.Task) TaskHook { return f }
+
+func (f *goFeature) AfterStart(_ context.Context, r *Run, c *task.Container) error {
+	name := c.Name
+	r.Go(func(ctx context.Context, post func(func(*Run)) bool) {
+		post(func(r *Run) { r.Task().Container(name).HealthOutput = "posted" })
+		<-ctx.Done()
+		close(f.ended)
+	})
+	return nil
+}
+
+// TestRunGoPostsAreCommitted: what a hook's goroutine posts runs on the worker and is saved; the
+// goroutine's context ends when the task's stop is wanted; once the task's worker has finished a
+// post is refused.
+func TestRunGoPostsAreCommitted(t *testing.T) {
+	f := &goFeature{ended: make(chan struct{})}
+	cfg := testConfig()
+	cfg.Features = []Feature{f}
+	h := newHarness(t, cfg)
+	const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/go"
+	h.add(newTask(arn, ctr("app")))
+	h.waitTask(arn, "the posted change saved", func(tk *task.Task) bool {
+		return tk.Container("app") != nil && tk.Container("app").HealthOutput == "posted"
+	})
+	select {
+	case <-f.ended:
+		t.Fatal("the goroutine's context ended while the task runs")
+	default:
+	}
+	require.NoError(t, h.engine.StopTask(context.Background(), arn, "test"))
+	<-f.ended
+	h.waitStatus(arn, task.TaskStopped)
+	h.engine.mu.Lock()
+	w := h.engine.workers[arn]
+	h.engine.mu.Unlock()
+	require.True(t, pollUntil(func() bool { return w == nil || !w.post(func(*Run) {}) }), "a post once the worker has finished is refused")
+}

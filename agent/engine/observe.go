@@ -16,14 +16,18 @@ import (
 // reasonOOM is ECS's reason for a container the kernel killed for memory.
 const reasonOOM = "OutOfMemoryError: Container killed due to memory usage"
 
-// drain applies queued Docker events and, if asked, re-inspects every container. A container found
+// drain runs the hooks' posted work, applies queued Docker events and, if asked, re-inspects every
+// container. A container found
 // exited is restarted in place when its restart policy says so (see restart.go).
 func (w *worker) drain(ctx context.Context) {
 	w.mu.Lock()
-	events, inspect := w.events, w.inspect
-	w.events, w.inspect = nil, false
+	events, inspect, posts := w.events, w.inspect, w.posts
+	w.events, w.inspect, w.posts = nil, false, nil
 	w.mu.Unlock()
-	changed := false
+	changed := len(posts) > 0
+	for _, fn := range posts {
+		fn(&Run{w})
+	}
 	for _, ev := range events {
 		c := w.byDockerID(ev.ID)
 		if c == nil {

@@ -36,6 +36,7 @@ type worker struct {
 	desired        task.TaskStatus
 	reason         string
 	events         []dockerclient.Event
+	posts          []func(*Run) // hooks' work for the worker goroutine (Run.Go's post)
 	inspect        bool
 	snap           *task.Task
 	cancelStart    context.CancelFunc
@@ -53,6 +54,7 @@ type worker struct {
 	waitingSince map[string]time.Time // container name → when its dependsOn wait began (run only)
 	saved        [sha256.Size]byte    // digest of the task's JSON as last saved; zero before (run only, and add before run)
 	hooks        taskHooks            // the features' hooks for the task (see hooks.go)
+	runCtx       context.Context      // run's start context: ends when a stop is wanted or the agent stops (run only; nil before)
 	refused      error                // a Preparer's refusal: the task stops with it before anything is made
 }
 
@@ -118,6 +120,20 @@ func (w *worker) event(ev dockerclient.Event) {
 	w.events = append(w.events, ev)
 	w.mu.Unlock()
 	w.poke()
+}
+
+// post queues fn for the worker goroutine, which runs it at its next drain and commits; false once
+// the worker no longer reads its mailbox.
+func (w *worker) post(fn func(*Run)) bool {
+	w.mu.Lock()
+	if w.cleanScheduled {
+		w.mu.Unlock()
+		return false
+	}
+	w.posts = append(w.posts, fn)
+	w.mu.Unlock()
+	w.poke()
+	return true
 }
 
 func (w *worker) requestInspect() {
@@ -250,6 +266,7 @@ func (w *worker) run(ctx context.Context) {
 		cancel()
 	}
 	w.mu.Unlock()
+	w.runCtx = startCtx
 
 	if w.saved != ([sha256.Size]byte{}) { // AddTask saved it: that is the task's first saved change
 		w.e.probe(ProbeSaved, w.t)
