@@ -243,7 +243,9 @@ func (h *hook) AfterCommit(r *engine.Run) {
 			}
 			name := c.Name
 			r.Go(func(_ context.Context, post func(func(*engine.Run)) bool) {
-				post(func(r *engine.Run) { stopAgent(r.Task().Container(name), "ExecuteCommandAgent stopped: its container stopped") })
+				post(func(r *engine.Run) {
+					stopAgent(r.Task().Container(name), "ExecuteCommandAgent stopped: its container stopped")
+				})
 			})
 		}
 	}
