@@ -23,6 +23,7 @@ import (
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/execagent"
 	"github.com/berth-agent/berth/agent/hostnat"
 	"github.com/berth-agent/berth/agent/imagecleanup"
 	"github.com/berth-agent/berth/agent/imds"
@@ -102,7 +103,9 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	creds := taskcreds.NewChain(chain)
 	nat := newHostNAT(cfg, log)
-	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, creds, nat, opts.Probe, log)
+	// ECS Exec's managed agent; ecs.capability.execute-command is registered when its files are there.
+	execAgent := execagent.New(execagent.Config{DepsDir: cfg.ExecDepsDir, LogDir: cfg.ExecLogDir}, client, log.With("feature", "execute-command"))
+	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, creds, nat, execAgent, opts.Probe, log)
 	if err != nil {
 		return err
 	}
@@ -124,7 +127,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	tel := taskmetrics.New(eng, stats, taskmetrics.Config{SampleInterval: sampleEvery,
 		Runtime: func(ctx context.Context) error { _, err := client.Version(ctx); return err }, Logger: log.With("component", "telemetry")})
-	cp, ecs, ec2, err := newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, store, credentials, imdsClient,
+	cp, ecs, ec2, err := newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, execAgent, store, credentials, imdsClient,
 		controlplane.TelemetryConfig{Source: tel, DisableMetrics: cfg.MetricsDisabled, DisableHealth: cfg.DockerHealthCheckDisabled},
 		opts.Probe, log)
 	if err != nil {
@@ -229,7 +232,7 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 // support (without it the engine refuses awsvpc tasks, saying how to enable them).
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
 	m *prommetrics.Metrics, roles *rolecreds.Provider, creds *taskcreds.Chain, nat *hostnat.Keeper,
-	probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
+	execAgent *execagent.Feature, probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
 	resources, err := engine.HostResources(engine.HostMeminfo, cfg.ReservedMemoryMiB, cfg.ReservedPorts, cfg.ReservedPortsUDP)
 	if err != nil {
 		return nil, resources, err
@@ -272,7 +275,8 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		TaskEndpoint: endpoint, ExecutionRoleAuth: auth.ExecutionRoles(creds),
 		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource, Images: client,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
-			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: func() string { return state.InstanceARN(ctx, store, cfg.Cluster) }}},
+			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: func() string { return state.InstanceARN(ctx, store, cfg.Cluster) }},
+		Features: []engine.Feature{execAgent}},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
 		auth, store, log)
 	m.CountTasks(eng.Tasks)
@@ -290,7 +294,7 @@ type ec2Instance struct {
 // newControlPlane builds the agent's side of the control plane the configuration chose, with the
 // ECS API client it uses.
 func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, resources engine.Resources, docker dockerclient.VersionInfo,
-	eng *engine.Engine, store state.Store, credentials *taskcreds.Store, imdsClient *imds.Client,
+	eng *engine.Engine, execAgent *execagent.Feature, store state.Store, credentials *taskcreds.Store, imdsClient *imds.Client,
 	tel controlplane.TelemetryConfig, probe engine.Probe, log *logger.Logger) (*controlplane.ControlPlane, *ecsclient.Client, ec2Instance, error) {
 	var ec2 ec2Instance
 	ecs, creds, region, err := NewECSClient(ctx, cfg, log)
@@ -300,6 +304,11 @@ func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, res
 	reg := controlplane.NewRegistration(cfg, resources, docker.Version, docker.APIVersion, openOSRelease())
 	reg.CNIPluginVersion = ecscni.PluginsVersion
 	reg.PIDIPCSharing = eng.SharesNamespaces()
+	if err := execAgent.Available(); err != nil {
+		log.Info("ECS Exec is not available: ecs.capability.execute-command is not registered", "reason", err)
+	} else {
+		reg.ExecuteCommand = true
+	}
 	if plan.onEC2 {
 		ec2.Identity = controlplane.AddEC2Identity(ctx, imdsClient, &reg, log)
 		if cfg.ContainerInstancePropagateTagsFrom == config.PropagateTagsEC2Instance {

@@ -204,7 +204,11 @@ type Config struct {
 
 	Registry Registry
 
-	StaticTasksDir        string
+	StaticTasksDir string
+	// ExecDepsDir holds the SSM agent ECS Exec runs (bin/<version>/, certs/) and the configuration
+	// generated for it (config/); ExecLogDir its logs, by task and container.
+	ExecDepsDir           string
+	ExecLogDir            string
 	IntrospectionAddr     string
 	LocalControlPlaneAddr string
 	// LocalControlPlane runs the embedded control plane even when ECS_CLUSTER is set.

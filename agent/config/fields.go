@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -36,6 +37,7 @@ type stringField struct {
 	oneOf []string
 	fold  bool              // case-insensitive: the value is lower-cased before it is checked
 	alias map[string]string // accepted spellings and the value each stands for
+	abs   bool              // an absolute path, cleaned
 }
 
 func (f stringField) parse(v value) (string, error) {
@@ -56,6 +58,12 @@ func (f stringField) parse(v value) (string, error) {
 	}
 	if len(f.oneOf) > 0 && !slices.Contains(f.oneOf, s) {
 		return "", fmt.Errorf("%q is not one of %s", s, strings.Join(f.oneOf, ", "))
+	}
+	if f.abs {
+		if !filepath.IsAbs(s) {
+			return "", fmt.Errorf("%q is not an absolute path", s)
+		}
+		s = filepath.Clean(s)
 	}
 	*f.p = s
 	return "", nil

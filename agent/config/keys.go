@@ -254,6 +254,10 @@ func keyTable() []key {
 		{name: "ECS_BRIDGE_BLOCK_IMDS", def: "false", berth: true, doc: "make 169.254.169.254 unreachable from bridge-mode tasks (an iptables DROP in DOCKER-USER for the Docker bridge, kept in place while the agent runs)",
 			field: func(c *Config) field { return boolField{p: &c.BridgeBlockIMDS} }},
 
+		{name: "ECS_EXEC_DEPS_DIR", def: "/var/lib/ecs/deps/execute-command", berth: true, doc: "ECS Exec: the SSM agent's binaries (bin/<version>/), CA bundle (certs/tls-ca-bundle.pem) and generated configuration (config/); an absolute path",
+			field: func(c *Config) field { return stringField{p: &c.ExecDepsDir, abs: true} }},
+		{name: "ECS_EXEC_LOG_DIR", def: "/var/log/ecs/exec", berth: true, doc: "ECS Exec: the SSM agents' logs, in <task ID>/<container>; an absolute path",
+			field: func(c *Config) field { return stringField{p: &c.ExecLogDir, abs: true} }},
 		{name: "ECS_STATIC_TASKS_DIR", def: "", berth: true, doc: "directory of task definitions kept running on this host",
 			field: func(c *Config) field { return stringField{p: &c.StaticTasksDir} }},
 		{name: keyLocalCP, def: "false", berth: true, doc: "run the embedded control plane (local mode) even with ECS_CLUSTER set, which then names its cluster",

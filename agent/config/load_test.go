@@ -1443,3 +1443,22 @@ func TestTaskSecurityPolicyAndBridgeIMDS(t *testing.T) {
 	_, err = f.load(nil, "ECS_BRIDGE_BLOCK_IMDS=yes please")
 	keyError(t, err, "ECS_BRIDGE_BLOCK_IMDS")
 }
+
+// TestExecDirs: ECS Exec's directories default to the ECS agent's and must be absolute paths; a
+// relative one is an error naming the key.
+func TestExecDirs(t *testing.T) {
+	f := newFiles(t, "", "")
+	cfg, err := f.load(nil)
+	require.NoError(t, err)
+	assert.Equal(t, "/var/lib/ecs/deps/execute-command", cfg.Config.ExecDepsDir)
+	assert.Equal(t, "/var/log/ecs/exec", cfg.Config.ExecLogDir)
+	cfg, err = f.load(nil, "ECS_EXEC_DEPS_DIR=/srv/exec/", "ECS_EXEC_LOG_DIR=/srv/logs")
+	require.NoError(t, err)
+	assert.Equal(t, "/srv/exec", cfg.Config.ExecDepsDir)
+	assert.Equal(t, "/srv/logs", cfg.Config.ExecLogDir)
+	for _, key := range []string{"ECS_EXEC_DEPS_DIR", "ECS_EXEC_LOG_DIR"} {
+		_, err = f.load(nil, key+"=deps")
+		keyError(t, err, key)
+		assert.Contains(t, err.Error(), `"deps" is not an absolute path`)
+	}
+}

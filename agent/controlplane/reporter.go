@@ -52,6 +52,9 @@ type ReporterConfig struct {
 //   - One SubmitTaskStateChange carries the task status and every container that changed since the
 //     last delivery. A container change without a task change is sent the same way, re-stating the
 //     task's current status (as the ECS agent does); SubmitContainerStateChange is never needed.
+//   - A managed agent's (ECS Exec's) RUNNING and STOPPED ride in the same SubmitTaskStateChange, in
+//     managedAgents, whenever its status or its start (lastStartedAt) changed since last sent; an
+//     agent-only change re-states the task's status. PENDING is not reported.
 //   - Snapshots are delivered in order per task by one worker per task. A newer snapshot supersedes
 //     an undelivered older one, also between retries, but never skips a status: the newest snapshot
 //     is diffed against what was sent, so a task whose RUNNING was never sent and is now STOPPED is
@@ -98,6 +101,16 @@ type taskQueue struct {
 type sentView struct {
 	task       task.TaskStatus
 	containers map[string]task.ContainerStatus
+	// agents is what was last sent of each container's managed agent, by container name. It is kept
+	// in memory only: after an agent restart a managed agent's state is sent once more, which ECS
+	// accepts (the ECS agent resends RUNNING → RUNNING too).
+	agents map[string]sentAgent
+}
+
+// sentAgent is what was sent of a managed agent: its status and the start it was sent for.
+type sentAgent struct {
+	status    task.ManagedAgentStatus
+	startedAt time.Time
 }
 
 // NewReporter returns a Reporter sending through client and saving to store. Call Run to start it.
@@ -409,7 +422,21 @@ func changeFor(t *task.Task, sent sentView) (ecsclient.TaskStateChange, sentView
 		}
 		ch.Containers = append(ch.Containers, cs)
 	}
-	return ch, after, taskChanged || len(ch.Containers) > 0
+	for _, c := range t.Containers {
+		for _, ma := range c.ManagedAgents {
+			if ma.Status != task.ManagedAgentRunning && ma.Status != task.ManagedAgentStopped {
+				continue // PENDING is not reported, as the ECS agent does not report it
+			}
+			now := sentAgent{status: ma.Status, startedAt: ma.LastStartedAt}
+			if sent.agents[c.Name] == now {
+				continue
+			}
+			after.agents[c.Name] = now
+			ch.ManagedAgents = append(ch.ManagedAgents, ecsclient.ManagedAgentStateChange{
+				ContainerName: c.Name, Name: ma.Name, Status: ecsclient.BackendStatus(ma.Status), Reason: ma.Reason})
+		}
+	}
+	return ch, after, taskChanged || len(ch.Containers) > 0 || len(ch.ManagedAgents) > 0
 }
 
 // executionStoppedAt is when the task's first essential container stopped, as the ECS agent reports
@@ -509,9 +536,13 @@ func imageDigest(ref string) string {
 }
 
 func (v sentView) clone() sentView {
-	c := sentView{task: v.task, containers: make(map[string]task.ContainerStatus, len(v.containers))}
+	c := sentView{task: v.task, containers: make(map[string]task.ContainerStatus, len(v.containers)),
+		agents: make(map[string]sentAgent, len(v.agents))}
 	for k, s := range v.containers {
 		c.containers[k] = s
+	}
+	for k, a := range v.agents {
+		c.agents[k] = a
 	}
 	return c
 }
@@ -521,6 +552,12 @@ func (v *sentView) mergeView(o sentView) {
 	v.task = max(v.task, o.task)
 	for k, s := range o.containers {
 		v.containers[k] = max(v.containers[k], s)
+	}
+	if v.agents == nil {
+		v.agents = map[string]sentAgent{}
+	}
+	for k, a := range o.agents {
+		v.agents[k] = a
 	}
 }
 

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/state"
@@ -565,4 +568,40 @@ func TestImageDigestReported(t *testing.T) {
 	if want := map[string]string{"app": "sha256:aaaa", "sidecar": "sha256:bbbb"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("digests %v, want %v", got, want)
 	}
+}
+
+// TestChangeForManagedAgents: a managed agent's RUNNING and STOPPED are sent in the task state
+// change's managedAgents, with the task's current status and no container when only the agent
+// changed; PENDING is not sent; a restart (a new lastStartedAt) is sent again; what was sent is not.
+func TestChangeForManagedAgents(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tk := &task.Task{Arn: taskArn, KnownStatus: task.TaskRunning, Containers: []*task.Container{
+		{Name: "web", KnownStatus: task.ContainerRunning, ManagedAgents: []task.ManagedAgent{{Name: task.ExecuteCommandAgent, Status: task.ManagedAgentPending}}}}}
+	sent := sentView{task: task.TaskRunning, containers: map[string]task.ContainerStatus{"web": task.ContainerRunning}}
+	_, _, ok := changeFor(tk, sent)
+	assert.False(t, ok, "PENDING is not sent")
+
+	ma := &tk.Containers[0].ManagedAgents[0]
+	ma.Status, ma.Reason, ma.LastStartedAt = task.ManagedAgentRunning, "ExecuteCommandAgent started", t0
+	ch, after, ok := changeFor(tk, sent)
+	require.True(t, ok)
+	assert.Equal(t, ecsclient.StatusRunning, ch.Status)
+	assert.Empty(t, ch.Containers)
+	assert.Equal(t, []ecsclient.ManagedAgentStateChange{{ContainerName: "web", Name: "ExecuteCommandAgent",
+		Status: ecsclient.StatusRunning, Reason: "ExecuteCommandAgent started"}}, ch.ManagedAgents)
+	sent.mergeView(after)
+	_, _, ok = changeFor(tk, sent)
+	assert.False(t, ok, "sent already")
+
+	ma.Reason, ma.LastStartedAt = "ExecuteCommandAgent restarted", t0.Add(time.Minute)
+	ch, after, ok = changeFor(tk, sent)
+	require.True(t, ok, "a restart is news")
+	assert.Equal(t, "ExecuteCommandAgent restarted", ch.ManagedAgents[0].Reason)
+	sent.mergeView(after)
+
+	ma.Status, ma.Reason = task.ManagedAgentStopped, "ExecuteCommandAgent Initialization failed - x: missing"
+	ch, _, ok = changeFor(tk, sent)
+	require.True(t, ok)
+	assert.Equal(t, []ecsclient.ManagedAgentStateChange{{ContainerName: "web", Name: "ExecuteCommandAgent",
+		Status: ecsclient.StatusStopped, Reason: "ExecuteCommandAgent Initialization failed - x: missing"}}, ch.ManagedAgents)
 }

@@ -71,7 +71,7 @@ func TestCapabilityTable(t *testing.T) {
 			"logentries", "sumologic", "awsfirelens", "none"},
 		TaskENI: true, BlockIMDS: true, CNIPluginVersion: "v1.10.0", Privileged: true, TaskCPUMemLimit: true,
 		SELinux: true, AppArmor: true, PIDIPCSharing: true, AWSLogsExecutionRole: true, TaskIAMRole: true,
-		TaskIAMRoleNetworkHost: true}
+		TaskIAMRoleNetworkHost: true, ExecuteCommand: true}
 	computed := map[string]bool{}
 	for _, external := range []bool{false, true} {
 		r := everything

@@ -575,7 +575,7 @@ func TestSubmitAttachmentStateChanges(t *testing.T) {
 func TestAttributesAdvertiseWhatWorks(t *testing.T) {
 	always := []string{AttrSecretsSSMEnv, AttrSecretsASMEnv, AttrSecretsSSMLogDriver, AttrSecretsASMLogDriver,
 		AttrPrivateRegistryASM, AttrEnvFilesS3, AttrContainerPortRange, AttrContainerRestart}
-	conditional := []string{AttrTaskCPUMemLimit, AttrPIDIPCSharing, AttrExecutionRoleAWSLogs}
+	conditional := []string{AttrTaskCPUMemLimit, AttrPIDIPCSharing, AttrExecutionRoleAWSLogs, "ecs.capability.execute-command"}
 	check := func(name string, r Registration, want, notWant []string) {
 		t.Helper()
 		r.DockerAPIVersion = "1.41"
@@ -596,7 +596,7 @@ func TestAttributesAdvertiseWhatWorks(t *testing.T) {
 	}
 	check("bare", Registration{LoggingDrivers: []string{"json-file"}}, always, conditional)
 	check("everything on", Registration{LoggingDrivers: []string{"json-file", "awslogs"}, TaskCPUMemLimit: true,
-		PIDIPCSharing: true, TaskIAMRole: true, TaskIAMRoleNetworkHost: true, AWSLogsExecutionRole: true},
+		PIDIPCSharing: true, TaskIAMRole: true, TaskIAMRoleNetworkHost: true, AWSLogsExecutionRole: true, ExecuteCommand: true},
 		append(append(slices.Clone(always), conditional...), AttrLoggingDriverPrefix+"awslogs"), nil)
 	// Without host-network credentials the Docker daemon cannot reach the credentials endpoint.
 	check("awslogs without host credentials", Registration{LoggingDrivers: []string{"awslogs"}, TaskIAMRole: true,

@@ -51,6 +51,7 @@ const (
 	AttrFullSync              = "ecs.capability.full-sync"
 	AttrECREndpoint           = "ecs.capability.ecr-endpoint"
 	AttrExternal              = "ecs.capability.external"
+	AttrExecuteCommand        = "ecs.capability.execute-command"
 	AttrOSType                = "ecs.os-type"
 	AttrOSFamily              = "ecs.os-family"
 	AttrOSTypeDetailed        = "ecs.os-type-detailed"
@@ -141,6 +142,8 @@ type Registration struct {
 	// TaskIAMRole and TaskIAMRoleNetworkHost register the task-iam-role capabilities: containers get
 	// their task role's credentials (of host-network tasks too, for the second).
 	TaskIAMRole, TaskIAMRoleNetworkHost bool
+	// ExecuteCommand registers execute-command (ECS Exec): a complete SSM agent is present.
+	ExecuteCommand bool
 	// Attributes are the operator's ECS_INSTANCE_ATTRIBUTES; they win over Berth's on a name clash.
 	Attributes map[string]string
 	// Tags are the container instance's resource tags (ECS_CONTAINER_INSTANCE_TAGS, and the EC2
@@ -279,6 +282,7 @@ func Attributes(r Registration, goarch string) (map[string]string, error) {
 	set(r.SELinux, AttrSELinux)
 	set(r.AppArmor, AttrAppArmor)
 	set(r.Privileged, AttrPrivilegedContainer)
+	set(r.ExecuteCommand, AttrExecuteCommand)
 	// The Docker daemon's awslogs driver reaches the credentials endpoint from the host.
 	set(slices.Contains(r.LoggingDrivers, "awslogs") && r.AWSLogsExecutionRole && r.TaskIAMRoleNetworkHost, AttrExecutionRoleAWSLogs)
 	set(r.TaskIAMRole && api >= dockerAPIForECRAuth, AttrTaskIAMRole)

@@ -63,12 +63,23 @@ type ContainerStateChange struct {
 	ImageDigest string // the manifest digest, when known
 }
 
-// TaskStateChange is one SubmitTaskStateChange: the task's status and the containers that changed.
+// ManagedAgentStateChange is one managed agent's reported state inside a task state change: ECS
+// Exec's ExecuteCommandAgent in a container of the task. Only SubmitTaskStateChange carries them.
+type ManagedAgentStateChange struct {
+	ContainerName string
+	Name          string // ExecuteCommandAgent
+	Status        BackendStatus
+	Reason        string
+}
+
+// TaskStateChange is one SubmitTaskStateChange: the task's status, the containers and the managed
+// agents that changed.
 type TaskStateChange struct {
 	TaskArn            string
 	Status             BackendStatus
 	Reason             string
 	Containers         []ContainerStateChange
+	ManagedAgents      []ManagedAgentStateChange
 	Attachments        []AttachmentStateChange
 	PullStartedAt      time.Time // zero: not sent
 	PullStoppedAt      time.Time
@@ -100,6 +111,15 @@ func (c *Client) SubmitTaskStateChange(ctx context.Context, ch TaskStateChange) 
 			NetworkBindings: bindings(ct.NetworkBindings, c.noIPv6),
 			RuntimeId:       optString(truncate(ct.RuntimeID, maxRuntimeIDLen)),
 			ImageDigest:     optString(truncate(ct.ImageDigest, maxImageDigestLen)),
+		})
+	}
+	for _, m := range ch.ManagedAgents {
+		// The reason is sent even when empty, as the ECS agent sends it (buildManagedAgentStateChangePayload).
+		in.ManagedAgents = append(in.ManagedAgents, types.ManagedAgentStateChange{
+			ContainerName:    aws.String(m.ContainerName),
+			ManagedAgentName: types.ManagedAgentName(m.Name),
+			Status:           aws.String(string(m.Status)),
+			Reason:           aws.String(truncate(m.Reason, maxReasonLen)),
 		})
 	}
 	for _, a := range ch.Attachments {

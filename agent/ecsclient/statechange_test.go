@@ -128,3 +128,23 @@ func TestStateChangeTooManyBindings(t *testing.T) {
 		})
 	}
 }
+
+// TestStateChangeManagedAgents: managed agents travel in SubmitTaskStateChange's managedAgents with
+// the fields of the SDK's ManagedAgentStateChange, the reason sent even when empty, as the ECS agent
+// builds them (buildManagedAgentStateChangePayload).
+func TestStateChangeManagedAgents(t *testing.T) {
+	body := submitted(t, TaskStateChange{TaskArn: "arn:task/1", Status: StatusRunning, ManagedAgents: []ManagedAgentStateChange{
+		{ContainerName: "web", Name: "ExecuteCommandAgent", Status: StatusRunning, Reason: "ExecuteCommandAgent started"},
+		{ContainerName: "side", Name: "ExecuteCommandAgent", Status: StatusStopped},
+	}})
+	want := []any{
+		map[string]any{"containerName": "web", "managedAgentName": "ExecuteCommandAgent", "status": "RUNNING", "reason": "ExecuteCommandAgent started"},
+		map[string]any{"containerName": "side", "managedAgentName": "ExecuteCommandAgent", "status": "STOPPED", "reason": ""},
+	}
+	if !reflect.DeepEqual(body["managedAgents"], want) {
+		t.Errorf("managedAgents = %#v, want %#v", body["managedAgents"], want)
+	}
+	if _, ok := submitted(t, TaskStateChange{TaskArn: "arn:task/1", Status: StatusRunning})["managedAgents"]; ok {
+		t.Error("managedAgents sent without any")
+	}
+}
