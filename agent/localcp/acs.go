@@ -53,6 +53,11 @@ func acsTaskOf(t *taskRecord, desired task.TaskStatus) (*acswire.Task, error) {
 				c.ContainerArn = rec.Arn
 			}
 		}
+		if t.EnableExecuteCommand {
+			// As ECS sends it for a task run with enableExecuteCommand: every container, no properties
+			// (the SSM agent's session limit then is its default).
+			c.ManagedAgents = []acswire.ManagedAgent{{Name: task.ExecuteCommandAgent}}
+		}
 	}
 	out.TaskDefinitionAccountID = accountID
 	return out, nil

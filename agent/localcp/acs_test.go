@@ -247,3 +247,39 @@ func TestACSTaskPlacedWhenInstanceRegisters(t *testing.T) {
 	out := h.ok("DescribeTasks", mustJSON(map[string]any{"tasks": []string{arn}}))
 	assert.Equal(t, ci, at(t, out, "tasks", 0, "containerInstanceArn"))
 }
+
+// TestRunTaskEnableExecuteCommand: RunTask's enableExecuteCommand is recorded (DescribeTasks shows
+// it, false otherwise) and every container of the task gets ECS Exec's managed agent in the ACS
+// payload, which the agent's translation accepts.
+func TestRunTaskEnableExecuteCommand(t *testing.T) {
+	h := newHarness(t)
+	ts := httptest.NewServer(h.srv.Handler())
+	t.Cleanup(ts.Close)
+	ci := registerInstance(t, h)
+	h.ok("RegisterTaskDefinition", webRequest(t))
+	arn := at(t, h.ok("RunTask", `{"taskDefinition":"web","enableExecuteCommand":true}`), "tasks", 0, "taskArn").(string)
+	plain := at(t, h.ok("RunTask", `{"taskDefinition":"web"}`), "tasks", 0, "taskArn").(string)
+	described := h.ok("DescribeTasks", `{"tasks":["`+arn+`","`+plain+`"]}`)
+	byArn := map[string]any{}
+	for i := range 2 {
+		byArn[at(t, described, "tasks", i, "taskArn").(string)] = at(t, described, "tasks", i, "enableExecuteCommand")
+	}
+	assert.Equal(t, map[string]any{arn: true, plain: false}, byArn)
+
+	p := dialACS(t, ts, ci).payload()
+	require.Len(t, p.Tasks, 2)
+	for _, tk := range p.Tasks {
+		var want []acswire.ManagedAgent
+		if tk.Arn == arn {
+			want = []acswire.ManagedAgent{{Name: "ExecuteCommandAgent"}}
+		}
+		for _, c := range tk.Containers {
+			assert.Equal(t, want, c.ManagedAgents, "%s %s", tk.Arn, c.Name)
+		}
+		accepted, err := acstranslate.TranslateTask(tk)
+		require.NoError(t, err)
+		if tk.Arn == arn {
+			assert.Equal(t, task.ManagedAgentPending, accepted.Task.Containers[0].ManagedAgent(task.ExecuteCommandAgent).Status)
+		}
+	}
+}

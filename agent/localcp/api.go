@@ -293,6 +293,7 @@ type taskOut struct {
 	LaunchType           string         `json:"launchType"`
 	Attachments          []struct{}     `json:"attachments"`
 	Tags                 []tag          `json:"tags"`
+	EnableExecuteCommand bool           `json:"enableExecuteCommand"`
 }
 
 type instanceOut struct {

@@ -517,7 +517,6 @@ func TestUnsupportedFieldsAreRefusedByName(t *testing.T) {
 
 	h.ok("RegisterTaskDefinition", sleepDef)
 	for body, want := range map[string]string{
-		`{"taskDefinition":"sleep","enableExecuteCommand":true}`:                                                                             "enableExecuteCommand: ECS Exec is not supported by Berth yet",
 		`{"taskDefinition":"sleep","overrides":{"ephemeralStorage":{"sizeInGiB":30}}}`:                                                       "overrides.ephemeralStorage: not supported by Berth",
 		`{"taskDefinition":"sleep","overrides":{"containerOverrides":[{"name":"app","resourceRequirements":[{"type":"GPU","value":"1"}]}]}}`: "overrides.containerOverrides[0].resourceRequirements",
 	} {

@@ -150,6 +150,8 @@ type taskRecord struct {
 	Tags       []tag  `json:"tags,omitempty"`
 	// ClientToken is the client token of the call that started the task, if any.
 	ClientToken string `json:"clientToken,omitempty"`
+	// EnableExecuteCommand: RunTask asked for ECS Exec; every container gets its managed agent.
+	EnableExecuteCommand bool `json:"enableExecuteCommand,omitempty"`
 }
 
 // clientTokenRecord is what a RunTask or StartTask with a client token answered, to answer a retry.

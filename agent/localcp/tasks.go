@@ -33,7 +33,7 @@ type runTaskRequest struct {
 	Tags               []tag         `json:"tags"`
 	// ClientToken makes the call idempotent: see startTasks.
 	ClientToken string `json:"clientToken"`
-	// Refused when set: ECS Exec.
+	// EnableExecuteCommand gives every container of the task ECS Exec's managed agent.
 	EnableExecuteCommand bool `json:"enableExecuteCommand"`
 }
 
@@ -79,9 +79,6 @@ func launchTypeOf(requested string) string {
 // refuseUnsupported answers a RunTask or StartTask that asks for what Berth cannot do with a
 // ClientException naming the field, as a task definition field would be.
 func refuseUnsupported(req *runTaskRequest) error {
-	if req.EnableExecuteCommand {
-		return clientError("enableExecuteCommand: ECS Exec is not supported by Berth yet")
-	}
 	o := req.Overrides
 	if o == nil {
 		return nil
@@ -384,6 +381,7 @@ func (s *Server) newTask(cluster string, td *taskDefRecord, def *taskdef.Definit
 		LaunchType:           launchTypeOf(req.LaunchType),
 		Tags:                 req.Tags,
 		ClientToken:          req.ClientToken,
+		EnableExecuteCommand: req.EnableExecuteCommand,
 	}
 	if t.Group == "" {
 		t.Group = "family:" + td.Family
@@ -437,6 +435,7 @@ func (s *Server) taskOut(t *taskRecord) taskOut {
 		LaunchType:           launchTypeOf(t.LaunchType),
 		Attachments:          []struct{}{},
 		Tags:                 slices.Clone(t.Tags),
+		EnableExecuteCommand: t.EnableExecuteCommand,
 	}
 	if out.Tags == nil {
 		out.Tags = []tag{}
