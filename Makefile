@@ -15,7 +15,7 @@ PACKAGES_DIR := bin/packages
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision images cni-plugins ec2-metadata-mock jsclients packages packages-test lint fmt vet staticcheck clean bench fuzz soak
+.PHONY: all build run test unit integration provision images exec-deps cni-plugins ec2-metadata-mock jsclients packages packages-test lint fmt vet staticcheck clean bench fuzz soak
 
 all: build
 
@@ -30,6 +30,17 @@ provision:
 # image is also saved to .run/images/pause.tar. Skips what is unchanged.
 images: provision
 	BERTH_RUN_DIR=$(RUN_DIR) GO=$(GO) bash scripts/build-images.sh
+
+# A test dependencies directory for ECS Exec (ECS_EXEC_DEPS_DIR), never the real
+# /var/lib/ecs/deps: misc/ssmstandin built static as the three SSM agent binaries of version 3.0.0.0,
+# and a stand-in CA bundle.
+EXEC_DEPS_DIR := $(RUN_DIR)/exec-deps
+exec-deps:
+	install -d -m 0700 $(EXEC_DEPS_DIR)/bin/3.0.0.0 $(EXEC_DEPS_DIR)/certs
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '-s -w' -o $(EXEC_DEPS_DIR)/bin/3.0.0.0/amazon-ssm-agent ./misc/ssmstandin
+	install -m 0700 $(EXEC_DEPS_DIR)/bin/3.0.0.0/amazon-ssm-agent $(EXEC_DEPS_DIR)/bin/3.0.0.0/ssm-agent-worker
+	install -m 0700 $(EXEC_DEPS_DIR)/bin/3.0.0.0/amazon-ssm-agent $(EXEC_DEPS_DIR)/bin/3.0.0.0/ssm-session-worker
+	printf 'stand-in CA bundle for ECS Exec tests\n' >$(EXEC_DEPS_DIR)/certs/tls-ca-bundle.pem && chmod 0600 $(EXEC_DEPS_DIR)/certs/tls-ca-bundle.pem
 
 # The pinned CNI reference plugins awsvpc tasks run (go install ...@version); skips what is built.
 cni-plugins:
@@ -73,9 +84,9 @@ packages-test: packages
 # Every test: provisioning, the package test, the state files' damage sweeps in full (without -race,
 # whose children cost twenty times more: under it they run a sample), then unit and integration tests
 # (with the fuzz seed corpora) under -race. Packages run one at a time (-p 1): one integration test restarts the Docker Engine.
-test: images cni-plugins ec2-metadata-mock jsclients lint packages-test
+test: images exec-deps cni-plugins ec2-metadata-mock jsclients lint packages-test
 	$(GO) test -count=1 -run 'DamageSweep' ./agent/state/ ./agent/localcp/
-	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) BERTH_PAUSE_TARBALL=$(RUN_DIR)/images/pause.tar \
+	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) BERTH_PAUSE_TARBALL=$(RUN_DIR)/images/pause.tar BERTH_EXEC_DEPS=$(EXEC_DEPS_DIR) \
 		$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
 
 # Berth against the bare Docker Engine, side by side in one run; prints ratios. One section alone:
