@@ -90,6 +90,19 @@ type ContainerResponse struct {
 	Reason       string            `json:"Reason,omitempty"`
 	CPUPercent   *float64          `json:"CPUPercent,omitempty"`
 	MemoryMiB    *float64          `json:"MemoryMiB,omitempty"`
+	// ManagedAgents (Berth extension) are the container's managed agents (ECS Exec's), as the ECS
+	// API's DescribeTasks names their fields; left out when none.
+	ManagedAgents []ManagedAgentResponse `json:"ManagedAgents,omitempty"`
+}
+
+// ManagedAgentResponse is one managed agent of a container: its status (PENDING, RUNNING, STOPPED),
+// why, and when it last started; Restarts counts the restarts of its process.
+type ManagedAgentResponse struct {
+	Name          string     `json:"Name"`
+	LastStatus    string     `json:"LastStatus"`
+	Reason        string     `json:"Reason,omitempty"`
+	LastStartedAt *time.Time `json:"LastStartedAt,omitempty"`
+	Restarts      int        `json:"Restarts,omitempty"`
 }
 
 // VolumeResponse is one of a container's mounts as Docker last reported them.
@@ -146,6 +159,10 @@ func taskResponse(t *task.Task, usage UsageSource) TaskResponse {
 		}
 		if c.RestartPolicy != nil && c.RestartPolicy.Enabled {
 			cr.RestartCount = new(c.RestartCount)
+		}
+		for _, ma := range c.ManagedAgents {
+			cr.ManagedAgents = append(cr.ManagedAgents, ManagedAgentResponse{Name: ma.Name, LastStatus: string(ma.Status),
+				Reason: ma.Reason, LastStartedAt: utc(ma.LastStartedAt), Restarts: ma.Restarts})
 		}
 		if usage != nil && c.DockerID != "" {
 			if u, ok := usage.ContainerUsage(c.DockerID); ok {

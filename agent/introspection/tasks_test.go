@@ -218,3 +218,18 @@ func TestTasksShowUsage(t *testing.T) {
 		{"DockerId":"id-side","DockerName":"","Name":"side","Image":"","ImageID":"","KnownStatus":"RUNNING","CPUPercent":1,"MemoryMiB":0.5},
 		{"DockerId":"id-new","DockerName":"","Name":"new","Image":"","ImageID":"","KnownStatus":"RUNNING"}]}`, rec.Body.String())
 }
+
+// TestTasksShowManagedAgents: a container's managed agents (Berth extension) with their status,
+// reason, last start (UTC) and restarts; left out of a container without any.
+func TestTasksShowManagedAgents(t *testing.T) {
+	started := time.Date(2026, 12, 1, 9, 30, 0, 0, time.FixedZone("x", 3600))
+	tk := &task.Task{Arn: "arn:exec", Family: "exec", Revision: 1, DesiredStatus: task.TaskRunning, KnownStatus: task.TaskRunning,
+		Containers: []*task.Container{{Name: "app", KnownStatus: task.ContainerRunning, ManagedAgents: []task.ManagedAgent{{
+			Name: task.ExecuteCommandAgent, Status: task.ManagedAgentRunning, Reason: "ExecuteCommandAgent restarted",
+			LastStartedAt: started, Restarts: 2, ID: "secret-free-id", ExecID: "e1"}}}}}
+	want := `{"Arn":"arn:exec","DesiredStatus":"RUNNING","KnownStatus":"RUNNING","Family":"exec","Version":"1","Containers":[` +
+		`{"DockerId":"","DockerName":"","Name":"app","Image":"","ImageID":"","KnownStatus":"RUNNING",` +
+		`"ManagedAgents":[{"Name":"ExecuteCommandAgent","LastStatus":"RUNNING","Reason":"ExecuteCommandAgent restarted",` +
+		`"LastStartedAt":"2026-12-01T08:30:00Z","Restarts":2}]}]}`
+	assert.Equal(t, want, get(fixedTasks{tk}, "/v1/tasks?taskarn=arn:exec").Body.String())
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth-agent/berth/agent/introspection"
+	"github.com/berth-agent/berth/agent/task"
 )
 
 // runPs prints the tasks of the running agent, one line per container, from its introspection API.
@@ -71,6 +72,11 @@ func printTasks(w io.Writer, tasks []introspection.TaskResponse, unknown []intro
 			if i == 0 && taskReason != "" {
 				reason = taskReason
 			}
+			for _, ma := range c.ManagedAgents {
+				if reason == "" && ma.LastStatus == string(task.ManagedAgentStopped) && ma.Reason != "" {
+					reason = "ECS Exec: " + ma.Reason // why `aws ecs execute-command` cannot reach it
+				}
+			}
 			status := containerStatus(c)
 			dockerID := "-"
 			if c.DockerID != "" {
@@ -101,8 +107,9 @@ func printTasks(w io.Writer, tasks []introspection.TaskResponse, unknown []intro
 	printUnknown(w, unknown)
 }
 
-// containerStatus is a container's STATUS cell: its known status, with its exit code once it exited
-// and its restart count when it has a restart policy, e.g. "RUNNING (restarts 2)".
+// containerStatus is a container's STATUS cell: its known status, with its exit code once it exited,
+// its restart count when it has a restart policy and its ECS Exec agent's status when it has one,
+// e.g. "RUNNING (restarts 2, exec RUNNING)".
 func containerStatus(c introspection.ContainerResponse) string {
 	var notes []string
 	if c.ExitCode != nil {
@@ -110,6 +117,11 @@ func containerStatus(c introspection.ContainerResponse) string {
 	}
 	if c.RestartCount != nil {
 		notes = append(notes, fmt.Sprintf("restarts %d", *c.RestartCount))
+	}
+	for _, ma := range c.ManagedAgents {
+		if ma.Name == task.ExecuteCommandAgent {
+			notes = append(notes, "exec "+ma.LastStatus)
+		}
 	}
 	if len(notes) == 0 {
 		return c.KnownStatus

@@ -64,3 +64,19 @@ func TestPrintTasksUnknownContainers(t *testing.T) {
 	assert.NotContains(t, out.String(), "UNKNOWN", "nothing about unknown containers when there are none")
 	assert.Len(t, strings.Split(strings.TrimSpace(out.String()), "\n"), 2)
 }
+
+// TestPrintTasksManagedAgent: a container's ECS Exec agent shows in its STATUS, and a STOPPED one's
+// reason in REASON when the container has none.
+func TestPrintTasksManagedAgent(t *testing.T) {
+	var out bytes.Buffer
+	printTasks(&out, []introspection.TaskResponse{{Arn: "arn:aws:ecs:local:000000000000:task/default/exec", Family: "exec", Version: "1",
+		DesiredStatus: "RUNNING", KnownStatus: "RUNNING", Containers: []introspection.ContainerResponse{
+			{Name: "app", KnownStatus: "RUNNING", ManagedAgents: []introspection.ManagedAgentResponse{{Name: "ExecuteCommandAgent", LastStatus: "RUNNING"}}},
+			{Name: "side", KnownStatus: "RUNNING", ManagedAgents: []introspection.ManagedAgentResponse{{Name: "ExecuteCommandAgent", LastStatus: "STOPPED",
+				Reason: "ExecuteCommandAgent Initialization failed - /deps/bin/3.0/ssm-session-worker: missing"}}},
+		}}}, nil)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3)
+	assert.Regexp(t, `\sapp\s+RUNNING \(exec RUNNING\)\s+-\s+-\s+-\s*$`, lines[1])
+	assert.Regexp(t, `^\s+side\s+RUNNING \(exec STOPPED\)\s+-\s+-\s+-\s+ECS Exec: ExecuteCommandAgent Initialization failed - /deps/bin/3.0/ssm-session-worker: missing$`, lines[2])
+}
