@@ -99,6 +99,18 @@ type containerResponse struct {
 	LogOptions    map[string]string `json:"LogOptions,omitempty"`
 	ContainerARN  string            `json:"ContainerARN,omitempty"`
 	RestartCount  *int              `json:"RestartCount,omitempty"` // v4, with an enabled restart policy
+	// ManagedAgents (v4, Berth extension) are the container's ECS Exec agent's state, as the ECS
+	// API's DescribeTasks names its fields; left out when none.
+	ManagedAgents []managedAgentResponse `json:"ManagedAgents,omitempty"`
+}
+
+// managedAgentResponse is a container's managed agent: its status (PENDING, RUNNING, STOPPED), why,
+// and when it last started.
+type managedAgentResponse struct {
+	Name          string     `json:"Name"`
+	LastStatus    string     `json:"LastStatus"`
+	Reason        string     `json:"Reason,omitempty"`
+	LastStartedAt *time.Time `json:"LastStartedAt,omitempty"`
 }
 
 // volumeResponse is one mount of a container, as Docker reports it.
@@ -226,6 +238,10 @@ func (h *Handler) newContainerResponse(t *task.Task, c *task.Container, s shape)
 		r.ContainerARN = c.ARN
 		if c.RestartPolicy != nil && c.RestartPolicy.Enabled {
 			r.RestartCount = new(c.RestartCount)
+		}
+		for _, ma := range c.ManagedAgents {
+			r.ManagedAgents = append(r.ManagedAgents, managedAgentResponse{Name: ma.Name, LastStatus: string(ma.Status),
+				Reason: ma.Reason, LastStartedAt: utc(ma.LastStartedAt)})
 		}
 		if c.LogConfiguration != nil {
 			r.LogDriver, r.LogOptions = c.LogConfiguration.LogDriver, c.LogConfiguration.Options

@@ -233,6 +233,8 @@ func TestTaskFieldsWhenTheyApply(t *testing.T) {
 	tk.Containers[1].HealthCheck = &task.HealthCheck{Command: []string{"CMD", "true"}}
 	tk.Containers[1].RestartPolicy = &task.RestartPolicy{Enabled: true, AttemptPeriod: 300 * time.Second}
 	tk.Containers[1].RestartCount = 2
+	tk.Containers[1].ManagedAgents = []task.ManagedAgent{{Name: task.ExecuteCommandAgent, Status: task.ManagedAgentRunning,
+		Reason: "ExecuteCommandAgent started", LastStartedAt: at(5), ID: "not-shown", ExecID: "not-shown"}}
 	tk.Containers = append(tk.Containers,
 		&task.Container{Name: "pulled", Image: "busybox", DesiredStatus: task.ContainerRunning, KnownStatus: task.ContainerPulled,
 			HealthCheck: &task.HealthCheck{Command: []string{"CMD", "false"}}, Health: task.HealthUnhealthy, HealthSince: at(20),
@@ -260,6 +262,9 @@ func TestTaskFieldsWhenTheyApply(t *testing.T) {
 	assert.Equal(t, 2.0, api["RestartCount"])
 	assert.NotContains(t, api, "ContainerARN")
 	assert.NotContains(t, containers[0], "RestartCount", "only a container with a restart policy has one")
+	assert.Equal(t, []any{map[string]any{"Name": "ExecuteCommandAgent", "LastStatus": "RUNNING", "Reason": "ExecuteCommandAgent started",
+		"LastStartedAt": "2026-11-30T14:00:05.123456789Z"}}, api["ManagedAgents"], "Berth extension")
+	assert.NotContains(t, containers[0], "ManagedAgents", "only a container with a managed agent")
 	pulled := containers[2].(map[string]any)
 	assert.Equal(t, "", pulled["DockerId"])
 	assert.Equal(t, "PULLED", pulled["KnownStatus"])
@@ -273,6 +278,7 @@ func TestTaskFieldsWhenTheyApply(t *testing.T) {
 	rec = e.get("/v3/tok-local", fromAWSVPC)
 	require.Equal(t, http.StatusOK, rec.Code)
 	assert.NotContains(t, rec.Body.String(), "RestartCount", "v3 has no RestartCount")
+	assert.NotContains(t, rec.Body.String(), "ManagedAgents", "v3 has no ManagedAgents")
 
 	tk.AWSVPC = nil // not set up yet: no network at all
 	rec = e.get("/v4/tok-local", fromAWSVPC)
