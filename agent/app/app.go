@@ -305,7 +305,7 @@ func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, res
 	reg.CNIPluginVersion = ecscni.PluginsVersion
 	reg.PIDIPCSharing = eng.SharesNamespaces()
 	if err := execAgent.Available(); err != nil {
-		log.Info("ECS Exec is not available: ecs.capability.execute-command is not registered", "reason", err)
+		log.Info("ECS Exec is not available: ecs.capability.execute-command is not registered", "error", err)
 	} else {
 		reg.ExecuteCommand = true
 	}
