@@ -151,7 +151,10 @@ func execIn(ctx context.Context, cfg *config.Config, docker execer, req execRequ
 		return 0, fmt.Errorf("container %s of task %s is not running: its status is %s", c.Name, taskID(t.Arn), statusText(c))
 	}
 	run := req.cfg
-	run.Stdin, run.Stdout, run.Stderr = stdin, stdout, stderr
+	run.Stdout, run.Stderr = stdout, stderr
+	if stdin != nil {
+		run.Stdin = stdin
+	}
 	terminal := isTerminal(stdin)
 	run.TTY = (terminal || req.forceTTY) && !req.noTTY
 	if run.TTY && terminal {
@@ -166,6 +169,8 @@ func execIn(ctx context.Context, cfg *config.Config, docker execer, req execRequ
 	}
 	code, err := docker.Exec(ctx, c.DockerID, run)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return 0, fmt.Errorf("interrupted; the command may still be running in container %s of task %s", c.Name, taskID(t.Arn))
 	case errors.Is(err, dockerclient.ErrNotRunning):
 		return 0, fmt.Errorf("container %s of task %s is not running (the Docker Engine says so): %w", c.Name, taskID(t.Arn), err)
 	case errdefs.IsNotFound(err):

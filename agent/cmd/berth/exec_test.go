@@ -146,14 +146,18 @@ func TestParseExec(t *testing.T) {
 
 // fakeExecer records the command it was asked to run and answers with code or err.
 type fakeExecer struct {
-	id   string
-	cfg  dockerclient.ExecConfig
-	code int
-	err  error
+	id     string
+	cfg    dockerclient.ExecConfig
+	code   int
+	err    error
+	onExec func()
 }
 
 func (f *fakeExecer) Exec(_ context.Context, id string, cfg dockerclient.ExecConfig) (int, error) {
 	f.id, f.cfg = id, cfg
+	if f.onExec != nil {
+		f.onExec()
+	}
 	if cfg.Stdin != nil && cfg.Stdout != nil {
 		_, _ = io.Copy(cfg.Stdout, cfg.Stdin)
 	}
@@ -221,6 +225,15 @@ func TestExecIn(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
+}
+
+func TestExecInterrupted(t *testing.T) {
+	cfg := agentWith(t, testTasks())
+	ctx, cancel := context.WithCancel(t.Context())
+	f := &fakeExecer{err: context.Canceled}
+	f.onExec = cancel // the signal comes while the command runs
+	_, err := execIn(ctx, cfg, f, execRequest{task: "0a1bf", cfg: dockerclient.ExecConfig{Cmd: []string{"x"}}}, nil, io.Discard, io.Discard)
+	assert.EqualError(t, err, "interrupted; the command may still be running in container only of task 0a1bffff0000")
 }
 
 func TestExecAgentNotRunning(t *testing.T) {
