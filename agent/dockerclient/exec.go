@@ -158,12 +158,17 @@ func (c *Client) attachExec(ctx context.Context, execID string, cfg ExecConfig) 
 		resizeCtx, cancelResize := context.WithCancel(ctx)
 		defer cancelResize()
 		wg.Go(func() {
+			first := true
 			for {
 				select {
 				case <-resizeCtx.Done():
 					return
 				case size := <-cfg.Resize:
-					_ = c.resizeExec(resizeCtx, execID, size) // a refused size leaves the former one
+					tries := 1
+					if first {
+						tries, first = firstResizeTries, false
+					}
+					c.resizeExecRetrying(resizeCtx, execID, size, tries)
 				}
 			}
 		})
@@ -212,6 +217,27 @@ func orDiscard(w io.Writer) io.Writer {
 		return io.Discard
 	}
 	return w
+}
+
+// firstResizeTries is how often the session's first size is tried: the Engine refuses a resize
+// until the command has started, a moment after the attach.
+const firstResizeTries = 5
+
+// resizeExecRetrying sets the exec instance's terminal size, trying up to tries times, 10 ms more
+// apart each time; a size still refused leaves the former one.
+func (c *Client) resizeExecRetrying(ctx context.Context, execID string, size WindowSize, tries int) {
+	for i := 1; ; i++ {
+		if c.resizeExec(ctx, execID, size) == nil || i == tries {
+			return
+		}
+		t := time.NewTimer(time.Duration(i) * 10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // resizeExec sets the exec instance's terminal size.

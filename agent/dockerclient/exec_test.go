@@ -28,6 +28,8 @@ type fakeExec struct {
 	run      func(conn io.Writer, stdin []byte, tty bool)
 	exitCode int
 	inspects int // inspections answered Running before the exit
+	// refuseResizes is how many resizes are refused before they are accepted.
+	refuseResizes int
 }
 
 func (e *fakeExec) install(t *testing.T, f *fakeDocker, container string) {
@@ -63,7 +65,13 @@ func (e *fakeExec) install(t *testing.T, f *fakeDocker, container string) {
 	f.handle("POST /exec/e1/resize", func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
 		e.resizes = append(e.resizes, r.URL.RawQuery)
+		refuse := e.refuseResizes > 0
+		e.refuseResizes--
 		e.mu.Unlock()
+		if refuse {
+			writeAPIError(w, http.StatusConflict, "cannot resize a stopped container: unknown") // not started yet
+			return
+		}
 		w.WriteHeader(http.StatusCreated)
 	})
 	f.handle("GET /exec/e1/json", func(w http.ResponseWriter, r *http.Request) {
@@ -98,7 +106,7 @@ func TestExecWithoutTTY(t *testing.T) {
 func TestExecWithTTY(t *testing.T) {
 	f := newFakeDocker(t)
 	resized := make(chan struct{})
-	e := &fakeExec{run: func(conn io.Writer, _ []byte, tty bool) {
+	e := &fakeExec{refuseResizes: 2, run: func(conn io.Writer, _ []byte, tty bool) {
 		<-resized
 		_, _ = conn.Write([]byte("raw\r\noutput")) // one stream, no frames
 	}}
@@ -110,7 +118,7 @@ func TestExecWithTTY(t *testing.T) {
 		assert.Eventually(t, func() bool {
 			e.mu.Lock()
 			defer e.mu.Unlock()
-			return len(e.resizes) == 1
+			return len(e.resizes) == 3
 		}, 5*time.Second, 5*time.Millisecond)
 	}()
 	var stdout bytes.Buffer
@@ -118,7 +126,7 @@ func TestExecWithTTY(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "raw\r\noutput", stdout.String())
-	assert.Equal(t, []string{"h=40&w=120"}, e.resizes)
+	assert.Equal(t, []string{"h=40&w=120", "h=40&w=120", "h=40&w=120"}, e.resizes, "the first size tried again until the Engine takes it")
 	assert.Equal(t, true, e.created["Tty"])
 	assert.Equal(t, false, e.created["AttachStdin"])
 	assert.Equal(t, map[string]any{"Detach": false, "Tty": true}, e.started)
