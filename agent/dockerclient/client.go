@@ -23,6 +23,10 @@
 // Events (events.go) re-subscribes after a dropped stream and tells the
 // consumer with a synthetic event. ContainerStats (stats.go) streams a
 // container's stats and ends, with ErrNotRunning, when the container stops.
+// Exec (exec.go) runs an attached command in a container (ErrNotRunning when
+// it is not running) and returns its exit code; ContainerLogs (logs.go) reads
+// a container's timestamped output lines (ErrLogsNotReadable when its log
+// driver cannot be read back).
 package dockerclient
 
 import (
