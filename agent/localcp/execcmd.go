@@ -29,6 +29,8 @@ func (s *Server) executeCommand(_ *http.Request, req *executeCommandRequest) (an
 		return nil, invalidParameter("task can not be blank.")
 	case strings.TrimSpace(req.Command) == "":
 		return nil, invalidParameter("command can not be blank.")
+	case !req.Interactive:
+		return nil, invalidParameter("Interactive is the only mode supported currently.")
 	}
 	var id string
 	err := s.db.View(func(tx *bolt.Tx) error {

@@ -60,6 +60,8 @@ func TestExecuteCommandPointsAtBerthExec(t *testing.T) {
 	require.ErrorAs(t, err, &noCluster)
 
 	assert.Equal(t, "command can not be blank.", h.fails("ExecuteCommand", `{"task":"`+id+`","command":"  ","interactive":true}`, "InvalidParameterException"))
+	assert.Equal(t, "Interactive is the only mode supported currently.", h.fails("ExecuteCommand", `{"task":"`+id+`","command":"sh"}`, "InvalidParameterException"),
+		"ECS runs interactive sessions only")
 	assert.Equal(t, "task can not be blank.", h.fails("ExecuteCommand", `{"command":"sh","interactive":true}`, "InvalidParameterException"))
 }
 
