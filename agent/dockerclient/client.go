@@ -23,6 +23,10 @@
 // Events (events.go) re-subscribes after a dropped stream and tells the
 // consumer with a synthetic event. ContainerStats (stats.go) streams a
 // container's stats and ends, with ErrNotRunning, when the container stops.
+// Exec (exec.go) runs an attached command in a container (ErrNotRunning when
+// it is not running) and returns its exit code; ContainerLogs (logs.go) reads
+// a container's timestamped output lines (ErrLogsNotReadable when its log
+// driver cannot be read back).
 package dockerclient
 
 import (
@@ -111,12 +115,15 @@ type Config struct {
 
 // Client is a Docker Engine client; it is safe for concurrent use.
 type Client struct {
-	docker   *docker.Client
-	baseURL  string // where raw requests go ("http://unix.sock" for a socket)
-	apiPath  string // "/v1.41" or ""
-	timeouts Timeouts
-	events   EventsConfig
-	log      *logger.Logger
+	docker  *docker.Client
+	baseURL string // where raw requests go ("http://unix.sock" for a socket)
+	// dialNetwork and dialAddress are where attached streams (exec) dial: "unix" and the socket's
+	// path, or "tcp" and host:port; empty for an endpoint they do not support (https).
+	dialNetwork, dialAddress string
+	apiPath                  string // "/v1.41" or ""
+	timeouts                 Timeouts
+	events                   EventsConfig
+	log                      *logger.Logger
 
 	puller *Puller
 }
@@ -151,6 +158,7 @@ func NewClient(cfg Config) (*Client, error) {
 		events:   cfg.Events.withDefaults(),
 		log:      cfg.Logger,
 	}
+	c.dialNetwork, c.dialAddress = dialNetwork(endpoint)
 	if c.log == nil {
 		c.log = logger.Nop()
 	}
@@ -182,6 +190,22 @@ func rawBaseURL(endpoint string) (string, error) {
 		return "https://" + u.Host, nil
 	}
 	return "", fmt.Errorf("docker endpoint %q: unsupported scheme %q", endpoint, u.Scheme)
+}
+
+// dialNetwork returns the network and address attached streams dial for endpoint, empty for an
+// endpoint they do not support (https, and one rawBaseURL refused).
+func dialNetwork(endpoint string) (network, address string) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", ""
+	}
+	switch u.Scheme {
+	case "unix":
+		return "unix", u.Path
+	case "tcp", "http":
+		return "tcp", u.Host
+	}
+	return "", ""
 }
 
 // Puller returns the Client's Puller, built from Config.Pull. Use it (not
@@ -269,14 +293,7 @@ func (c *Client) raw(ctx context.Context, method, path string) (*http.Response, 
 	}
 	if (resp.StatusCode < 200 || resp.StatusCode >= 300) && resp.StatusCode != http.StatusNotModified {
 		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		var msg struct {
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(body, &msg) != nil || msg.Message == "" {
-			msg.Message = strings.TrimSpace(string(body))
-		}
-		return nil, &docker.Error{Status: resp.StatusCode, Message: msg.Message}
+		return nil, engineError(resp)
 	}
 	return resp, nil
 }

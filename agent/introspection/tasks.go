@@ -70,7 +70,8 @@ type TaskResponse struct {
 
 // ContainerResponse is one container in the ECS agent's introspection shape. KnownStatus (the
 // agent's own status of the container: NONE, PULLED, CREATED, RUNNING, RESOURCES_PROVISIONED,
-// STOPPED), ExitCode, Reason, CPUPercent and MemoryMiB are Berth extensions; RestartCount is present
+// STOPPED), ExitCode, Reason, Essential, CPUPercent and MemoryMiB are Berth extensions (Essential
+// present only for an essential container: `berth exec` and `berth logs` pick by it); RestartCount is present
 // only for a container with an enabled restart policy, CPUPercent (of one vCPU) and MemoryMiB only
 // for a running container whose stats were sampled.
 type ContainerResponse struct {
@@ -88,6 +89,7 @@ type ContainerResponse struct {
 	KnownStatus  string            `json:"KnownStatus"`
 	ExitCode     *int              `json:"ExitCode,omitempty"`
 	Reason       string            `json:"Reason,omitempty"`
+	Essential    bool              `json:"Essential,omitempty"`
 	CPUPercent   *float64          `json:"CPUPercent,omitempty"`
 	MemoryMiB    *float64          `json:"MemoryMiB,omitempty"`
 	// ManagedAgents (Berth extension) are the container's managed agents (ECS Exec's), as the ECS
@@ -153,7 +155,7 @@ func taskResponse(t *task.Task, usage UsageSource) TaskResponse {
 		}
 		cr := ContainerResponse{DockerID: c.DockerID, DockerName: c.DockerName, Name: c.Name, Image: c.Image,
 			ImageID: c.ImageID, CreatedAt: utc(c.CreatedAt), StartedAt: utc(c.StartedAt), KnownStatus: c.KnownStatus.String(),
-			ExitCode: c.ExitCode, Reason: c.Reason, Ports: ports(c, awsvpc)}
+			ExitCode: c.ExitCode, Reason: c.Reason, Essential: c.Essential, Ports: ports(c, awsvpc)}
 		for _, m := range c.Mounts {
 			cr.Volumes = append(cr.Volumes, VolumeResponse{DockerName: m.Name, Source: m.Source, Destination: m.Destination})
 		}

@@ -58,7 +58,7 @@ func TestTasks(t *testing.T) {
 				{Source: "/etc/hosts.web", Destination: "/etc/hosts"}}}}}
 	stopped := &task.Task{Arn: "arn:aws:ecs:local:000000000000:task/default/job1", Family: "job", Revision: 1,
 		DesiredStatus: task.TaskStopped, KnownStatus: task.TaskStopped, StoppedReason: task.StopReasonEssentialExited,
-		Containers: []*task.Container{{Name: "job", Image: "testapp:latest", KnownStatus: task.ContainerStopped, ExitCode: &code, Reason: "killed",
+		Containers: []*task.Container{{Name: "job", Image: "testapp:latest", KnownStatus: task.ContainerStopped, ExitCode: &code, Reason: "killed", Essential: true,
 			RestartPolicy: &task.RestartPolicy{Enabled: true, IgnoredExitCodes: []int{137}}}}}
 	src := fixedTasks{web, stopped}
 
@@ -70,7 +70,7 @@ func TestTasks(t *testing.T) {
 		`{"Source":"/etc/hosts.web","Destination":"/etc/hosts"}],"KnownStatus":"RUNNING"}]}`
 	jobJSON := `{"Arn":"arn:aws:ecs:local:000000000000:task/default/job1","DesiredStatus":"STOPPED","KnownStatus":"STOPPED","Family":"job","Version":"1",` +
 		`"Containers":[{"DockerId":"","DockerName":"","Name":"job","Image":"testapp:latest","ImageID":"","RestartCount":0,"KnownStatus":"STOPPED",` +
-		`"ExitCode":137,"Reason":"killed"}],"StoppedReason":"Essential container in task exited"}`
+		`"ExitCode":137,"Reason":"killed","Essential":true}],"StoppedReason":"Essential container in task exited"}`
 	tests := []struct {
 		name       string
 		query      string

@@ -139,3 +139,34 @@ func TestAWSCLI(t *testing.T) {
 	out = runJSON("list-task-definitions", "--family-prefix", "root")
 	assert.Empty(t, out["taskDefinitionArns"], "no refused request registered anything")
 }
+
+// TestAWSCLIExecuteCommand runs `aws ecs execute-command` as people type it: the CLI first checks
+// that Session Manager's plugin is installed (a stand-in here, which only exits 0), then calls
+// ExecuteCommand, whose error it prints: the berth exec command to use on this host instead.
+func TestAWSCLIExecuteCommand(t *testing.T) {
+	cli := awsCLI(t)
+	keysFile := localauth.Path(t.TempDir())
+	keys, err := localauth.Ensure(keysFile)
+	require.NoError(t, err)
+	h := newHarnessWithKeys(t, keys)
+	ts := httptest.NewServer(h.srv.Handler())
+	t.Cleanup(ts.Close)
+	bin := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "session-manager-plugin"), []byte("#!/bin/sh\nexit 0\n"), 0o755))
+	env := cliEnv("AWS_SHARED_CREDENTIALS_FILE="+keysFile, "AWS_PROFILE="+localauth.Profile)
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			env[i] = "PATH=" + bin + ":" + strings.TrimPrefix(kv, "PATH=")
+		}
+	}
+	h.ok("RegisterTaskDefinition", sleepDef)
+	arn := at(t, h.ok("RunTask", `{"taskDefinition":"sleep"}`), "tasks", 0, "taskArn").(string)
+	id := arn[strings.LastIndexByte(arn, '/')+1:]
+
+	_, stderr, err := runCLI(t, cli, ts.URL, env, "execute-command", "--cluster", "default", "--task", id,
+		"--container", "app", "--command", "/bin/sh", "--interactive")
+	require.Error(t, err)
+	assert.Contains(t, stderr, "An error occurred (TargetNotConnectedException) when calling the ExecuteCommand operation: "+
+		"ECS Exec needs AWS (a Session Manager session), which the embedded control plane does not have; "+
+		"on this host, run the command with: berth exec "+id+" app -- /bin/sh")
+}

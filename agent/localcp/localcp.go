@@ -150,6 +150,7 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 		"SubmitContainerStateChange":    op(s.submitContainerStateChange),
 		"SubmitAttachmentStateChanges":  op(s.submitAttachmentStateChanges),
 		"ListTagsForResource":           op(s.listTagsForResource),
+		"ExecuteCommand":                op(s.executeCommand),
 	}
 	return s, nil
 }

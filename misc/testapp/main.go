@@ -5,6 +5,11 @@
 //	testapp <mode> [flags]
 //
 //	sleep       [-d DURATION]                  sleep for DURATION (default 0: forever), then exit 0
+//	cat                                        copy stdin to stdout until EOF, then exit 0
+//	print       [-out LINE]... [-err LINE]... [-d DURATION] [-stay]
+//	                                           print each -out LINE on stdout and each -err LINE on
+//	                                           stderr, in the order given, then wait DURATION (or, with
+//	                                           -stay, until SIGTERM) and exit 0
 //	exit        [-code N] [-after DURATION]    exit with code N (0..255, default 0) after DURATION (default 0)
 //	http        [-addr :8080] [-healthy-after DURATION]
 //	            serve GET /        200 "testapp host=<hostname> name=<$TESTAPP_NAME>" (name= only when set)
@@ -81,6 +86,9 @@ const usage = `usage: testapp <mode> [flags]
 
 modes:
   sleep       [-d DURATION]                 sleep (default forever), exit 0; SIGTERM exits 0
+  cat                                       copy stdin to stdout until EOF, exit 0
+  print       [-out LINE]... [-err LINE]... [-d DURATION] [-stay]
+                                            print the lines on stdout and stderr in order, wait, exit 0
   exit        [-code N] [-after DURATION]   exit with code N after DURATION
   alloc       -mib N                        allocate and touch N MiB, hold it until SIGTERM
   http        [-addr :8080] [-healthy-after DURATION]
@@ -127,6 +135,13 @@ type options struct {
 	CredsOnly    bool          // aws-identity -creds-only
 	MetaPath     string        // metadata -path
 	MiB          int           // alloc -mib
+	Lines        []printLine   // print -out and -err, in the order given
+}
+
+// printLine is one line print writes: to stderr when Stderr, else to stdout.
+type printLine struct {
+	Stderr bool
+	Text   string
 }
 
 // errUsage reports arguments that cannot be run; the message says why.
@@ -139,6 +154,20 @@ func (e errUsage) Error() string { return e.msg }
 var modeFlags = map[string]func(fs *flag.FlagSet, o *options) func() error{
 	"sleep": func(fs *flag.FlagSet, o *options) func() error {
 		fs.DurationVar(&o.Duration, "d", 0, "how long to sleep (0: forever)")
+		return func() error { return nonNegative("-d", o.Duration) }
+	},
+	"cat": func(fs *flag.FlagSet, o *options) func() error { return nil },
+	"print": func(fs *flag.FlagSet, o *options) func() error {
+		fs.Func("out", "a line to print on stdout (repeatable)", func(v string) error {
+			o.Lines = append(o.Lines, printLine{Text: v})
+			return nil
+		})
+		fs.Func("err", "a line to print on stderr (repeatable)", func(v string) error {
+			o.Lines = append(o.Lines, printLine{Stderr: true, Text: v})
+			return nil
+		})
+		fs.DurationVar(&o.Duration, "d", 0, "how long to wait after printing before exiting")
+		fs.BoolVar(&o.Stay, "stay", false, "keep running after printing, until SIGTERM")
 		return func() error { return nonNegative("-d", o.Duration) }
 	},
 	"alloc": func(fs *flag.FlagSet, o *options) func() error {
@@ -336,6 +365,26 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		}
 		waitFor(ctx, o.Duration)
 		return 0
+	case "cat":
+		if err := copyUntilEOF(ctx, stdout, os.Stdin); err != nil {
+			return fail(err)
+		}
+		return 0
+	case "print":
+		for _, l := range o.Lines {
+			w := stdout
+			if l.Stderr {
+				w = stderr
+			}
+			fmt.Fprintln(w, l.Text)
+		}
+		switch {
+		case o.Stay:
+			<-ctx.Done()
+		case o.Duration > 0:
+			waitFor(ctx, o.Duration)
+		}
+		return 0
 	case "alloc":
 		fmt.Fprintf(stdout, "testapp: allocating %d MiB\n", o.MiB)
 		held := make([][]byte, 0, o.MiB)
@@ -435,6 +484,22 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		return 0
 	}
 	return fail(fmt.Errorf("mode %q has no implementation", o.Mode))
+}
+
+// copyUntilEOF copies in to out until in ends; a signal (ctx) ends it early, with no error. What
+// it copied is not prefixed: it is the caller's.
+func copyUntilEOF(ctx context.Context, out io.Writer, in io.Reader) error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(out, in)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
 }
 
 // waitFor waits d (0: forever) or until ctx is done.

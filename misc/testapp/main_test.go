@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -52,6 +53,10 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"aws-identity", "-creds-only", "-timeout", "2s"},
 			options{Mode: "aws-identity", CredsOnly: true, Timeout: 2 * time.Second}},
 		{[]string{"metadata"}, options{Mode: "metadata", Timeout: 5 * time.Second}},
+		{[]string{"cat"}, options{Mode: "cat"}},
+		{[]string{"print", "-out", "one", "-err", "two", "-out", "three", "-d", "2s"}, options{Mode: "print",
+			Lines: []printLine{{Text: "one"}, {Stderr: true, Text: "two"}, {Text: "three"}}, Duration: 2 * time.Second}},
+		{[]string{"print", "-stay"}, options{Mode: "print", Stay: true}},
 		{[]string{"metadata", "-path", "task/stats", "-timeout", "1s"},
 			options{Mode: "metadata", MetaPath: "task/stats", Timeout: time.Second}},
 	}
@@ -61,7 +66,7 @@ func TestParseArgs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseArgs: %v", err)
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("parseArgs = %+v, want %+v", got, tt.want)
 			}
 		})
@@ -98,6 +103,9 @@ func TestParseArgsRefuses(t *testing.T) {
 		{"aws-identity", "sts"},
 		{"metadata", "-timeout", "-1s"},
 		{"metadata", "task"},
+		{"cat", "-n"},
+		{"print", "-d", "-1s"},
+		{"print", "line"},
 	} {
 		if _, err := parseArgs(args, io.Discard); err == nil || errors.Is(err, flag.ErrHelp) {
 			t.Errorf("parseArgs(%q) = %v, want a usage error", args, err)
@@ -372,5 +380,30 @@ func TestRunStopsOnCancel(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "w")); err != nil || string(b) != "x" {
 		t.Errorf("write mode wrote %q, %v", b, err)
+	}
+}
+
+func TestPrintInOrder(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	o := options{Mode: "print", Lines: []printLine{{Text: "one"}, {Stderr: true, Text: "two"}, {Text: "three"}}}
+	if code := run(context.Background(), o, &stdout, &stderr); code != 0 {
+		t.Fatalf("print exited %d", code)
+	}
+	if stdout.String() != "one\nthree\n" || stderr.String() != "two\n" {
+		t.Errorf("print wrote stdout %q, stderr %q", stdout.String(), stderr.String())
+	}
+}
+
+func TestCopyUntilEOF(t *testing.T) {
+	var out bytes.Buffer
+	if err := copyUntilEOF(context.Background(), &out, strings.NewReader("piped\nin")); err != nil || out.String() != "piped\nin" {
+		t.Errorf("copyUntilEOF = %v, copied %q", err, out.String())
+	}
+	r, w := io.Pipe()
+	defer w.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := copyUntilEOF(ctx, io.Discard, r); err != nil {
+		t.Errorf("a signal ends cat without an error, got %v", err)
 	}
 }

@@ -32,6 +32,10 @@ commands:
   config       print the effective configuration as JSON with each value's source; exit 1 if invalid
   healthcheck  ask the running agent's introspection API; exit 0 healthy, 1 not
   ps           list the running agent's tasks and containers
+  exec TASK [CONTAINER] -- CMD...
+               run a command in a task's container (a TTY when stdin is one); exit with its status
+  logs TASK [CONTAINER] [-f] [--since D] [--tail N] [-t]
+               print a task's container output (every container's, prefixed, without CONTAINER)
   run FILE     register a task definition with the embedded control plane, run it, follow it to RUNNING
   drain        set this host's container instance to DRAINING: the control plane places no new task
   stop TASK    stop a task (ARN or ID) through the embedded control plane, follow it to STOPPED
@@ -67,6 +71,10 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return runPull(ctx, args, environ, stdout, stderr)
 	case "ps":
 		return runPs(ctx, args, environ, stdout, stderr)
+	case "exec":
+		return runExec(ctx, args, environ, os.Stdin, stdout, stderr)
+	case "logs":
+		return runLogs(ctx, args, environ, stdout, stderr)
 	case "drain":
 		res, err := loadConfig("drain", args, environ, stderr)
 		if code, ok := flagExit(err); ok {
