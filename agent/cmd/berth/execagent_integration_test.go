@@ -69,8 +69,12 @@ func TestIntegrationExecuteCommandLocalMode(t *testing.T) {
 	}
 	agent.waitTasks(2*time.Minute, "the managed agent RUNNING", agentRunning)
 	id := arn[strings.LastIndexByte(arn, '/')+1:]
-	record, err := os.ReadFile(filepath.Join(logs, id, "app", "ssmstandin.jsonl"))
-	require.NoError(t, err, "the stand-in SSM agent ran in the container")
+	// RUNNING means Docker started the exec; the stand-in writes its record once it runs.
+	var record []byte
+	require.Eventually(t, func() bool {
+		record, err = os.ReadFile(filepath.Join(logs, id, "app", "ssmstandin.jsonl"))
+		return err == nil && len(record) > 0
+	}, 30*time.Second, 100*time.Millisecond, "the stand-in SSM agent ran in the container")
 	assert.Contains(t, string(record), `"uid":0`)
 
 	ps := exec.Command(bin, "ps")
