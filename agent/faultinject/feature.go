@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -40,7 +41,7 @@ func (h *taskHook) BeforeStop(ctx context.Context, r *engine.Run, _ []*task.Cont
 		return
 	}
 	h.done = true
-	h.inj.removeTaskFaults(ctx, r)
+	h.inj.removeTaskFaults(ctx, r.Task(), r.Log())
 }
 
 // Stopped does nothing more: BeforeStop removed the faults.
@@ -49,8 +50,7 @@ func (h *taskHook) Stopped(context.Context, *engine.Run) {}
 // removeTaskFaults removes what the agent started for the task: in an awsvpc task's own namespace,
 // every fault (a sweep); in the host's, shared with the host and other tasks, the faults this
 // task started.
-func (inj *Injector) removeTaskFaults(ctx context.Context, r *engine.Run) {
-	t := r.Task()
+func (inj *Injector) removeTaskFaults(ctx context.Context, t *task.Task, log *logger.Logger) {
 	inj.mu.Lock()
 	started := inj.started[t.Arn]
 	delete(inj.started, t.Arn)
@@ -60,13 +60,13 @@ func (inj *Injector) removeTaskFaults(ctx context.Context, r *engine.Run) {
 	tg, err := inj.targetOf(t)
 	if err != nil {
 		if started != nil {
-			r.Log().Warn("the task's faults cannot be removed", "error", err)
+			log.Warn("the task's faults cannot be removed", "error", err)
 		}
 		return
 	}
 	if t.NetworkMode == task.NetworkAWSVPC {
 		if err := inj.sweep(ctx, tg); err != nil {
-			r.Log().Warn("the task's faults could not all be removed; its namespace goes with it", "error", err)
+			log.Warn("the task's faults could not all be removed; its namespace goes with it", "error", err)
 		}
 		return
 	}
@@ -77,17 +77,17 @@ func (inj *Injector) removeTaskFaults(ctx context.Context, r *engine.Run) {
 	defer unlock()
 	for chain, builtin := range started.blackholes {
 		if err := inj.removeChain(ctx, tg, chain, builtin); err != nil {
-			r.Log().Warn("a black hole of the task could not be removed", "chain", chain, "error", err)
+			log.Warn("a black hole of the task could not be removed", "chain", chain, "error", err)
 		}
 	}
 	if started.netem {
 		for _, iface := range tg.ifaces {
 			if err := inj.removeTree(ctx, tg, iface); err != nil {
-				r.Log().Warn("a netem fault of the task could not be removed", "interface", iface, "error", err)
+				log.Warn("a netem fault of the task could not be removed", "interface", iface, "error", err)
 			}
 		}
 	}
-	r.Log().Info("the task's faults are removed")
+	log.Info("the task's faults are removed")
 }
 
 // sweep removes every fault from a target's namespace and interfaces, with it locked.
