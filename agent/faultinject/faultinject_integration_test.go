@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/task"
 	"github.com/berth-agent/berth/agent/taskendpoint"
 )
@@ -161,7 +162,8 @@ func TestBlackholeIngressRealNamespace(t *testing.T) {
 }
 
 // An egress black hole of port 80 with the task endpoint's address among SourcesToFilter (as the task
-// endpoint adds it) drops the task's connections to port 80 but for that address.
+// endpoint adds it) drops the task's connections to port 80 but for that address; the task's stop
+// hook removes every black hole from its namespace.
 func TestBlackholeEgressKeepsTaskEndpointRealNamespace(t *testing.T) {
 	p := newPair(t)
 	listen(t, p.peer, ":80")
@@ -177,6 +179,15 @@ func TestBlackholeEgressKeepsTaskEndpointRealNamespace(t *testing.T) {
 
 	require.NoError(t, inj.StopBlackholePort(ctx, tk, bh))
 	assert.NotContains(t, saved(t, p.task), "egress-tcp-80")
+	assert.True(t, reachable(t, p.task, peerAddr+":80"))
+
+	// At the task's stop, its stop hook sweeps its namespace.
+	require.NoError(t, inj.StartBlackholePort(ctx, tk, bh))
+	require.NoError(t, inj.StartBlackholePort(ctx, tk, taskendpoint.BlackholePort{Port: 53, Protocol: "udp", TrafficType: "ingress"}))
+	inj.removeTaskFaults(ctx, tk, logger.Nop())
+	rules := saved(t, p.task)
+	assert.NotContains(t, rules, "egress-tcp-80")
+	assert.NotContains(t, rules, "ingress-udp-53")
 	assert.True(t, reachable(t, p.task, peerAddr+":80"))
 }
 

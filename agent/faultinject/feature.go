@@ -48,13 +48,16 @@ func (h *taskHook) BeforeStop(ctx context.Context, r *engine.Run, _ []*task.Cont
 func (h *taskHook) Stopped(context.Context, *engine.Run) {}
 
 // removeTaskFaults removes what the agent started for the task: in an awsvpc task's own namespace,
-// every fault (a sweep); in the host's, shared with the host and other tasks, the faults this
-// task started.
+// every fault (a sweep; nothing once the namespace is torn down, which took them); in the host's,
+// shared with the host and other tasks, the faults this task started.
 func (inj *Injector) removeTaskFaults(ctx context.Context, t *task.Task, log *logger.Logger) {
 	inj.mu.Lock()
 	started := inj.started[t.Arn]
 	delete(inj.started, t.Arn)
 	inj.mu.Unlock()
+	if t.NetworkMode == task.NetworkAWSVPC && t.NetworkNamespace() == "" {
+		return // torn down already: the faults went with the namespace
+	}
 	ctx, cancel := context.WithTimeout(ctx, hookTimeout)
 	defer cancel()
 	tg, err := inj.targetOf(t)
