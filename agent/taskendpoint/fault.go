@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -32,7 +33,8 @@ import (
 // {"Error": "..."}: 400 for a bad request or a task that does not allow faults, 404 for an unknown
 // token, 409 for a second network-latency or network-packet-loss fault, 500 when the fault could
 // not be applied or checked (a request times out after 5 seconds). Each route takes one request per
-// source address every 5 seconds (429 beyond that), as the ECS agent's.
+// source address every 5 seconds (429 beyond that), as the ECS agent's. Unlike the ECS agent, Berth
+// answers a token only to its task's own addresses and the host's (404 to anyone else).
 
 // FaultInjector applies network faults inside a task's network namespace (the host's own for a
 // host-mode task); *faultinject.Injector is the agent's. It must be safe for concurrent use, and
@@ -225,7 +227,7 @@ func (h *Handler) serveFault(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
 		return
 	}
-	src, _ := sourceAddr(r)
+	src, _ := sourceAddr(r) // an address that does not parse is invalid: no task's and not the host's
 	if !h.faultLimits.allow(fr.fault + "/" + fr.op + " " + src.String()) {
 		h.refused.Note(refusedThrottled, "path_kind", "fault", "source", src.String())
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -250,7 +252,7 @@ func (h *Handler) serveFault(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	t, status, msg := h.faultTask(fr.token)
+	t, status, msg := h.faultTask(fr.token, src)
 	if msg != "" {
 		h.log.Debug("fault request refused", "request", reqType, "token", taskcreds.ShortID(fr.token), "reason", msg)
 		writeJSON(w, status, faultResponse{Error: msg})
@@ -314,10 +316,12 @@ func (h *Handler) applyFault(ctx context.Context, fr faultRoute, t *task.Task, b
 }
 
 // faultTask returns the task of the token, or the status and text of the ECS agent's refusal: an
-// unknown token, a task without enableFaultInjection, a network mode faults do not apply to.
-func (h *Handler) faultTask(token string) (*task.Task, int, string) {
+// unknown token, a task without enableFaultInjection, a network mode faults do not apply to. A
+// request from neither the task's own addresses nor the host's is answered as an unknown token (a
+// Berth addition: a leaked token lets no other task's container break this task's network).
+func (h *Handler) faultTask(token string, src netip.Addr) (*task.Task, int, string) {
 	t, _, ok := h.tasks.ByToken(token)
-	if !ok {
+	if !ok || !ownsAddress(t, src) && !(src.IsValid() && h.isHost(src)) {
 		return nil, http.StatusNotFound, "unable to get task arn from request: unable to get task Arn from v3 endpoint ID: " + token
 	}
 	if !t.EnableFaultInjection {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -76,7 +77,8 @@ func (f *fakeFaults) NetemRunning(_ context.Context, t *task.Task) (bool, bool, 
 const (
 	chaosARN = "arn:aws:ecs:us-west-2:012345678901:task/default/chaos"
 	plainARN = "arn:aws:ecs:us-west-2:012345678901:task/default/plain"
-	chaosSrc = "169.254.172.9:40000"
+	chaosSrc = "169.254.172.9:40000" // the chaos tasks' task-bridge address
+	hostSrc  = "10.0.0.5:40000"      // the host's
 )
 
 type faultEnv struct {
@@ -89,7 +91,7 @@ func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
 	awsvpc := func(arn string, enabled bool) *task.Task {
 		return &task.Task{Arn: arn, Family: "chaos", NetworkMode: task.NetworkAWSVPC, EnableFaultInjection: enabled,
-			AWSVPC: &task.AWSVPC{NetNS: "/proc/4242/ns/net"}, Containers: []*task.Container{{Name: "app"}}}
+			AWSVPC: &task.AWSVPC{NetNS: "/proc/4242/ns/net", BridgeIPv4: "169.254.172.9"}, Containers: []*task.Container{{Name: "app"}}}
 	}
 	host := &task.Task{Arn: chaosARN + "-host", NetworkMode: task.NetworkHost, EnableFaultInjection: true,
 		Containers: []*task.Container{{Name: "app"}}}
@@ -103,7 +105,8 @@ func newFaultEnv(t *testing.T) *faultEnv {
 	}}
 	faults := &fakeFaults{}
 	clock := clockwork.NewFakeClockAt(at(0))
-	h, err := taskendpoint.New(taskendpoint.Config{Tasks: tasks, Faults: faults, Clock: clock})
+	isHost := func(a netip.Addr) bool { return a == netip.MustParseAddr("10.0.0.5") }
+	h, err := taskendpoint.New(taskendpoint.Config{Tasks: tasks, Faults: faults, Clock: clock, HostAddress: isHost})
 	require.NoError(t, err)
 	return &faultEnv{h: h, faults: faults, clock: clock}
 }
@@ -247,6 +250,18 @@ func TestFaultRequestLeniency(t *testing.T) {
 	assertAnswer(t, rec, http.StatusOK, `{"Status":"running"}`)
 }
 
+// A task's token is answered only to the task's own addresses and the host's: another task's
+// container that learned it (another awsvpc task, a bridge container) is told the token is unknown.
+func TestFaultTokenOfAnotherTask(t *testing.T) {
+	e := newFaultEnv(t)
+	const unknown = `{"Error":"unable to get task arn from request: unable to get task Arn from v3 endpoint ID: tok-chaos"}`
+	for _, from := range []string{"169.254.172.50:40000", "172.17.0.3:40000", "bogus"} {
+		assertAnswer(t, e.send(http.MethodPost, "/api/tok-chaos/fault/v1/network-blackhole-port/start", blackholeBody, from), http.StatusNotFound, unknown)
+	}
+	assert.Empty(t, e.faults.calls)
+	assertAnswer(t, e.send(http.MethodPost, "/api/tok-chaos/fault/v1/network-blackhole-port/start", blackholeBody, hostSrc), http.StatusOK, `{"Status":"running"}`)
+}
+
 // Strangers are refused before the injector is asked: a token nobody holds (404), a task without
 // enableFaultInjection (400), a network mode faults do not apply to (400), an awsvpc task whose
 // namespace is not set up (500), and any other method than POST (405).
@@ -268,7 +283,7 @@ func TestFaultRefusals(t *testing.T) {
 				if strings.HasPrefix(path, "network-latency") {
 					body = `{"DelayMilliseconds":1,"JitterMilliseconds":1,"Sources":["10.0.0.1"]}`
 				}
-				assertAnswer(t, e.send(tc.method, "/api/"+tc.token+"/fault/v1/"+path, body, chaosSrc), tc.status, tc.answer)
+				assertAnswer(t, e.send(tc.method, "/api/"+tc.token+"/fault/v1/"+path, body, hostSrc), tc.status, tc.answer)
 			}
 			assert.Empty(t, e.faults.calls)
 		})
@@ -292,7 +307,7 @@ func TestFaultRateLimit(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
 	assert.Equal(t, "You have reached maximum request limit", rec.Body.String())
 	assert.Equal(t, http.StatusOK, e.post("/api/tok-chaos/fault/v1/network-blackhole-port/status", blackholeBody).Code)
-	assert.Equal(t, http.StatusOK, e.send(http.MethodPost, start, blackholeBody, "169.254.172.10:1").Code)
+	assert.Equal(t, http.StatusOK, e.send(http.MethodPost, start, blackholeBody, hostSrc).Code)
 	e.clock.Advance(4 * time.Second)
 	assert.Equal(t, http.StatusTooManyRequests, e.post(start, blackholeBody).Code)
 	e.clock.Advance(time.Second)
