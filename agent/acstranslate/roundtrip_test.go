@@ -52,6 +52,8 @@ var roundTripDefs = map[string]string{
 	  "restartPolicy":{"enabled":true},
 	  "dependsOn":[{"containerName":"db","condition":"HEALTHY"},{"containerName":"db","condition":"START"}]},
 	 {"name":"bare","image":"busybox","memoryReservation":16,"disableNetworking":true}]}`,
+	"fault injection": `{"family":"chaos","networkMode":"host","enableFaultInjection":true,"containerDefinitions":[
+	 {"name":"app","image":"busybox","memory":16}]}`,
 	"execution role": `{"family":"ecr","executionRoleArn":"arn:aws:iam::012345678901:role/exec","containerDefinitions":[
 	 {"name":"app","image":"012345678901.dkr.ecr.us-east-1.amazonaws.com/app:1","memory":16,
 	  "logConfiguration":{"logDriver":"awslogs","options":{"awslogs-group":"app","awslogs-region":"us-east-1"}}},

@@ -205,6 +205,8 @@ func Definition(t *acswire.Task) (*taskdef.Definition, error) {
 		Memory:      taskdef.MiB(t.Memory),
 		PidMode:     t.PidMode,
 		IpcMode:     t.IpcMode,
+
+		EnableFaultInjection: t.EnableFaultInjection,
 	}
 	if rc := t.RoleCredentials; rc != nil {
 		def.TaskRoleArn = rc.RoleArn
@@ -240,9 +242,6 @@ func Definition(t *acswire.Task) (*taskdef.Definition, error) {
 		if !emptyJSON(f.raw) && len(f.raw) > 0 {
 			errs.add(f.name, "%s", f.why)
 		}
-	}
-	if t.EnableFaultInjection {
-		errs.add("enableFaultInjection", "fault injection is not supported by Berth yet")
 	}
 	for i, v := range t.Volumes {
 		p := fmt.Sprintf("volumes[%d]", i)

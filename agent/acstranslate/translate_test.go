@@ -346,8 +346,10 @@ func TestTranslateRejects(t *testing.T) {
 		{"managed agent twice", func(t *acswire.Task) {
 			t.Containers[0].ManagedAgents = []acswire.ManagedAgent{{Name: "ExecuteCommandAgent"}, {Name: "ExecuteCommandAgent"}}
 		}, `containerDefinitions[0].managedAgents[1].name: managed agent "ExecuteCommandAgent" given twice`},
-		{"fault injection", func(t *acswire.Task) { t.EnableFaultInjection = true },
-			"enableFaultInjection: fault injection is not supported by Berth yet"},
+		{"fault injection in bridge mode", func(t *acswire.Task) { t.EnableFaultInjection = true },
+			"enableFaultInjection: only allowed with networkMode awsvpc or host, not bridge"},
+		{"fault injection in none mode", func(t *acswire.Task) { t.EnableFaultInjection, t.NetworkMode = true, "none" },
+			"enableFaultInjection: only allowed with networkMode awsvpc or host, not none"},
 		{"App Mesh", func(t *acswire.Task) { t.ProxyConfiguration = json.RawMessage(`{"type":"APPMESH"}`) },
 			"proxyConfiguration: App Mesh proxy configuration is not supported by Berth yet"},
 		{"Service Connect", func(t *acswire.Task) { t.Attachments = json.RawMessage(`[{"attachmentType":"serviceconnectdetail"}]`) },

@@ -33,6 +33,8 @@ func WireTask(m *task.Task) (*acswire.Task, error) {
 		IpcMode:       m.IpcMode,
 		LaunchType:    m.LaunchType,
 		ServiceName:   m.ServiceName,
+
+		EnableFaultInjection: m.EnableFaultInjection,
 	}
 	if m.RoleArn != "" {
 		out.RoleCredentials = &acswire.IAMRoleCredentials{RoleArn: m.RoleArn}

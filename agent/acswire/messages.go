@@ -73,13 +73,16 @@ type Task struct {
 	ServiceName              string                     `json:"serviceName,omitempty"`
 	TaskDefinitionAccountID  string                     `json:"taskDefinitionAccountId,omitempty"`
 
+	// EnableFaultInjection lets the task's containers inject network faults (the task endpoint's
+	// fault routes).
+	EnableFaultInjection bool `json:"enableFaultInjection,omitempty"`
+
 	// What Berth cannot do, kept raw so that a task asking for it is refused by name:
 	// elastic inference and GPU associations, App Mesh, Service Connect and EBS attachments,
-	// fault injection, trusted execution.
+	// trusted execution.
 	Associations                  json.RawMessage `json:"associations,omitempty"`
 	ProxyConfiguration            json.RawMessage `json:"proxyConfiguration,omitempty"`
 	Attachments                   json.RawMessage `json:"attachments,omitempty"`
-	EnableFaultInjection          bool            `json:"enableFaultInjection,omitempty"`
 	TrustedExecutionConfiguration json.RawMessage `json:"trustedExecutionConfiguration,omitempty"`
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/execagent"
+	"github.com/berth-agent/berth/agent/faultinject"
 	"github.com/berth-agent/berth/agent/hostnat"
 	"github.com/berth-agent/berth/agent/imagecleanup"
 	"github.com/berth-agent/berth/agent/imds"
@@ -105,7 +106,8 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	nat := newHostNAT(cfg, log)
 	// ECS Exec's managed agent; ecs.capability.execute-command is registered when its files are there.
 	execAgent := execagent.New(execagent.Config{DepsDir: cfg.ExecDepsDir, LogDir: cfg.ExecLogDir}, client, log.With("feature", "execute-command"))
-	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, creds, nat, execAgent, opts.Probe, log)
+	faults, faultInjection := newFaultInjection(ctx, log)
+	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, creds, nat, execAgent, faults, opts.Probe, log)
 	if err != nil {
 		return err
 	}
@@ -129,7 +131,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 		Runtime: func(ctx context.Context) error { _, err := client.Version(ctx); return err }, Logger: log.With("component", "telemetry")})
 	cp, ecs, ec2, err := newControlPlane(ctx, cfg, plan, resources, dockerVersion, eng, execAgent, store, credentials, imdsClient,
 		controlplane.TelemetryConfig{Source: tel, DisableMetrics: cfg.MetricsDisabled, DisableHealth: cfg.DockerHealthCheckDisabled},
-		opts.Probe, log)
+		faultInjection, opts.Probe, log)
 	if err != nil {
 		return err
 	}
@@ -158,7 +160,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	defer stopEngine()
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := servers.serve(gctx, g, eng, stats, tel, m, cp, ecs, creds, ec2, nat, cfg); err != nil {
+	if err := servers.serve(gctx, g, eng, stats, tel, m, cp, ecs, creds, ec2, nat, faults, cfg); err != nil {
 		return err
 	}
 	g.Go(func() error { nat.Run(gctx); return nil })
@@ -232,7 +234,7 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 // support (without it the engine refuses awsvpc tasks, saying how to enable them).
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
 	m *prommetrics.Metrics, roles *rolecreds.Provider, creds *taskcreds.Chain, nat *hostnat.Keeper,
-	execAgent *execagent.Feature, probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
+	execAgent *execagent.Feature, faults *faultinject.Injector, probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
 	resources, err := engine.HostResources(engine.HostMeminfo, cfg.ReservedMemoryMiB, cfg.ReservedPorts, cfg.ReservedPortsUDP)
 	if err != nil {
 		return nil, resources, err
@@ -276,7 +278,7 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource, Images: client,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
 			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: func() string { return state.InstanceARN(ctx, store, cfg.Cluster) }},
-		Features: []engine.Feature{execAgent}},
+		Features: []engine.Feature{execAgent, faults}},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
 		auth, store, log)
 	m.CountTasks(eng.Tasks)
@@ -295,7 +297,7 @@ type ec2Instance struct {
 // ECS API client it uses.
 func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, resources engine.Resources, docker dockerclient.VersionInfo,
 	eng *engine.Engine, execAgent *execagent.Feature, store state.Store, credentials *taskcreds.Store, imdsClient *imds.Client,
-	tel controlplane.TelemetryConfig, probe engine.Probe, log *logger.Logger) (*controlplane.ControlPlane, *ecsclient.Client, ec2Instance, error) {
+	tel controlplane.TelemetryConfig, faultInjection bool, probe engine.Probe, log *logger.Logger) (*controlplane.ControlPlane, *ecsclient.Client, ec2Instance, error) {
 	var ec2 ec2Instance
 	ecs, creds, region, err := NewECSClient(ctx, cfg, log)
 	if err != nil {
@@ -309,6 +311,7 @@ func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, res
 	} else {
 		reg.ExecuteCommand = true
 	}
+	reg.FaultInjection = faultInjection
 	if plan.onEC2 {
 		ec2.Identity = controlplane.AddEC2Identity(ctx, imdsClient, &reg, log)
 		if cfg.ContainerInstancePropagateTagsFrom == config.PropagateTagsEC2Instance {

@@ -18,6 +18,7 @@ import (
 	"github.com/berth-agent/berth/agent/ecsclient"
 	"github.com/berth-agent/berth/agent/ecscni"
 	"github.com/berth-agent/berth/agent/engine"
+	"github.com/berth-agent/berth/agent/faultinject"
 	"github.com/berth-agent/berth/agent/hostnat"
 	"github.com/berth-agent/berth/agent/introspection"
 	"github.com/berth-agent/berth/agent/localauth"
@@ -107,13 +108,14 @@ func listen(cfg *config.Config, embedded bool, log *logger.Logger) (*servers, er
 // serve serves every listener in g until ctx ends.
 func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engine, stats *dockerstats.Cache, tel *taskmetrics.Source,
 	m *prommetrics.Metrics, cp *controlplane.ControlPlane, ecs *ecsclient.Client, creds *taskcreds.Chain, ec2 ec2Instance, nat *hostnat.Keeper,
-	cfg *config.Config) error {
+	faults *faultinject.Injector, cfg *config.Config) error {
 	endpoint, err := taskendpoint.New(taskendpoint.Config{Instance: endpointInstance(cfg, ec2),
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
 		Tasks:     eng, Credentials: creds, CredentialsTasks: eng, BindCredentials: cfg.TaskCredentialsBindToTask,
 		Stats: stats, Tags: ecs, InstanceARN: instanceARN(cp),
 		Logger:               s.log.With("component", "task_endpoint"),
-		LogDriverCredentials: tasksecrets.LogDriverCredentials{Engine: eng, Creds: creds}})
+		LogDriverCredentials: tasksecrets.LogDriverCredentials{Engine: eng, Creds: creds},
+		Faults:               faults})
 	if err != nil {
 		return fmt.Errorf("task endpoint: %w", err)
 	}

@@ -71,7 +71,8 @@ func TestCapabilityTable(t *testing.T) {
 			"logentries", "sumologic", "awsfirelens", "none"},
 		TaskENI: true, BlockIMDS: true, CNIPluginVersion: "v1.10.0", Privileged: true, TaskCPUMemLimit: true,
 		SELinux: true, AppArmor: true, PIDIPCSharing: true, AWSLogsExecutionRole: true, TaskIAMRole: true,
-		TaskIAMRoleNetworkHost: true, ExecuteCommand: true}
+		TaskIAMRoleNetworkHost: true, ExecuteCommand: true,
+		FaultInjection: true}
 	computed := map[string]bool{}
 	for _, external := range []bool{false, true} {
 		r := everything
@@ -98,5 +99,29 @@ func TestCapabilityTable(t *testing.T) {
 		if _, ok := rows[name]; !ok {
 			t.Errorf("%s is computed but has no row in docs/parity/ECS-API.md", name)
 		}
+	}
+}
+
+// TestFaultInjectionCapability: ecs.capability.fault-injection goes with a host that has what the
+// faults need, and never with ECS_EXTERNAL, as the ECS agent decides (appendFaultInjectionCapabilities).
+func TestFaultInjectionCapability(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		faults, external  bool
+		wantAdvertisement bool
+	}{
+		{"host has the tools", true, false, true},
+		{"host lacks them", false, false, false},
+		{"external", true, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			attrs, err := Attributes(Registration{DockerAPIVersion: "1.44", FaultInjection: tc.faults, External: tc.external}, "amd64")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := attrs["ecs.capability.fault-injection"]; ok != tc.wantAdvertisement {
+				t.Errorf("ecs.capability.fault-injection advertised: %v, want %v", ok, tc.wantAdvertisement)
+			}
+		})
 	}
 }

@@ -52,6 +52,7 @@ const (
 	AttrECREndpoint           = "ecs.capability.ecr-endpoint"
 	AttrExternal              = "ecs.capability.external"
 	AttrExecuteCommand        = "ecs.capability.execute-command"
+	AttrFaultInjection        = "ecs.capability.fault-injection"
 	AttrOSType                = "ecs.os-type"
 	AttrOSFamily              = "ecs.os-family"
 	AttrOSTypeDetailed        = "ecs.os-type-detailed"
@@ -139,6 +140,9 @@ type Registration struct {
 	AWSLogsExecutionRole bool
 	// HealthCheckDisabled leaves out container-health-check (ECS_DISABLE_DOCKER_HEALTH_CHECK).
 	HealthCheckDisabled bool
+	// FaultInjection registers fault-injection (not with External, as the ECS agent): the host has
+	// iptables, tc and netem, which tasks' network faults need.
+	FaultInjection bool
 	// TaskIAMRole and TaskIAMRoleNetworkHost register the task-iam-role capabilities: containers get
 	// their task role's credentials (of host-network tasks too, for the second).
 	TaskIAMRole, TaskIAMRoleNetworkHost bool
@@ -294,6 +298,7 @@ func Attributes(r Registration, goarch string) (map[string]string, error) {
 		}
 		set(r.BlockIMDS, AttrTaskENIBlockIMDS)
 	}
+	set(r.FaultInjection && !r.External, AttrFaultInjection)
 	if r.External {
 		attrs[AttrExternal] = ""
 		// On EC2 ECS reads the architecture from the instance identity document.

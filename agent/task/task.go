@@ -335,6 +335,11 @@ type Task struct {
 	// EXTERNAL), as the control plane said (ACS serviceName, launchType); empty when it said nothing.
 	ServiceName string `json:"serviceName,omitempty"`
 	LaunchType  string `json:"launchType,omitempty"`
+
+	// EnableFaultInjection lets the task's containers inject network faults into its own network
+	// through the task endpoint's fault routes (the definition's enableFaultInjection; awsvpc and
+	// host network modes only).
+	EnableFaultInjection bool `json:"enableFaultInjection,omitempty"`
 }
 
 // Clone returns a copy of the task that shares nothing mutable with it: the task and each container

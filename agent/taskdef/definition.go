@@ -36,6 +36,9 @@ type Definition struct {
 	Memory           MiB              `json:"memory,omitempty"`
 	PidMode          string           `json:"pidMode,omitempty"` // host or task
 	IpcMode          string           `json:"ipcMode,omitempty"` // host, task or none
+	// EnableFaultInjection lets the task's containers inject network faults (awsvpc and host
+	// network modes only).
+	EnableFaultInjection bool `json:"enableFaultInjection,omitempty"`
 	// RequiresCompatibilities is kept for round trips and otherwise ignored.
 	RequiresCompatibilities []string              `json:"requiresCompatibilities,omitempty"`
 	Volumes                 []Volume              `json:"volumes,omitempty"`

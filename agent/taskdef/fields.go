@@ -70,7 +70,7 @@ var fieldTable = sync.OnceValue(func() []Field {
 	}
 	var f []Field
 	add := func(fs ...Field) { f = append(f, fs...) }
-	add(h("family", "revision", "taskRoleArn", "executionRoleArn", "networkMode", "cpu", "memory", "pidMode", "ipcMode")...)
+	add(h("family", "revision", "taskRoleArn", "executionRoleArn", "networkMode", "cpu", "memory", "pidMode", "ipcMode", "enableFaultInjection")...)
 	add(h("containerDefinitions", "volumes")...)
 	add(
 		Field{"requiresCompatibilities", Informational, "kept; Berth runs EC2 and EXTERNAL tasks alike"},
@@ -88,7 +88,6 @@ var fieldTable = sync.OnceValue(func() []Field {
 		Field{"ephemeralStorage", Refused, fargateOnly},
 		Field{"inferenceAccelerators", Refused, refusedGPU},
 		Field{"proxyConfiguration", Refused, "App Mesh proxy configuration is " + notYet},
-		Field{"enableFaultInjection", Refused, "fault injection is " + notYet},
 		Field{"trustedExecutionConfiguration", Refused, notYet},
 	)
 	add(h("volumes.name", "volumes.host", "volumes.host.sourcePath", "volumes.dockerVolumeConfiguration",

@@ -32,6 +32,8 @@ func (d *Definition) NewTask(arn string) *task.Task {
 
 		RoleArn:          d.TaskRoleArn,
 		ExecutionRoleArn: d.ExecutionRoleArn,
+
+		EnableFaultInjection: d.EnableFaultInjection,
 	}
 	for _, v := range d.Volumes {
 		t.Volumes = append(t.Volumes, newVolume(v))

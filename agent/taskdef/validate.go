@@ -212,6 +212,9 @@ func (v *validator) task() {
 	default:
 		v.fail("networkMode", "unknown network mode %q (want bridge, host, none or awsvpc)", d.NetworkMode)
 	}
+	if mode := cmp.Or(d.NetworkMode, task.NetworkBridge); d.EnableFaultInjection && mode != task.NetworkAWSVPC && mode != task.NetworkHost {
+		v.fail("enableFaultInjection", "only allowed with networkMode awsvpc or host, not %s", mode)
+	}
 	switch {
 	case d.CPU < 0:
 		v.fail("cpu", "%d is negative", d.CPU)

@@ -197,7 +197,8 @@ func (h *Handler) newTaskResponse(t *task.Task, s shape) taskResponse {
 		r.ServiceName = t.ServiceName
 		r.VPCID = h.instance.VPCID
 		r.AvailabilityZoneID = h.instance.AvailabilityZoneID
-		r.FaultInjectionEnabled = new(bool) // Berth refuses tasks that enable it
+		enabled := t.EnableFaultInjection
+		r.FaultInjectionEnabled = &enabled
 	}
 	return r
 }

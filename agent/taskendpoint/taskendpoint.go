@@ -15,6 +15,7 @@
 //	GET /v{3,4}/TOKEN/taskWithTags   the same, with the task's and the container instance's tags
 //	GET /v{3,4}/TOKEN/stats          Docker stats of the container
 //	GET /v{3,4}/TOKEN/task/stats     Docker stats of every container of its task, by Docker ID
+//	POST /api/TOKEN/fault/v1/...     fault injection in its task's network (fault.go)
 //
 // A path that is not clean (dot segments, doubled slashes) is redirected, 301, to its clean form. Any
 // other method than GET is answered 405, any other path 404. Every answer carries X-Rate-Limit-Limit and
@@ -147,6 +148,8 @@ type Config struct {
 	InstanceARN func() string
 	Logger      *logger.Logger  // nil: nothing is logged
 	Clock       clockwork.Clock // nil: the real clock; it drives the rate limiters
+	// Faults applies the fault-injection routes' faults (fault.go); nil: they answer 500.
+	Faults FaultInjector
 }
 
 // Handler answers the task endpoints. Build it with New; it is safe for concurrent use.
@@ -165,6 +168,9 @@ type Handler struct {
 	refused  *logger.Summary
 	limits   *limiter
 	limitHdr string
+
+	faults      FaultInjector
+	faultLimits *limiter
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -209,6 +215,9 @@ func New(cfg Config) (*Handler, error) {
 		refused:  logger.NewSummary(cfg.Logger, cfg.Clock, "task endpoint request refused; further refusals are counted, one line a minute", refusalInterval),
 		limits:   newLimiter(rl, cfg.Clock, maxLimiters),
 		limitHdr: fmt.Sprintf("%.2f", float64(rl.Steady)),
+
+		faults:      cfg.Faults,
+		faultLimits: newFaultLimiter(cfg.Clock),
 	}, nil
 }
 
@@ -294,6 +303,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u := url.URL{Path: clean, RawQuery: r.URL.RawQuery}
 		w.Header().Set("Location", u.String())
 		w.WriteHeader(http.StatusMovedPermanently)
+		return
+	}
+	if isFaultPath(r.URL.Path) {
+		h.serveFault(w, r)
 		return
 	}
 	if r.Method != http.MethodGet {

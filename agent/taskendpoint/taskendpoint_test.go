@@ -568,7 +568,7 @@ func TestMethodsAndPaths(t *testing.T) {
 	for _, p := range []string{"/", "/v1/metadata", "/v4", "/v4/tok-web/", "/v4/tok-web/tasks", "/v4/tok-web/task/", "/v5/tok-web",
 		"/v4/tok-web/task/stats/more", "/v1/credentials/x", "/api/tok-web", "/v4/tok-web/tasks/stats", "/v2/metadataWithTags/" + webID,
 		"/v3/tok-web/associations/elastic-inference", "/v4/tok-web/associations/gpu/0", "/api/tok-web/task-protection/v1/state",
-		"/api/tok-web/fault/v1/network-latency/status"} {
+		"/api/tok-web/fault/v1/network-latency/pause", "/api/tok-web/fault/v1/network-jitter/start"} {
 		t.Run(p, func(t *testing.T) {
 			rec := e.get(p, fromWeb)
 			assert.Equal(t, http.StatusNotFound, rec.Code)

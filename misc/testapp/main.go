@@ -48,6 +48,11 @@
 //	otel-ecs    [-timeout 10s]                 run OpenTelemetry's ECS resource detector (Go) against
 //	                                           $ECS_CONTAINER_METADATA_URI_V4 and print each attribute it
 //	                                           extracts as KEY=VALUE, sorted; exit 1 when it fails
+//	fault       -fault F -op O [-body JSON] [-want 200] [-timeout 10s]
+//	                                           POST JSON to the task's fault route F/O
+//	                                           ($ECS_AGENT_URI/fault/v1/F/O, derived from
+//	                                           $ECS_CONTAINER_METADATA_URI_V4 when unset) and print
+//	                                           "STATUS BODY"; exit 1 unless the status is -want (0: any)
 //	help                                       print this usage on stdout and exit 0
 //
 // Signals: in sleep, http, env -stay, write -stay and listen, SIGTERM or SIGINT
@@ -109,6 +114,9 @@ modes:
   metadata    [-path task|stats|task/stats] [-timeout 5s]
                                             print $ECS_CONTAINER_METADATA_URI_V4[/P]; exit 1 unless 200
   otel-ecs    [-timeout 10s]                print what OpenTelemetry's ECS resource detector extracts
+  fault       -fault F -op O [-body JSON] [-want 200] [-timeout 10s]
+                                            POST to the task's fault route, print "STATUS BODY";
+                                            exit 1 unless the status is -want (0: any)
   help                                      print this usage
 
 Run "testapp <mode> -h" for a mode's flags.
@@ -136,6 +144,10 @@ type options struct {
 	MetaPath     string        // metadata -path
 	MiB          int           // alloc -mib
 	Lines        []printLine   // print -out and -err, in the order given
+	Fault        string        // fault -fault
+	Op           string        // fault -op
+	Body         string        // fault -body
+	Want         int           // fault -want; 0 is any status
 }
 
 // printLine is one line print writes: to stderr when Stderr, else to stdout.
@@ -251,6 +263,22 @@ var modeFlags = map[string]func(fs *flag.FlagSet, o *options) func() error{
 	"otel-ecs": func(fs *flag.FlagSet, o *options) func() error {
 		fs.DurationVar(&o.Timeout, "timeout", 10*time.Second, "time for the detector")
 		return func() error { return positive("-timeout", o.Timeout) }
+	},
+	"fault": func(fs *flag.FlagSet, o *options) func() error {
+		fs.StringVar(&o.Fault, "fault", "", "network-blackhole-port, network-latency or network-packet-loss")
+		fs.StringVar(&o.Op, "op", "", "start, stop or status")
+		fs.StringVar(&o.Body, "body", "", "the JSON request body")
+		fs.IntVar(&o.Want, "want", http.StatusOK, "the status to exit 0 on (0: any)")
+		fs.DurationVar(&o.Timeout, "timeout", 10*time.Second, "request timeout")
+		return func() error {
+			if err := required("-fault", o.Fault); err != nil {
+				return err
+			}
+			if err := required("-op", o.Op); err != nil {
+				return err
+			}
+			return positive("-timeout", o.Timeout)
+		}
 	},
 	"metadata": func(fs *flag.FlagSet, o *options) func() error {
 		fs.StringVar(&o.MetaPath, "path", "", "path below the endpoint: task, stats or task/stats (default: the container)")
@@ -474,6 +502,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		return 0
 	case "metadata":
 		if err := getMetadata(ctx, stdout, o.MetaPath, o.Timeout); err != nil {
+			return fail(err)
+		}
+		return 0
+	case "fault":
+		if err := postFault(ctx, stdout, o.Fault, o.Op, o.Body, o.Want, o.Timeout); err != nil {
 			return fail(err)
 		}
 		return 0
