@@ -150,6 +150,8 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 		"SubmitContainerStateChange":    op(s.submitContainerStateChange),
 		"SubmitAttachmentStateChanges":  op(s.submitAttachmentStateChanges),
 		"ListTagsForResource":           op(s.listTagsForResource),
+		"GetTaskProtection":             op(s.getTaskProtection),
+		"UpdateTaskProtection":          op(s.updateTaskProtection),
 	}
 	return s, nil
 }
