@@ -12,7 +12,7 @@ import (
 	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
-// TaskEndpointConfig tells containers where the task endpoint (credentials and metadata) is.
+// TaskEndpointConfig tells containers where the task endpoint (credentials, metadata and the agent API) is.
 type TaskEndpointConfig struct {
 	// URL is where containers reach the task endpoint, e.g. http://169.254.170.2. Empty: no variable is
 	// injected.
