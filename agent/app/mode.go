@@ -35,12 +35,17 @@ type modePlan struct {
 	// takesOverECSAgent: the container instance an Amazon ECS agent saved on this host becomes
 	// Berth's (ecs mode).
 	takesOverECSAgent bool
+	// agentSignsTaskCalls: the ECS calls the agent API makes for a task (task scale-in protection)
+	// are signed with the agent's own keys rather than the task role's credentials, which the
+	// embedded control plane cannot verify (local mode). The task is still named by the container's
+	// token, never by the request, and still needs its role's credentials.
+	agentSignsTaskCalls bool
 }
 
 // planOf decides the mode's plan from the configuration.
 func planOf(cfg *config.Config) modePlan {
 	if cfg.Mode == config.ModeLocal {
-		return modePlan{embedded: true, assumesRoles: true}
+		return modePlan{embedded: true, assumesRoles: true, agentSignsTaskCalls: true}
 	}
 	return modePlan{onEC2: !cfg.External, regionFromIMDS: cfg.AWSRegion == "", takesOverECSAgent: true}
 }

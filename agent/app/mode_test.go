@@ -8,8 +8,8 @@ import (
 	"github.com/berth-agent/berth/agent/config"
 )
 
-// TestPlanOf: what each mode decides. Local mode embeds the control plane, assumes task roles and
-// never asks the instance metadata service anything, not even with no region configured; ecs mode
+// TestPlanOf: what each mode decides. Local mode embeds the control plane, assumes task roles, signs
+// the agent API's calls for tasks with its own keys and never asks the instance metadata service anything, not even with no region configured; ecs mode
 // on EC2 reads a missing region from it and registers its EC2 identity; an external instance does
 // not.
 func TestPlanOf(t *testing.T) {
@@ -19,9 +19,9 @@ func TestPlanOf(t *testing.T) {
 		want modePlan
 	}{
 		{"local, no region", config.Config{Mode: config.ModeLocal},
-			modePlan{embedded: true, assumesRoles: true}},
+			modePlan{embedded: true, assumesRoles: true, agentSignsTaskCalls: true}},
 		{"local, region", config.Config{Mode: config.ModeLocal, AWSRegion: "eu-west-3"},
-			modePlan{embedded: true, assumesRoles: true}},
+			modePlan{embedded: true, assumesRoles: true, agentSignsTaskCalls: true}},
 		{"ecs on EC2, no region", config.Config{Mode: config.ModeECS},
 			modePlan{onEC2: true, regionFromIMDS: true, takesOverECSAgent: true}},
 		{"ecs on EC2, region", config.Config{Mode: config.ModeECS, AWSRegion: "eu-west-3"},

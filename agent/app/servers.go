@@ -113,6 +113,7 @@ func (s *servers) serve(ctx context.Context, g *errgroup.Group, eng *engine.Engi
 		RateLimit: taskendpoint.RateLimit{Steady: cfg.TaskMetadataRPS, Burst: cfg.TaskMetadataBurst},
 		Tasks:     eng, Credentials: creds, CredentialsTasks: eng, BindCredentials: cfg.TaskCredentialsBindToTask,
 		Stats: stats, Tags: ecs, InstanceARN: instanceARN(cp),
+		Protection:           taskProtection{ecs: ecs, agentSigns: planOf(cfg).agentSignsTaskCalls},
 		Logger:               s.log.With("component", "task_endpoint"),
 		LogDriverCredentials: tasksecrets.LogDriverCredentials{Engine: eng, Creds: creds},
 		Faults:               faults})

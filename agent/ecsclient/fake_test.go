@@ -24,6 +24,7 @@ type call struct {
 	Body      map[string]any
 	Raw       []byte
 	Auth      string
+	Token     string // X-Amz-Security-Token
 	UserAgent string
 }
 
@@ -74,7 +75,8 @@ func (f *fakeECS) serve(w http.ResponseWriter, r *http.Request) {
 			f.t.Errorf("%s: bad JSON body: %v", op, err)
 		}
 	}
-	c := call{Op: op, Body: body, Raw: raw, Auth: r.Header.Get("Authorization"), UserAgent: r.UserAgent()}
+	c := call{Op: op, Body: body, Raw: raw, Auth: r.Header.Get("Authorization"), Token: r.Header.Get("X-Amz-Security-Token"),
+		UserAgent: r.UserAgent()}
 
 	f.mu.Lock()
 	f.calls = append(f.calls, c)

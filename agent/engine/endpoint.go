@@ -12,7 +12,7 @@ import (
 	"github.com/berth-agent/berth/agent/taskcreds"
 )
 
-// TaskEndpointConfig tells containers where the task endpoint (credentials and metadata) is.
+// TaskEndpointConfig tells containers where the task endpoint (credentials, metadata and the agent API) is.
 type TaskEndpointConfig struct {
 	// URL is where containers reach the task endpoint, e.g. http://169.254.170.2. Empty: no variable is
 	// injected.
@@ -233,8 +233,8 @@ func (e *Engine) ByToken(token string) (*task.Task, string, bool) {
 }
 
 // endpointEnv returns the variables that tell a container where the task endpoint is, merged into
-// the definition's environment env: the metadata URIs for every container and, for a task with a
-// role, the credentials URI and region. The endpoint's variables replace the definition's of the same
+// the definition's environment env: the metadata URIs and the agent API's (ECS_AGENT_URI) for every
+// container and, for a task with a role, the credentials URI and region. The endpoint's variables replace the definition's of the same
 // name; the region only fills in.
 func endpointEnv(t *task.Task, c *task.Container, cfg TaskEndpointConfig, env []string) []string {
 	if cfg.URL == "" || c.Pause {
@@ -255,6 +255,9 @@ func endpointEnv(t *task.Task, c *task.Container, cfg TaskEndpointConfig, env []
 	if c.MetadataToken != "" {
 		set("ECS_CONTAINER_METADATA_URI", cfg.URL+"/v3/"+c.MetadataToken)
 		set("ECS_CONTAINER_METADATA_URI_V4", cfg.URL+"/v4/"+c.MetadataToken)
+		// The agent API (task scale-in protection), under the same token, as the ECS agent gives
+		// every task's containers (task.go, initializeContainersV1AgentAPIEndpoint).
+		set("ECS_AGENT_URI", cfg.URL+"/api/"+c.MetadataToken)
 	}
 	if !injectsCredentials(t, cfg) {
 		return env

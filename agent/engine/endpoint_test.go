@@ -73,7 +73,8 @@ func TestTaskEndpointIDsAndVariables(t *testing.T) {
 	h := newHarness(t, cfg)
 
 	tk := newTask("arn:aws:ecs:r:1:task/c/role", ctr("app", func(c *task.Container) {
-		c.Environment = []task.KeyValue{{Name: "AWS_REGION", Value: "us-east-2"}, {Name: "ECS_CONTAINER_METADATA_URI_V4", Value: "spoofed"}}
+		c.Environment = []task.KeyValue{{Name: "AWS_REGION", Value: "us-east-2"}, {Name: "ECS_CONTAINER_METADATA_URI_V4", Value: "spoofed"},
+			{Name: "ECS_AGENT_URI", Value: "spoofed"}}
 	}), ctr("side"))
 	tk.RoleArn = "arn:aws:iam::1:role/app"
 	h.add(tk)
@@ -110,6 +111,7 @@ func TestTaskEndpointIDsAndVariables(t *testing.T) {
 		c := running.Container(opts.Config.Labels[LabelContainerName])
 		assert.Equal(t, "http://169.254.170.2/v4/"+c.MetadataToken, env["ECS_CONTAINER_METADATA_URI_V4"], "the agent's value wins")
 		assert.Equal(t, "http://169.254.170.2/v3/"+c.MetadataToken, env["ECS_CONTAINER_METADATA_URI"])
+		assert.Equal(t, "http://169.254.170.2/api/"+c.MetadataToken, env["ECS_AGENT_URI"], "the agent API, by the container's own token; the agent's value wins")
 		assert.Equal(t, "/v2/credentials/"+running.CredentialsID, env["AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"])
 		assert.Equal(t, "eu-west-1", env["AWS_DEFAULT_REGION"])
 		if c.Name == "app" {
@@ -144,9 +146,10 @@ func TestEndpointEnv(t *testing.T) {
 
 	env := envOf(endpointEnv(withRole, c, cfg, nil))
 	assert.Equal(t, map[string]string{"ECS_CONTAINER_METADATA_URI": "http://169.254.170.2/v3/tok", "ECS_CONTAINER_METADATA_URI_V4": "http://169.254.170.2/v4/tok",
-		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/credentials/id", "AWS_REGION": "r", "AWS_DEFAULT_REGION": "r"}, env)
+		"ECS_AGENT_URI": "http://169.254.170.2/api/tok", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/credentials/id", "AWS_REGION": "r", "AWS_DEFAULT_REGION": "r"}, env)
 
 	env = envOf(endpointEnv(noRole, c, cfg, nil))
+	assert.Equal(t, "http://169.254.170.2/api/tok", env["ECS_AGENT_URI"], "a task without a role gets the agent API too (its answer is a 403)")
 	assert.NotContains(t, env, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
 	assert.NotContains(t, env, "AWS_REGION", "the region goes with credentials, as the ECS agent does")
 

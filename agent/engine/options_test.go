@@ -74,6 +74,7 @@ func TestCreateOptionsEveryOption(t *testing.T) {
 	assert.Equal(t, []string{"A=def", "F=file", "B=secret", "C=def", "S=secret",
 		"ECS_CONTAINER_METADATA_URI=http://169.254.170.2/v3/tok",
 		"ECS_CONTAINER_METADATA_URI_V4=http://169.254.170.2/v4/tok",
+		"ECS_AGENT_URI=http://169.254.170.2/api/tok",
 		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI=/v2/credentials/cid"}, conf.Env,
 		"file < definition < secret, each name once, then the task endpoint's variables")
 	assert.Equal(t, []string{"ecs-fam-3-app-111111111111:backend", "ecs-fam-3-app-111111111111:app"}, host.Links,

@@ -151,6 +151,8 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 		"SubmitAttachmentStateChanges":  op(s.submitAttachmentStateChanges),
 		"ListTagsForResource":           op(s.listTagsForResource),
 		"ExecuteCommand":                op(s.executeCommand),
+		"GetTaskProtection":             op(s.getTaskProtection),
+		"UpdateTaskProtection":          op(s.updateTaskProtection),
 	}
 	return s, nil
 }

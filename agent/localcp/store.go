@@ -12,7 +12,8 @@ package localcp
 //	taskdefs/
 //	  <family>/<%010d rev>   → taskDefRecord (keys sort by family, then revision)
 //	tasks/
-//	  <task ARN>             → taskRecord (its effective definition, overrides, statuses, containers)
+//	  <task ARN>             → taskRecord (its effective definition, overrides, statuses, containers,
+//	                           and until when it is protected from scale-in: protectedUntil)
 //	live/
 //	  <task ARN>             → "" for every task not STOPPED: what delivery, placement, the task
 //	                           counts and ListTasks of RUNNING or PENDING tasks read
@@ -152,6 +153,9 @@ type taskRecord struct {
 	ClientToken string `json:"clientToken,omitempty"`
 	// EnableExecuteCommand: RunTask asked for ECS Exec; every container gets its managed agent.
 	EnableExecuteCommand bool `json:"enableExecuteCommand,omitempty"`
+	// ProtectedUntil is when the task's scale-in protection lapses (UpdateTaskProtection); zero or
+	// past: not protected. Records written before it existed read as not protected.
+	ProtectedUntil time.Time `json:"protectedUntil,omitzero"`
 }
 
 // clientTokenRecord is what a RunTask or StartTask with a client token answered, to answer a retry.

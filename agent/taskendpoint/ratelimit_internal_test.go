@@ -70,6 +70,10 @@ func TestParse(t *testing.T) {
 		{"/v4/tok/", route{kind: notFound}},
 		{"/v4/tok/tasks", route{kind: notFound}},
 		{"/v44/tok", route{kind: notFound}},
+		{"/api/tok/task-protection/v1/state", route{kind: agentAPI, arg: "tok", sub: "task-protection/v1/state"}},
+		{"/api/tok/fault/v1/network-latency/start", route{kind: agentAPI, arg: "tok", sub: "fault/v1/network-latency/start"}},
+		{"/api/tok", route{kind: notFound}},
+		{"/api/", route{kind: notFound}},
 		{"", route{kind: notFound}},
 	}
 	for _, tt := range tests {
@@ -81,11 +85,18 @@ func TestParse(t *testing.T) {
 
 // FuzzParse checks that parse never panics and that what it returns is consistent with the path.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"/v4/a/task/stats", "/v3/", "/v2/metadata/x", "/v2/credentials/", "/v1/credentials", "/v4//stats"} {
+	for _, s := range []string{"/v4/a/task/stats", "/v3/", "/v2/metadata/x", "/v2/credentials/", "/v1/credentials", "/v4//stats",
+		"/api/a/task-protection/v1/state", "/api//"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, path string) {
 		r := parse(path)
+		if r.kind == agentAPI {
+			if r.version != 0 || path != "/api/"+r.arg+"/"+r.sub {
+				t.Fatalf("%q: agent API route %+v is not the path's", path, r)
+			}
+			return
+		}
 		if r.kind >= tokenContainer {
 			if r.version != 3 && r.version != 4 {
 				t.Fatalf("%q: token route with version %d", path, r.version)

@@ -1,6 +1,6 @@
 // Package taskendpoint is the HTTP handler of the endpoints a task's containers call: task role
-// credentials and task metadata v2, v3 and v4, with the paths, JSON shapes, status codes and error
-// bodies of the Amazon ECS agent. The agent serves it on 127.0.0.1:51679, which containers reach as
+// credentials, task metadata v2, v3 and v4, and the agent API (ECS_AGENT_URI: task scale-in
+// protection), with the paths, JSON shapes, status codes and error bodies of the Amazon ECS agent. The agent serves it on 127.0.0.1:51679, which containers reach as
 // 169.254.170.2:80 through a NAT redirect set up elsewhere.
 //
 //	GET /v1/credentials?id=ID        a task role's credentials (the older form)
@@ -15,12 +15,16 @@
 //	GET /v{3,4}/TOKEN/taskWithTags   the same, with the task's and the container instance's tags
 //	GET /v{3,4}/TOKEN/stats          Docker stats of the container
 //	GET /v{3,4}/TOKEN/task/stats     Docker stats of every container of its task, by Docker ID
-//	POST /api/TOKEN/fault/v1/...     fault injection in its task's network (fault.go)
+//	GET /api/TOKEN/task-protection/v1/state   its task's scale-in protection (ECS GetTaskProtection)
+//	PUT /api/TOKEN/task-protection/v1/state   {"ProtectionEnabled": bool, "ExpiresInMinutes": n}
+//	                                          (ECS UpdateTaskProtection, with the task role's credentials)
+//	POST /api/TOKEN/fault/v1/...              fault injection in its task's network (fault.go)
 //
-// A path that is not clean (dot segments, doubled slashes) is redirected, 301, to its clean form. Any
-// other method than GET is answered 405, any other path 404. Every answer carries X-Rate-Limit-Limit and
+// A path that is not clean (dot segments, doubled slashes) is redirected, 301, to its clean form. A
+// method a route does not serve (for all but the agent API's, any other than GET) is answered 405 with
+// the route's methods in Allow, any other path 404. Every answer carries X-Rate-Limit-Limit and
 // X-Rate-Limit-Duration; a caller over its rate (steady requests per second with a burst, the ECS
-// agent's ECS_TASK_METADATA_RPS_LIMIT) gets 429. v3 and v4 requests are counted per metadata token,
+// agent's ECS_TASK_METADATA_RPS_LIMIT) gets 429. v3, v4 and agent API requests are counted per metadata token,
 // credentials requests per credentials ID of a task the agent holds, and the others (v2, and requests
 // with a token or ID nobody holds) per source address: no caller can spend another's budget without
 // its token or ID. Refused requests are logged at most once a minute, with a count of the rest.
@@ -40,6 +44,7 @@
 //		Credentials: creds, // CredentialsSource; nil: no task has credentials
 //		Stats:       stats, // StatsSource; nil: stats requests fail
 //		Tags:        ecs,   // TagSource; nil: /taskWithTags shows no tags
+//		Protection:  protection, // ProtectionAPI; nil: the agent API is not served
 //		InstanceARN: cp.InstanceArn,
 //		Logger:      log,
 //	})
@@ -60,6 +65,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/jonboulle/clockwork"
@@ -143,6 +149,9 @@ type Config struct {
 	BindCredentials bool
 	Stats           StatsSource // nil: every stats request fails
 	Tags            TagSource   // nil: /taskWithTags shows no tags
+	// Protection calls ECS's task scale-in protection operations for the agent API, with the task's
+	// role credentials from Credentials. nil: /api/TOKEN/task-protection/v1/state is not served (404).
+	Protection ProtectionAPI
 	// InstanceARN returns the container instance's ARN, whose tags /taskWithTags shows; "" while the
 	// instance is not registered. nil: no instance tags.
 	InstanceARN func() string
@@ -163,6 +172,7 @@ type Handler struct {
 	isHost   func(netip.Addr) bool
 	stats    StatsSource
 	tags     TagSource
+	protect  ProtectionAPI
 	instARN  func() string
 	log      *logger.Logger
 	refused  *logger.Summary
@@ -210,6 +220,7 @@ func New(cfg Config) (*Handler, error) {
 		isHost:   cfg.HostAddress,
 		stats:    cfg.Stats,
 		tags:     cfg.Tags,
+		protect:  cfg.Protection,
 		instARN:  cfg.InstanceARN,
 		log:      cfg.Logger,
 		refused:  logger.NewSummary(cfg.Logger, cfg.Clock, "task endpoint request refused; further refusals are counted, one line a minute", refusalInterval),
@@ -238,13 +249,41 @@ const (
 	tokenTaskWithTags
 	tokenContainerStats
 	tokenTaskStats
+	agentAPI // /api/TOKEN/SUB: which route SUB is, Handler.agentAPIRoute says
 )
 
 // route is a parsed request path.
 type route struct {
 	kind    kind
-	version int    // 3 or 4 for the token kinds, 1 or 2 for credentials, 2 for the v2 metadata kinds
+	version int    // 3 or 4 for the v3 and v4 token kinds, 1 or 2 for credentials, 2 for the v2 metadata kinds
 	arg     string // the token, the credentials ID (v2), or the Docker ID (v2)
+	sub     string // agentAPI: what follows /api/TOKEN/
+}
+
+// agentAPIRoute is one route of the agent API, under /api/TOKEN/: the methods it serves and its
+// handler.
+type agentAPIRoute struct {
+	name    string // names the route in logs
+	methods []string
+	serve   func(h *Handler, w http.ResponseWriter, r *http.Request, req apiRequest)
+}
+
+// apiRequest is an agent API request as its route's handler is given it: the token of the path, the
+// rest of the path after /api/TOKEN/, and the task and container that hold the token (nil and "" when
+// none does: the handler answers that as its API does).
+type apiRequest struct {
+	token, sub string
+	task       *task.Task
+	container  string
+}
+
+// agentAPIRoute returns the route of the agent API path sub (what follows /api/TOKEN/), nil for none.
+func (h *Handler) agentAPIRoute(sub string) *agentAPIRoute {
+	switch {
+	case sub == "task-protection/v1/state" && h.protect != nil:
+		return &protectionRoute
+	}
+	return nil
 }
 
 // parse maps a path onto a route in one pass; it never fails, and what it does not know is notFound.
@@ -264,6 +303,13 @@ func parse(path string) route {
 		return route{kind: v2TaskStats, version: 2}
 	case strings.HasPrefix(path, "/v2/stats/"):
 		return route{kind: v2ContainerStats, version: 2, arg: path[len("/v2/stats/"):]}
+	}
+	if rest, ok := strings.CutPrefix(path, "/api/"); ok {
+		token, sub, hasSub := strings.Cut(rest, "/")
+		if !hasSub {
+			return route{kind: notFound}
+		}
+		return route{kind: agentAPI, arg: token, sub: sub}
 	}
 	var version int
 	var rest string
@@ -309,12 +355,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveFault(w, r)
 		return
 	}
-	if r.Method != http.MethodGet {
-		w.Header().Set("Allow", http.MethodGet)
+	rt := parse(r.URL.Path)
+	var api *agentAPIRoute
+	if rt.kind == agentAPI {
+		if api = h.agentAPIRoute(rt.sub); api == nil {
+			rt.kind = notFound
+		}
+	}
+	methods := []string{http.MethodGet}
+	if api != nil {
+		methods = api.methods
+	}
+	if !slices.Contains(methods, r.Method) {
+		w.Header().Set("Allow", strings.Join(methods, ", "))
 		http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
 		return
 	}
-	rt := parse(r.URL.Path)
 	if rt.kind == notFound {
 		http.NotFound(w, r)
 		return
@@ -345,9 +401,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			key = "credentials " + credsID
 		}
 	}
+	pathKind := rt.kind.String()
+	if api != nil {
+		pathKind = api.name
+	}
 	if !h.limits.allow(key) {
-		h.log.Debug("task endpoint request throttled", "path_kind", rt.kind.String(), "source", src.String())
-		h.refused.Note(refusedThrottled, "path_kind", rt.kind.String(), "source", src.String())
+		h.log.Debug("task endpoint request throttled", "path_kind", pathKind, "source", src.String())
+		h.refused.Note(refusedThrottled, "path_kind", pathKind, "source", src.String())
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusTooManyRequests)
 		_, _ = w.Write([]byte("You have reached maximum request limit."))
@@ -358,6 +418,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveCredentials(w, r, rt.version, credsID, tk, bind)
 	case v2Task, v2TaskWithTags, v2Container, v2TaskStats, v2ContainerStats:
 		h.serveV2(w, r, rt, src, srcOK)
+	case agentAPI:
+		req := apiRequest{token: rt.arg, sub: rt.sub}
+		if found {
+			req.task, req.container = tk, container
+		}
+		api.serve(h, w, r, req)
 	default:
 		h.serveToken(w, r, rt, tk, container, found)
 	}
@@ -378,6 +444,8 @@ func (k kind) String() string {
 		return "container_stats"
 	case tokenTaskWithTags, v2TaskWithTags:
 		return "task_with_tags"
+	case agentAPI:
+		return "agent_api"
 	}
 	return "not_found"
 }

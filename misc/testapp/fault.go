@@ -10,22 +10,15 @@ import (
 	"time"
 )
 
-// agentURIEnv is the agent API's base URL in a task (http://169.254.170.2/api/TOKEN), where the
-// agent sets it; without it the fault mode derives the same from the metadata URI.
+// agentURIEnv is the agent API's base URL in a task (http://169.254.170.2/api/TOKEN), which the
+// agent sets in every container.
 const agentURIEnv = "ECS_AGENT_URI"
 
-// faultURL returns the URL of a fault route for the container's task:
-// ${ECS_AGENT_URI}/fault/v1/FAULT/OP, ECS_AGENT_URI being http://HOST/api/TOKEN, derived from
-// ECS_CONTAINER_METADATA_URI_V4 (http://HOST/v4/TOKEN) when not set.
+// faultURL returns the URL of a fault route for the container's task: ${ECS_AGENT_URI}/fault/v1/FAULT/OP.
 func faultURL(fault, op string) (string, error) {
 	base := strings.TrimRight(os.Getenv(agentURIEnv), "/")
 	if base == "" {
-		md := strings.TrimRight(os.Getenv(metadataEnv), "/")
-		host, token, ok := strings.Cut(md, "/v4/")
-		if !ok || token == "" || strings.Contains(token, "/") {
-			return "", fmt.Errorf("neither %s nor a %s of the form http://HOST/v4/TOKEN is set (not in an ECS task?)", agentURIEnv, metadataEnv)
-		}
-		base = host + "/api/" + token
+		return "", fmt.Errorf("%s is not set (not in an ECS task?)", agentURIEnv)
 	}
 	return base + "/fault/v1/" + fault + "/" + op, nil
 }

@@ -24,8 +24,7 @@ func TestFaultMode(t *testing.T) {
 		_, _ = w.Write([]byte(`{"Status":"running"}`))
 	}))
 	defer srv.Close()
-	t.Setenv(agentURIEnv, "")
-	t.Setenv(metadataEnv, srv.URL+"/v4/tok1")
+	t.Setenv(agentURIEnv, srv.URL+"/api/tok1")
 
 	var stdout, stderr bytes.Buffer
 	if code := mainExit([]string{"fault", "-fault", "network-blackhole-port", "-op", "status", "-body", `{"Port":80}`}, &stdout, &stderr); code != 0 ||
@@ -51,7 +50,6 @@ func TestFaultMode(t *testing.T) {
 		t.Errorf("requests = %q, want %q", got, want)
 	}
 	t.Setenv(agentURIEnv, "")
-	t.Setenv(metadataEnv, "")
 	stderr.Reset()
 	if code := mainExit([]string{"fault", "-fault", "x", "-op", "start"}, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), agentURIEnv) {
 		t.Errorf("outside a task: exit %d, stderr %q", code, stderr.String())

@@ -45,6 +45,9 @@
 //	metadata    [-path P] [-timeout 5s]        GET $ECS_CONTAINER_METADATA_URI_V4, or P below it (task,
 //	                                           stats, task/stats), and print the body; exit 1 (status and
 //	                                           body on stderr) unless it answers 200
+//	protection  [-put JSON] [-timeout 5s]      GET $ECS_AGENT_URI/task-protection/v1/state (PUT JSON to it
+//	                                           with -put) and print status=CODE and the body; exit 1
+//	                                           unless it answers 200
 //	otel-ecs    [-timeout 10s]                 run OpenTelemetry's ECS resource detector (Go) against
 //	                                           $ECS_CONTAINER_METADATA_URI_V4 and print each attribute it
 //	                                           extracts as KEY=VALUE, sorted; exit 1 when it fails
@@ -113,6 +116,8 @@ modes:
                                             sts:GetCallerIdentity's Account and Arn; exit 1 on failure
   metadata    [-path task|stats|task/stats] [-timeout 5s]
                                             print $ECS_CONTAINER_METADATA_URI_V4[/P]; exit 1 unless 200
+  protection  [-put JSON] [-timeout 5s]     print status= and the body of $ECS_AGENT_URI's task protection
+                                            state (PUT JSON with -put); exit 1 unless 200
   otel-ecs    [-timeout 10s]                print what OpenTelemetry's ECS resource detector extracts
   fault       -fault F -op O [-body JSON] [-want 200] [-timeout 10s]
                                             POST to the task's fault route, print "STATUS BODY";
@@ -142,6 +147,7 @@ type options struct {
 	Msg          string        // listen -msg; "" is "testapp host=<hostname>"
 	CredsOnly    bool          // aws-identity -creds-only
 	MetaPath     string        // metadata -path
+	Put          string        // protection -put
 	MiB          int           // alloc -mib
 	Lines        []printLine   // print -out and -err, in the order given
 	Fault        string        // fault -fault
@@ -282,6 +288,11 @@ var modeFlags = map[string]func(fs *flag.FlagSet, o *options) func() error{
 	},
 	"metadata": func(fs *flag.FlagSet, o *options) func() error {
 		fs.StringVar(&o.MetaPath, "path", "", "path below the endpoint: task, stats or task/stats (default: the container)")
+		fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "request timeout")
+		return func() error { return positive("-timeout", o.Timeout) }
+	},
+	"protection": func(fs *flag.FlagSet, o *options) func() error {
+		fs.StringVar(&o.Put, "put", "", "PUT this JSON body instead of a GET")
 		fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "request timeout")
 		return func() error { return positive("-timeout", o.Timeout) }
 	},
@@ -507,6 +518,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		return 0
 	case "fault":
 		if err := postFault(ctx, stdout, o.Fault, o.Op, o.Body, o.Want, o.Timeout); err != nil {
+			return fail(err)
+		}
+		return 0
+	case "protection":
+		if err := taskProtection(ctx, stdout, o.Put, o.Timeout); err != nil {
 			return fail(err)
 		}
 		return 0
