@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // The files of the SSM agent under the dependencies directory, as the ECS agent finds them
@@ -38,9 +39,11 @@ type Binaries struct {
 
 // Discover returns the newest complete version of the SSM agent under depsDir: the highest version
 // directory of bin/ (names of dot-separated numbers; others are skipped) whose required binaries are
-// all regular, executable files, with the CA bundle present as a regular file. When none is complete
+// all regular, executable files, with the CA bundle present as a regular file; every one of those
+// files owned by the agent's own user (root) and writable by nobody else, as what the agent runs as
+// root in containers must be root's alone. When none is complete
 // the error wraps ErrIncomplete and names the first missing or unusable file of the newest version
-// (or the bin directory, or the CA bundle). It reads only directory entries and file modes.
+// (or the bin directory, or the CA bundle). It reads only directory entries, file modes and owners.
 func Discover(depsDir string) (Binaries, error) {
 	cert := filepath.Join(depsDir, CertFile)
 	if err := usable(cert, false); err != nil {
@@ -91,7 +94,8 @@ func completeDir(dir string) error {
 }
 
 // usable checks that path is a regular file (following symbolic links), executable by its owner
-// when exec is set. The error names the path.
+// when exec is set, owned by the agent's user and not writable by group or others. The error names
+// the path.
 func usable(path string, exec bool) error {
 	fi, err := os.Stat(path)
 	switch {
@@ -103,6 +107,11 @@ func usable(path string, exec bool) error {
 		return fmt.Errorf("%s: not a regular file", path)
 	case exec && fi.Mode().Perm()&0o100 == 0:
 		return fmt.Errorf("%s: not executable", path)
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("%s: writable by group or others (chmod go-w)", path)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s: owned by uid %d, not by the agent's user (chown root)", path, st.Uid)
 	}
 	return nil
 }

@@ -48,6 +48,10 @@ func TestDiscoverNewestCompleteVersion(t *testing.T) {
 func TestDiscoverNamesTheBrokenFile(t *testing.T) {
 	notExec := makeDeps(t, false, map[string][]string{"3.1.0.0": nil})
 	require.NoError(t, os.Chmod(filepath.Join(notExec, "bin", "3.1.0.0", "ssm-agent-worker"), 0o600))
+	groupWritable := makeDeps(t, false, map[string][]string{"3.1.0.0": nil})
+	require.NoError(t, os.Chmod(filepath.Join(groupWritable, "bin", "3.1.0.0", "amazon-ssm-agent"), 0o770))
+	worldWritableCA := makeDeps(t, false, map[string][]string{"3.1.0.0": nil})
+	require.NoError(t, os.Chmod(filepath.Join(worldWritableCA, "certs", "tls-ca-bundle.pem"), 0o606))
 	dirAsFile := makeDeps(t, false, map[string][]string{"3.1.0.0": {"amazon-ssm-agent", "ssm-agent-worker"}})
 	require.NoError(t, os.Mkdir(filepath.Join(dirAsFile, "bin", "3.1.0.0", "ssm-session-worker"), 0o700))
 	for _, tt := range []struct {
@@ -57,6 +61,8 @@ func TestDiscoverNamesTheBrokenFile(t *testing.T) {
 			"bin/3.1.0.0/ssm-session-worker: missing"},
 		{"not executable", notExec, "bin/3.1.0.0/ssm-agent-worker: not executable"},
 		{"a directory", dirAsFile, "bin/3.1.0.0/ssm-session-worker: not a regular file"},
+		{"group-writable binary", groupWritable, "bin/3.1.0.0/amazon-ssm-agent: writable by group or others"},
+		{"world-writable CA bundle", worldWritableCA, "certs/tls-ca-bundle.pem: writable by group or others"},
 		{"no CA bundle", makeDeps(t, true, map[string][]string{"3.1.0.0": nil}), "certs/tls-ca-bundle.pem: missing"},
 		{"no version", makeDeps(t, false, map[string][]string{"x": nil}), "holds no version directory"},
 		{"no bin", makeDeps(t, false, nil), "bin: no such file or directory"},
