@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/berth-agent/berth/agent/boltcheck/boltchecktest"
 	"github.com/berth-agent/berth/agent/localauth"
@@ -122,4 +124,35 @@ func call(srv *Server, op, body string) (map[string]any, error) {
 		return nil, fmt.Errorf("%s: %d %s", op, rec.Code, rec.Body.String())
 	}
 	return out, nil
+}
+
+// TestDamagedClusterRecordIsRewritten: a cluster record that does not decode (as the sweep's random
+// flips make one now and then) neither stops New nor fails the calls naming the cluster: the
+// default cluster is written anew at open, another is served as new.
+func TestDamagedClusterRecordIsRewritten(t *testing.T) {
+	h := newHarness(t)
+	h.ok("CreateCluster", `{"clusterName":"other"}`)
+	h.ok("RegisterTaskDefinition", sleepDef)
+	require.NoError(t, h.srv.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketClusters)
+		if err := b.Put([]byte(DefaultCluster), []byte(`{"name":"default","arn":"arn:aws:ecs:local:0`)); err != nil {
+			return err
+		}
+		return b.Put([]byte("other"), []byte(`{"name":"other",}`))
+	}))
+	h.restart()
+
+	out := h.ok("DescribeClusters", `{"clusters":["default","other"]}`)
+	require.Len(t, out["clusters"], 2, "%v", out)
+	for i, name := range []string{"default", "other"} {
+		assert.Equal(t, name, at(t, out, "clusters", i, "clusterName"))
+		assert.Equal(t, "ACTIVE", at(t, out, "clusters", i, "status"))
+	}
+	h.ok("RunTask", `{"taskDefinition":"sleep"}`)
+	h.ok("RunTask", `{"cluster":"other","taskDefinition":"sleep"}`)
+	require.NoError(t, h.srv.db.View(func(tx *bolt.Tx) error {
+		var rec clusterRecord
+		assert.NoError(t, json.Unmarshal(tx.Bucket(bucketClusters).Get([]byte(DefaultCluster)), &rec), "the default cluster's record is rewritten at open")
+		return nil
+	}))
 }

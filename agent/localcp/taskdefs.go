@@ -25,35 +25,60 @@ type describeClustersRequest struct {
 	Clusters []string `json:"clusters"`
 }
 
-// ensureCluster returns the named cluster, creating it when absent.
+// ensureCluster returns the named cluster, creating it when absent. A record that does not decode
+// (a damaged file) is logged and written anew, so a damaged cluster never stops the control plane.
 func (s *Server) ensureCluster(tx *bolt.Tx, name string) (*clusterRecord, error) {
-	rec := &clusterRecord{}
-	err := get(tx, bucketClusters, name, rec)
-	if err == nil {
+	rec, err := s.clusterAt(tx, name)
+	switch {
+	case err == nil:
 		return rec, nil
-	}
-	if !errors.Is(err, errNoRecord) {
+	case errors.Is(err, errNoRecord):
+		s.log.Info("cluster created", "cluster", name)
+	case errors.Is(err, errBadRecord):
+		s.log.Info("cluster record rewritten", "cluster", name)
+	default:
 		return nil, err
 	}
-	rec = &clusterRecord{Name: name, Arn: s.clusterArn(name), Status: "ACTIVE", CreatedAt: s.clock.Now()}
+	rec = s.newCluster(name)
 	if err := put(tx, bucketClusters, name, rec); err != nil {
 		return nil, err
 	}
-	s.log.Info("cluster created", "cluster", name)
 	return rec, nil
 }
 
 // cluster returns the cluster named by a name or ARN ("" is the default cluster), or a
-// ClusterNotFoundException.
+// ClusterNotFoundException. A record that does not decode stands for the cluster it is the record
+// of: the cluster is logged and served as new until ensureCluster rewrites it.
 func (s *Server) cluster(tx *bolt.Tx, nameOrArn string) (*clusterRecord, error) {
-	rec := &clusterRecord{}
-	if err := get(tx, bucketClusters, clusterName(nameOrArn), rec); err != nil {
-		if errors.Is(err, errNoRecord) {
-			return nil, clusterNotFound()
-		}
-		return nil, err
+	name := clusterName(nameOrArn)
+	rec, err := s.clusterAt(tx, name)
+	switch {
+	case errors.Is(err, errNoRecord):
+		return nil, clusterNotFound()
+	case errors.Is(err, errBadRecord):
+		return s.newCluster(name), nil
 	}
-	return rec, nil
+	return rec, err
+}
+
+// errBadRecord is clusterAt's error for a record that does not decode.
+var errBadRecord = errors.New("record does not decode")
+
+// clusterAt reads the cluster record of name: errNoRecord when there is none, errBadRecord (logged)
+// when it does not decode.
+func (s *Server) clusterAt(tx *bolt.Tx, name string) (*clusterRecord, error) {
+	rec := &clusterRecord{}
+	err := get(tx, bucketClusters, name, rec)
+	if err != nil && !errors.Is(err, errNoRecord) {
+		s.badRecord(string(bucketClusters)+"/"+name, err)
+		return nil, fmt.Errorf("%w: %w", errBadRecord, err)
+	}
+	return rec, err
+}
+
+// newCluster is a new ACTIVE cluster's record.
+func (s *Server) newCluster(name string) *clusterRecord {
+	return &clusterRecord{Name: name, Arn: s.clusterArn(name), Status: "ACTIVE", CreatedAt: s.clock.Now()}
 }
 
 func validName(s string) bool {
