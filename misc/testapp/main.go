@@ -638,11 +638,18 @@ func serveHTTP(ctx context.Context, o options, stdout io.Writer) error {
 	return nil
 }
 
+// writeFile writes content to path, making its directories.
 func writeFile(path, content string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(content), 0o644)
+	// Written aside and renamed over path, so that a reader polling for path never reads it empty
+	// or half-written.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // readWhenPresent polls for path every poll until it can be read and holds until
