@@ -283,3 +283,34 @@ func TestRunTaskEnableExecuteCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestManagedAgentStatesShownByDescribeTasks: DescribeTasks shows each container's ECS Exec agent as
+// ECS does: PENDING from RunTask, then the status and reason of the agent's task state changes, with
+// lastStartedAt when it was reported RUNNING; reports of agents or containers the task does not
+// have change nothing.
+func TestManagedAgentStatesShownByDescribeTasks(t *testing.T) {
+	h := newHarness(t)
+	registerInstance(t, h)
+	h.ok("RegisterTaskDefinition", webRequest(t))
+	arn := at(t, h.ok("RunTask", `{"taskDefinition":"web","enableExecuteCommand":true}`), "tasks", 0, "taskArn").(string)
+	agents := func() any {
+		return at(t, h.ok("DescribeTasks", `{"tasks":["`+arn+`"]}`), "tasks", 0, "containers", 0, "managedAgents")
+	}
+	assert.Equal(t, []any{map[string]any{"name": "ExecuteCommandAgent", "lastStatus": "PENDING"}}, agents())
+
+	started := h.clock.Now()
+	h.ok("SubmitTaskStateChange", mustJSON(map[string]any{"task": arn, "status": "RUNNING", "managedAgents": []any{
+		map[string]any{"containerName": "web", "managedAgentName": "ExecuteCommandAgent", "status": "RUNNING"},
+		map[string]any{"containerName": "web", "managedAgentName": "SomeOtherAgent", "status": "RUNNING"},
+		map[string]any{"containerName": "nobody", "managedAgentName": "ExecuteCommandAgent", "status": "RUNNING"},
+	}}))
+	assert.Equal(t, []any{map[string]any{"name": "ExecuteCommandAgent", "lastStatus": "RUNNING",
+		"lastStartedAt": float64(started.Unix())}}, agents())
+
+	h.clock.Advance(time.Minute)
+	h.ok("SubmitTaskStateChange", mustJSON(map[string]any{"task": arn, "status": "RUNNING", "managedAgents": []any{
+		map[string]any{"containerName": "web", "managedAgentName": "ExecuteCommandAgent", "status": "STOPPED", "reason": "gave up"},
+	}}))
+	assert.Equal(t, []any{map[string]any{"name": "ExecuteCommandAgent", "lastStatus": "STOPPED", "reason": "gave up",
+		"lastStartedAt": float64(started.Unix())}}, agents())
+}

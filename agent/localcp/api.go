@@ -251,18 +251,27 @@ type clusterOut struct {
 }
 
 type containerOut struct {
-	ContainerArn    string           `json:"containerArn"`
-	TaskArn         string           `json:"taskArn"`
-	Name            string           `json:"name"`
-	Image           string           `json:"image,omitempty"`
-	ImageDigest     string           `json:"imageDigest,omitempty"`
-	RuntimeID       string           `json:"runtimeId,omitempty"`
-	LastStatus      string           `json:"lastStatus"`
-	ExitCode        *int             `json:"exitCode,omitempty"`
-	Reason          string           `json:"reason,omitempty"`
-	NetworkBindings []networkBinding `json:"networkBindings"`
-	CPU             string           `json:"cpu,omitempty"`
-	Memory          string           `json:"memory,omitempty"`
+	ContainerArn    string            `json:"containerArn"`
+	TaskArn         string            `json:"taskArn"`
+	Name            string            `json:"name"`
+	Image           string            `json:"image,omitempty"`
+	ImageDigest     string            `json:"imageDigest,omitempty"`
+	RuntimeID       string            `json:"runtimeId,omitempty"`
+	LastStatus      string            `json:"lastStatus"`
+	ExitCode        *int              `json:"exitCode,omitempty"`
+	Reason          string            `json:"reason,omitempty"`
+	NetworkBindings []networkBinding  `json:"networkBindings"`
+	CPU             string            `json:"cpu,omitempty"`
+	Memory          string            `json:"memory,omitempty"`
+	ManagedAgents   []managedAgentOut `json:"managedAgents,omitempty"`
+}
+
+// managedAgentOut is a container's managed agent as describe-tasks prints it.
+type managedAgentOut struct {
+	Name          string    `json:"name"`
+	LastStatus    string    `json:"lastStatus"`
+	Reason        string    `json:"reason,omitempty"`
+	LastStartedAt timestamp `json:"lastStartedAt,omitzero"`
 }
 
 type taskOut struct {

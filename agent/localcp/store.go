@@ -181,6 +181,17 @@ type containerRecord struct {
 	ExitCode        *int                 `json:"exitCode,omitempty"`
 	Reason          string               `json:"reason,omitempty"`
 	NetworkBindings []networkBinding     `json:"networkBindings,omitempty"`
+	// ManagedAgents are the container's managed agents (ECS Exec's) as the agent last reported them.
+	ManagedAgents []managedAgentRecord `json:"managedAgents,omitempty"`
+}
+
+// managedAgentRecord is a managed agent's state: its last reported status and reason, and when it
+// was last reported RUNNING.
+type managedAgentRecord struct {
+	Name          string    `json:"name"`
+	LastStatus    string    `json:"lastStatus"`
+	Reason        string    `json:"reason,omitempty"`
+	LastStartedAt time.Time `json:"lastStartedAt,omitzero"`
 }
 
 // MarshalJSON stores the record with its statuses by ECS name: "lastStatus" and "desiredStatus"

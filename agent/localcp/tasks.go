@@ -396,7 +396,7 @@ func (s *Server) newTask(cluster string, td *taskDefRecord, def *taskdef.Definit
 		}
 		cpu += c.CPU
 		mem += m
-		t.Containers = append(t.Containers, containerRecord{
+		rec := containerRecord{
 			Arn:        s.arn(fmt.Sprintf("container/%s/%s/%s", cluster, id, newUUID())),
 			Name:       c.Name,
 			Image:      c.Image,
@@ -404,7 +404,11 @@ func (s *Server) newTask(cluster string, td *taskDefRecord, def *taskdef.Definit
 			Memory:     m,
 			Essential:  c.Essential == nil || *c.Essential,
 			LastStatus: task.ContainerNone,
-		})
+		}
+		if t.EnableExecuteCommand {
+			rec.ManagedAgents = []managedAgentRecord{{Name: task.ExecuteCommandAgent, LastStatus: "PENDING"}}
+		}
+		t.Containers = append(t.Containers, rec)
 	}
 	t.CPU = max(int(def.CPU), cpu)
 	t.Memory = max(int(def.Memory), mem)
@@ -475,6 +479,9 @@ func (s *Server) taskOut(t *taskRecord) taskOut {
 		}
 		if c.Memory > 0 {
 			co.Memory = strconv.Itoa(c.Memory)
+		}
+		for _, a := range c.ManagedAgents {
+			co.ManagedAgents = append(co.ManagedAgents, managedAgentOut{Name: a.Name, LastStatus: a.LastStatus, Reason: a.Reason, LastStartedAt: ts(a.LastStartedAt)})
 		}
 		out.Containers = append(out.Containers, co)
 	}
@@ -693,9 +700,18 @@ type submitTaskStateChangeRequest struct {
 	Status             string                 `json:"status"`
 	Reason             string                 `json:"reason"`
 	Containers         []containerStateChange `json:"containers"`
+	ManagedAgents      []managedAgentChange   `json:"managedAgents"`
 	PullStartedAt      timestamp              `json:"pullStartedAt"`
 	PullStoppedAt      timestamp              `json:"pullStoppedAt"`
 	ExecutionStoppedAt timestamp              `json:"executionStoppedAt"`
+}
+
+// managedAgentChange is a ManagedAgentStateChange of SubmitTaskStateChange.
+type managedAgentChange struct {
+	ContainerName    string `json:"containerName"`
+	ManagedAgentName string `json:"managedAgentName"`
+	Status           string `json:"status"`
+	Reason           string `json:"reason"`
 }
 
 type submitContainerStateChangeRequest struct {
@@ -739,6 +755,9 @@ func (s *Server) submitTaskStateChange(_ *http.Request, req *submitTaskStateChan
 	t, err := s.updateTask(req.Cluster, req.Task, func(t *taskRecord, now time.Time) {
 		for _, cc := range req.Containers {
 			applyContainerChange(t, &cc)
+		}
+		for _, mc := range req.ManagedAgents {
+			applyManagedAgentChange(t, &mc, now)
 		}
 		if !req.PullStartedAt.IsZero() {
 			t.PullStartedAt = req.PullStartedAt.time()
@@ -819,6 +838,26 @@ func applyContainerChange(t *taskRecord, cc *containerStateChange) {
 	}
 	if len(cc.NetworkBindings) > 0 {
 		c.NetworkBindings = slices.Clone(cc.NetworkBindings)
+	}
+}
+
+// applyManagedAgentChange records a reported managed agent state on the container of t it names,
+// as ECS shows it: RUNNING sets lastStartedAt to when it was reported. A container or agent the task
+// does not have, or a status ECS does not name, is ignored.
+func applyManagedAgentChange(t *taskRecord, mc *managedAgentChange, now time.Time) {
+	i := slices.IndexFunc(t.Containers, func(c containerRecord) bool { return c.Name == mc.ContainerName })
+	if i < 0 || !slices.Contains([]string{"PENDING", "RUNNING", "STOPPED"}, mc.Status) {
+		return
+	}
+	c := &t.Containers[i]
+	j := slices.IndexFunc(c.ManagedAgents, func(a managedAgentRecord) bool { return a.Name == mc.ManagedAgentName })
+	if j < 0 {
+		return
+	}
+	a := &c.ManagedAgents[j]
+	a.LastStatus, a.Reason = mc.Status, mc.Reason
+	if mc.Status == "RUNNING" {
+		a.LastStartedAt = now
 	}
 }
 
