@@ -120,16 +120,16 @@ func (inj *Injector) targetOf(t *task.Task) (target, error) {
 	case task.NetworkAWSVPC:
 		ns := t.NetworkNamespace()
 		if ns == "" {
-			return target{}, fmt.Errorf("task %s: %w: its network namespace is not set up", t.Arn, errdefs.ErrFailedPrecondition)
+			return target{}, fmt.Errorf("task %s: %w: %w: its network namespace is not set up", t.Arn, taskendpoint.ErrNoFaultTarget, errdefs.ErrFailedPrecondition)
 		}
 		if _, err := os.Stat(ns); err != nil {
-			return target{}, fmt.Errorf("task %s: network namespace: %w", t.Arn, err)
+			return target{}, fmt.Errorf("task %s: %w: network namespace: %w", t.Arn, taskendpoint.ErrNoFaultTarget, err)
 		}
 		return target{arn: t.Arn, netns: ns, ifaces: []string{AWSVPCInterface}}, nil
 	case task.NetworkHost:
 		iface, err := inj.hostIface()
 		if err != nil {
-			return target{}, fmt.Errorf("task %s: the host's interface: %w", t.Arn, err)
+			return target{}, fmt.Errorf("task %s: %w: the host's interface: %w", t.Arn, taskendpoint.ErrNoFaultTarget, err)
 		}
 		return target{arn: t.Arn, netns: inj.hostNetNS, ifaces: []string{iface}}, nil
 	}

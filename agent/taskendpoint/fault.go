@@ -105,7 +105,14 @@ const (
 	faultZeroDelayError     = "required either DelayMilliseconds or JitterMilliseconds to be non-zero"
 	faultInvalidValueError  = "invalid value %s for parameter %s"
 	faultRateLimitedMessage = "You have reached maximum request limit"
+	// faultNoTargetError, followed by the request's token, is the answer when the task's network
+	// (its namespace, or the host's default interface for a host-mode task) cannot be found.
+	faultNoTargetError = "failed to get task metadata due to internal server error for container: "
 )
+
+// ErrNoFaultTarget is wrapped by a FaultInjector's error when the task's network cannot be found:
+// an awsvpc task's namespace, or the host's default-route interface for a host-mode task.
+var ErrNoFaultTarget = errors.New("the task's network cannot be found")
 
 // faultRequestTimeout bounds the work of one request, as the ECS agent's requestTimeoutSeconds.
 const faultRequestTimeout = 5 * time.Second
@@ -224,7 +231,7 @@ func (h *Handler) serveFault(w http.ResponseWriter, r *http.Request) {
 	fr, _ := parseFaultPath(r.URL.Path)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
+		w.WriteHeader(http.StatusMethodNotAllowed) // no body, as the ECS agent's router answers
 		return
 	}
 	src, _ := sourceAddr(r) // an address that does not parse is invalid: no task's and not the host's
@@ -271,6 +278,10 @@ func (h *Handler) serveFault(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ErrLatencyRunning) || errors.Is(err, ErrPacketLossRunning):
 		writeJSON(w, http.StatusConflict, faultResponse{Error: err.Error()})
+		return
+	case errors.Is(err, ErrNoFaultTarget):
+		h.log.Warn("fault request failed", "task_arn", t.Arn, "request", reqType, "error", err)
+		writeJSON(w, http.StatusInternalServerError, faultResponse{Error: faultNoTargetError + fr.token})
 		return
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 		h.log.Warn("fault request timed out", "task_arn", t.Arn, "request", reqType, "error", err)
@@ -331,7 +342,7 @@ func (h *Handler) faultTask(token string, src netip.Addr) (*task.Task, int, stri
 		return nil, http.StatusBadRequest, fmt.Sprintf(faultInvalidModeError, t.NetworkMode)
 	}
 	if t.NetworkMode == task.NetworkAWSVPC && t.NetworkNamespace() == "" {
-		return nil, http.StatusInternalServerError, "failed to get task metadata due to internal server error for container: " + token
+		return nil, http.StatusInternalServerError, faultNoTargetError + token
 	}
 	return t, 0, ""
 }

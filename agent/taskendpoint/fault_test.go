@@ -160,6 +160,9 @@ func TestFaultRoutesAnswer(t *testing.T) {
 			func(f *fakeFaults) { f.err = errors.New("tc: exit status 2: Error: Specified qdisc kind is unknown.") }, 500, `{"Error":"internal error"}`, "start-network-latency"},
 		{"iptables times out", "network-blackhole-port/start", blackholeBody,
 			func(f *fakeFaults) { f.err = fmt.Errorf("iptables: %w", context.DeadlineExceeded) }, 500, `{"Error":"start network-blackhole-port: request timed out"}`, "start-blackhole"},
+		{"the host's interface is not found", "network-latency/status", "",
+			func(f *fakeFaults) { f.err = fmt.Errorf("no IPv4 default route: %w", taskendpoint.ErrNoFaultTarget) }, 500,
+			`{"Error":"failed to get task metadata due to internal server error for container: tok-chaos"}`, "check-netem"},
 		{"status times out", "network-packet-loss/status", "",
 			func(f *fakeFaults) { f.err = context.DeadlineExceeded }, 500, `{"Error":"check status network-packet-loss: request timed out"}`, "check-netem"},
 	} {
@@ -293,6 +296,16 @@ func TestFaultRefusals(t *testing.T) {
 		rec := e.send(m, "/api/tok-chaos/fault/v1/network-blackhole-port/start", blackholeBody, chaosSrc)
 		assert.Equal(t, http.StatusMethodNotAllowed, rec.Code, m)
 		assert.Equal(t, "POST", rec.Header().Get("Allow"))
+		assert.Empty(t, rec.Body.String(), "the ECS agent's router answers 405 without a body")
+	}
+	// A fault or operation the ECS agent has no route for is 404 whatever the method, as its router
+	// answers (seen on the ECS agent v1.105.1).
+	for _, path := range []string{"network-foo/start", "network-latency/restart", "network-blackhole-port"} {
+		for _, m := range []string{http.MethodPost, http.MethodGet} {
+			rec := e.send(m, "/api/tok-chaos/fault/v1/"+path, "{}", chaosSrc)
+			assert.Equal(t, http.StatusNotFound, rec.Code, "%s %s", m, path)
+			assert.Equal(t, "404 page not found\n", rec.Body.String())
+		}
 	}
 	assert.Empty(t, e.faults.calls)
 }

@@ -256,7 +256,10 @@ func TestTaskProtectionStrangers(t *testing.T) {
 		rec := e.send(m, "/api/tok-web"+protectionPath, `{"ProtectionEnabled":true}`)
 		assert.Equal(t, http.StatusMethodNotAllowed, rec.Code, m)
 		assert.Equal(t, "GET, PUT", rec.Header().Get("Allow"), m)
+		assert.Empty(t, rec.Body.String(), "%s: the ECS agent's router answers 405 without a body", m)
 	}
+	rec := e.send(http.MethodPost, "/api/tok-web/task-protection/v1/other", `{}`)
+	assert.Equal(t, http.StatusNotFound, rec.Code, "a path the agent API has no route for is 404 whatever the method")
 	for _, p := range []string{"/api/tok-web", "/api/tok-web/", "/api/tok-web/task-protection/v1", "/api/tok-web/task-protection/v1/state/x",
 		"/api/tok-web/task-protection/v2/state"} {
 		assert.Equal(t, http.StatusNotFound, e.get(p, fromWeb).Code, p)

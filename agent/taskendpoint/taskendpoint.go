@@ -362,17 +362,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rt.kind = notFound
 		}
 	}
+	if rt.kind == notFound { // whatever the method, as the ECS agent's router answers a path it has no route for
+		http.NotFound(w, r)
+		return
+	}
 	methods := []string{http.MethodGet}
 	if api != nil {
 		methods = api.methods
 	}
 	if !slices.Contains(methods, r.Method) {
 		w.Header().Set("Allow", strings.Join(methods, ", "))
+		if api != nil {
+			w.WriteHeader(http.StatusMethodNotAllowed) // no body, as the ECS agent's router answers
+			return
+		}
 		http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
-		return
-	}
-	if rt.kind == notFound {
-		http.NotFound(w, r)
 		return
 	}
 	src, srcOK := sourceAddr(r)

@@ -572,6 +572,8 @@ func TestMethodsAndPaths(t *testing.T) {
 		t.Run(p, func(t *testing.T) {
 			rec := e.get(p, fromWeb)
 			assert.Equal(t, http.StatusNotFound, rec.Code)
+			rec = e.do(http.MethodPost, p, fromWeb)
+			assert.Equal(t, http.StatusNotFound, rec.Code, "a path without a route is 404 whatever the method, as the ECS agent's router answers")
 		})
 	}
 }
