@@ -155,7 +155,7 @@ func inspectFamily(t *testing.T, dc *docker.Client, ts []introspection.TaskRespo
 var (
 	dockerIDs   = regexp.MustCompile(`[0-9a-f]{64}`)
 	randomNames = regexp.MustCompile(`-[0-9a-f]{12}\b`)
-	endpointEnv = regexp.MustCompile(`^(ECS_CONTAINER_METADATA_URI(_V4)?|AWS_CONTAINER_CREDENTIALS_RELATIVE_URI)=`)
+	endpointEnv = regexp.MustCompile(`^(ECS_CONTAINER_METADATA_URI(_V4)?|ECS_AGENT_URI|AWS_CONTAINER_CREDENTIALS_RELATIVE_URI)=`)
 )
 
 // comparable reduces docker inspect to what the task definition decides: Config and HostConfig,
