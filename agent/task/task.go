@@ -116,6 +116,24 @@ type LogConfiguration struct {
 	SecretOptions []Secret          `json:"secretOptions,omitempty"`
 }
 
+// FirelensConfiguration makes a container its task's log router (FireLens): the containers of the
+// task that log with the awsfirelens driver send their output to it, and the agent writes its
+// configuration.
+type FirelensConfiguration struct {
+	// Type is the router: FirelensFluentbit or FirelensFluentd.
+	Type string `json:"type"`
+	// Options are the definition's firelensConfiguration options: enable-ecs-log-metadata,
+	// config-file-type (file or s3) and config-file-value.
+	Options map[string]string `json:"options,omitempty"`
+}
+
+// The FireLens router types and the log driver of the containers that log through the router.
+const (
+	FirelensFluentbit = "fluentbit"
+	FirelensFluentd   = "fluentd"
+	LogDriverFirelens = "awsfirelens"
+)
+
 // Volume is a task volume. Exactly one of Host and Docker is set. A Host volume without a SourcePath
 // is a task-scoped empty volume that lives as long as the task.
 type Volume struct {
@@ -245,6 +263,8 @@ type Container struct {
 	// ManagedAgents are the agents ECS asked to run inside the container (ECS Exec's), with their
 	// state; Clone copies them.
 	ManagedAgents []ManagedAgent `json:"managedAgents,omitempty"`
+	// Firelens, when set, makes the container its task's log router (firelensConfiguration).
+	Firelens *FirelensConfiguration `json:"firelensConfiguration,omitempty"`
 }
 
 // Mount is one mount of a running container as Docker reports it: the Docker volume's name (empty
