@@ -12,7 +12,7 @@ import (
 )
 
 // parityWires are the wires docs/parity must cover, one file each.
-var parityWires = []string{"ACS", "TCS", "ECS-API", "TASK-METADATA", "CREDENTIALS", "INTROSPECTION"}
+var parityWires = []string{"ACS", "TCS", "ECS-API", "TASK-METADATA", "CREDENTIALS", "INTROSPECTION", "FIRELENS"}
 
 var (
 	testFunc   = regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]*)\(`)
