@@ -94,7 +94,7 @@ func TestGenerate(t *testing.T) {
 					"@type": "s3", "s3_bucket": "logs", "path": "web/", "include-pattern": "ERROR",
 					"exclude-pattern": "healthz", "@id": "out_app",
 				}},
-				{Container: "worker", Options: map[string]string{"@type": "stdout"}},
+				{Container: "agg", Options: map[string]string{"@type": "stdout"}}, // after app: the task's order, not sorted
 			},
 		},
 		golden: "fluentd-bridge.conf",
@@ -103,7 +103,10 @@ func TestGenerate(t *testing.T) {
 		spec: Spec{
 			Type: task.FirelensFluentd, NetworkMode: task.NetworkAWSVPC, TaskID: testTaskID,
 			External: External{Kind: ConfigFileTypeFile, Path: "/fluentd/etc/custom.conf"},
-			Outputs:  []Output{{Container: "app", Options: map[string]string{"@type": "null"}}},
+			Outputs: []Output{
+				{Container: "app", Options: map[string]string{"@type": "null"}},
+				{Container: "quiet"}, // no options: no output section, as on ECS
+			},
 		},
 		golden: "fluentd-awsvpc.conf",
 	}, {
