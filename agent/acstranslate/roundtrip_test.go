@@ -58,6 +58,14 @@ var roundTripDefs = map[string]string{
 	 {"name":"app","image":"012345678901.dkr.ecr.us-east-1.amazonaws.com/app:1","memory":16,
 	  "logConfiguration":{"logDriver":"awslogs","options":{"awslogs-group":"app","awslogs-region":"us-east-1"}}},
 	 {"name":"side","image":"busybox","memory":16,"essential":false}]}`,
+	"firelens": `{"family":"logs","executionRoleArn":"arn:aws:iam::012345678901:role/exec","containerDefinitions":[
+	 {"name":"log_router","image":"public.ecr.aws/aws-observability/aws-for-fluent-bit:stable","memoryReservation":50,
+	  "firelensConfiguration":{"type":"fluentbit","options":{"enable-ecs-log-metadata":"false",
+	    "config-file-type":"s3","config-file-value":"arn:aws:s3:::config/fluent/extra.conf"}},
+	  "logConfiguration":{"logDriver":"awslogs","options":{"awslogs-group":"firelens","awslogs-region":"us-east-1"}}},
+	 {"name":"app","image":"app:1","memory":64,
+	  "logConfiguration":{"logDriver":"awsfirelens","options":{"Name":"datadog","dd_service":"app","include-pattern":"^ERROR"},
+	    "secretOptions":[{"name":"apikey","valueFrom":"arn:aws:secretsmanager:us-east-1:012345678901:secret:dd-AbCdEf"}]}}]}`,
 	"least": `{"family":"least","containerDefinitions":[{"name":"c","image":"busybox","memory":8}]}`,
 }
 

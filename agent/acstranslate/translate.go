@@ -44,7 +44,7 @@ type Rejected struct {
 
 // TranslateTask builds the task model for an ACS task through taskdef: it makes a
 // *taskdef.Definition, validates it and calls NewTask. Errors match taskdef.ErrInvalid and name the
-// offending field; a task Berth cannot run as asked (EFS volumes, FireLens, …) is an error.
+// offending field; a task Berth cannot run as asked (EFS volumes, GPUs, …) is an error.
 func TranslateTask(t *acswire.Task) (Accepted, error) {
 	if t == nil {
 		return Accepted{}, &taskdef.FieldError{Msg: "null task"}
@@ -340,13 +340,15 @@ func containerDefinition(p string, c *acswire.Container, errs *fieldErrors) task
 		raw  json.RawMessage
 		why  string
 	}{
-		{"firelensConfiguration", c.FirelensConfiguration, "FireLens is not supported by Berth yet"},
 		{"resourceRequirements", c.ResourceRequirements, "GPUs and inference accelerators are not supported by Berth yet"},
 		{"credentialSpecs", c.CredentialSpecs, "applies to Windows containers only (gMSA)"},
 	} {
 		if len(f.raw) > 0 && !emptyJSON(f.raw) {
 			errs.add(p+"."+f.name, "%s", f.why)
 		}
+	}
+	if fc := c.FirelensConfiguration; fc != nil {
+		cd.FirelensConfiguration = &taskdef.FirelensConfiguration{Type: fc.Type, Options: maps.Clone(fc.Options)}
 	}
 	seen := map[string]bool{}
 	for j, m := range c.ManagedAgents {

@@ -338,8 +338,25 @@ func TestTranslateRejects(t *testing.T) {
 		{"container config member Berth does not honour", func(t *acswire.Task) {
 			t.Containers[0].DockerConfig = &acswire.DockerConfig{Config: `{"StopSignal":"SIGINT"}`}
 		}, "containerDefinitions[0].dockerConfig.config.StopSignal: not supported by Berth"},
-		{"firelens", func(t *acswire.Task) { t.Containers[0].FirelensConfiguration = json.RawMessage(`{"type":"fluentbit"}`) },
-			"containerDefinitions[0].firelensConfiguration: FireLens is not supported by Berth yet"},
+		{"two log routers", func(t *acswire.Task) {
+			t.Containers[0].FirelensConfiguration = &acswire.FirelensConfiguration{Type: "fluentbit"}
+			t.Containers = append(t.Containers, &acswire.Container{Name: "r2", Image: "fluentd", Memory: 64,
+				FirelensConfiguration: &acswire.FirelensConfiguration{Type: "fluentd"}})
+		}, `containerDefinitions[1].firelensConfiguration: a task has at most one log router and container "c" already is one`},
+		{"awsfirelens without a router", func(t *acswire.Task) {
+			t.Containers[0].DockerConfig = &acswire.DockerConfig{HostConfig: `{"LogConfig":{"Type":"awsfirelens","Config":{"Name":"stdout"}}}`}
+		}, "containerDefinitions[0].logConfiguration.logDriver: awsfirelens needs a log router"},
+		{"unknown router type", func(t *acswire.Task) {
+			t.Containers[0].FirelensConfiguration = &acswire.FirelensConfiguration{Type: "vector"}
+		}, `containerDefinitions[0].firelensConfiguration.type: unknown type "vector" (want fluentbit or fluentd)`},
+		{"unknown router option", func(t *acswire.Task) {
+			t.Containers[0].FirelensConfiguration = &acswire.FirelensConfiguration{Type: "fluentd", Options: map[string]string{"buffer": "1"}}
+		}, `containerDefinitions[0].firelensConfiguration.options["buffer"]: unknown option`},
+		{"awsfirelens output without Name", func(t *acswire.Task) {
+			t.Containers[0].FirelensConfiguration = &acswire.FirelensConfiguration{Type: "fluentbit"}
+			t.Containers = append(t.Containers, &acswire.Container{Name: "app", Image: "app", Memory: 64,
+				DockerConfig: &acswire.DockerConfig{HostConfig: `{"LogConfig":{"Type":"awsfirelens","Config":{"region":"us-east-1"}}}`}})
+		}, "containerDefinitions[1].logConfiguration.options: Name (the output plugin) is required with output options for a fluentbit log router"},
 		{"unknown managed agent", func(t *acswire.Task) {
 			t.Containers[0].ManagedAgents = []acswire.ManagedAgent{{Name: "ExecuteCommandAgent"}, {Name: "ServiceConnectAgent"}}
 		}, `containerDefinitions[0].managedAgents[1].name: managed agent "ServiceConnectAgent" is not supported by Berth (only ExecuteCommandAgent)`},
@@ -409,4 +426,47 @@ func TestTranslatePayloadKeepsGoodTasks(t *testing.T) {
 	require.Len(t, rejected, 2)
 	assert.Equal(t, "arn:bad", rejected[0].Arn)
 	assert.Contains(t, rejected[0].Err.Error(), "memory")
+}
+
+// firelensPayload is a FireLens task as ACS sends it: the router's firelensConfiguration as a field,
+// the app's awsfirelens driver in its hostConfig's LogConfig and its secret option as a secret with
+// target LOG_DRIVER (the ECS agent reads them there: agent/api/task/task.go,
+// collectFirelensLogOptions and collectFirelensLogEnvOptions).
+const firelensPayload = `{"type": "PayloadMessage", "message": {"messageId": "m-fl", "seqNum": 1, "tasks": [{
+  "arn": "arn:aws:ecs:us-west-2:123456789012:task/default/fl", "family": "logs", "version": "2", "desiredStatus": "RUNNING",
+  "containers": [
+    {"name": "log_router", "image": "public.ecr.aws/aws-observability/aws-for-fluent-bit:stable", "memory": 100, "essential": true,
+     "firelensConfiguration": {"type": "fluentbit", "options": {"enable-ecs-log-metadata": "true", "config-file-type": "file", "config-file-value": "/fluent-bit/configs/parse-json.conf"}},
+     "dockerConfig": {"config": "{}", "hostConfig": "{\"LogConfig\":{\"Type\":\"json-file\",\"Config\":{}}}"}},
+    {"name": "app", "image": "nginx", "memory": 64, "essential": true,
+     "secrets": [{"name": "HTTP_Passwd", "valueFrom": "arn:aws:ssm:us-west-2:123456789012:parameter/es-pass", "type": "ENVIRONMENT_VARIABLE", "target": "LOG_DRIVER", "provider": "ssm"}],
+     "dockerConfig": {"config": "{}", "hostConfig": "{\"LogConfig\":{\"Type\":\"awsfirelens\",\"Config\":{\"Name\":\"es\",\"Host\":\"search.example\",\"Port\":\"443\",\"tls\":\"On\"}}}"}}
+  ]}]}}`
+
+// TestTranslateFirelens: a FireLens task from ACS becomes the router's firelensConfiguration and the
+// app's awsfirelens log configuration with its secret option in the model, values as sent.
+func TestTranslateFirelens(t *testing.T) {
+	m, err := acswire.Decode([]byte(firelensPayload))
+	require.NoError(t, err)
+	accepted, rejected := TranslatePayload(m.(*acswire.PayloadMessage))
+	require.Empty(t, rejected)
+	require.Len(t, accepted, 1)
+	router, app := accepted[0].Task.Containers[0], accepted[0].Task.Containers[1]
+	assert.Equal(t, &task.FirelensConfiguration{Type: "fluentbit", Options: map[string]string{"enable-ecs-log-metadata": "true",
+		"config-file-type": "file", "config-file-value": "/fluent-bit/configs/parse-json.conf"}}, router.Firelens)
+	assert.Equal(t, &task.LogConfiguration{LogDriver: "json-file", Options: map[string]string{}}, router.LogConfiguration)
+	assert.Nil(t, app.Firelens)
+	assert.Equal(t, &task.LogConfiguration{LogDriver: "awsfirelens",
+		Options:       map[string]string{"Name": "es", "Host": "search.example", "Port": "443", "tls": "On"},
+		SecretOptions: []task.Secret{{Name: "HTTP_Passwd", ValueFrom: "arn:aws:ssm:us-west-2:123456789012:parameter/es-pass"}}},
+		app.LogConfiguration)
+	assert.Empty(t, app.Secrets, "a LOG_DRIVER secret is not an environment variable")
+
+	wire, err := WireTask(accepted[0].Task)
+	require.NoError(t, err)
+	assert.Equal(t, &acswire.FirelensConfiguration{Type: "fluentbit", Options: router.Firelens.Options}, wire.Containers[0].FirelensConfiguration)
+	assert.Nil(t, wire.Containers[1].FirelensConfiguration)
+	assert.Contains(t, wire.Containers[1].DockerConfig.HostConfig, `"LogConfig":{"Type":"awsfirelens","Config":{"Host":"search.example","Name":"es","Port":"443","tls":"On"}}`)
+	assert.Equal(t, []acswire.Secret{{Name: "HTTP_Passwd", ValueFrom: "arn:aws:ssm:us-west-2:123456789012:parameter/es-pass",
+		Type: "ENVIRONMENT_VARIABLE", Target: "LOG_DRIVER", Provider: "ssm"}}, wire.Containers[1].Secrets)
 }

@@ -88,6 +88,9 @@ func wireContainer(c *task.Container) (*acswire.Container, error) {
 		StopTimeout:  int64(c.StopTimeout / time.Second),
 		Privileged:   c.Privileged,
 	}
+	if f := c.Firelens; f != nil {
+		out.FirelensConfiguration = &acswire.FirelensConfiguration{Type: f.Type, Options: maps.Clone(f.Options)}
+	}
 	for _, m := range c.ManagedAgents {
 		out.ManagedAgents = append(out.ManagedAgents, acswire.ManagedAgent{Name: m.Name, Properties: maps.Clone(m.Properties)})
 	}

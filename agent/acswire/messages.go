@@ -115,12 +115,20 @@ type Container struct {
 	RestartPolicy          *RestartPolicy          `json:"restartPolicy,omitempty"`
 	LogsAuthStrategy       string                  `json:"logsAuthStrategy,omitempty"` // ExecutionRole
 	ManagedAgents          []ManagedAgent          `json:"managedAgents,omitempty"`
+	// FirelensConfiguration makes the container its task's log router (FireLens).
+	FirelensConfiguration *FirelensConfiguration `json:"firelensConfiguration,omitempty"`
 
-	// What Berth cannot do, kept raw so that a task asking for it is refused by name: FireLens,
-	// GPUs, gMSA credential specs.
-	FirelensConfiguration json.RawMessage `json:"firelensConfiguration,omitempty"`
-	ResourceRequirements  json.RawMessage `json:"resourceRequirements,omitempty"`
-	CredentialSpecs       json.RawMessage `json:"credentialSpecs,omitempty"`
+	// What Berth cannot do, kept raw so that a task asking for it is refused by name: GPUs, gMSA
+	// credential specs.
+	ResourceRequirements json.RawMessage `json:"resourceRequirements,omitempty"`
+	CredentialSpecs      json.RawMessage `json:"credentialSpecs,omitempty"`
+}
+
+// FirelensConfiguration is a log router's type (fluentbit or fluentd) and options
+// (enable-ecs-log-metadata, config-file-type, config-file-value), as the task definition gives them.
+type FirelensConfiguration struct {
+	Type    string            `json:"type"`
+	Options map[string]string `json:"options,omitempty"`
 }
 
 // ManagedAgent is an agent ECS asks the agent to run inside a container: ECS Exec's

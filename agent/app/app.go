@@ -312,6 +312,7 @@ func newControlPlane(ctx context.Context, cfg *config.Config, plan modePlan, res
 		reg.ExecuteCommand = true
 	}
 	reg.FaultInjection = faultInjection
+	reg.Firelens = true // every task's log router is run by the FireLens feature
 	if plan.onEC2 {
 		ec2.Identity = controlplane.AddEC2Identity(ctx, imdsClient, &reg, log)
 		if cfg.ContainerInstancePropagateTagsFrom == config.PropagateTagsEC2Instance {

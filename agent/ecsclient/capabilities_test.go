@@ -72,7 +72,7 @@ func TestCapabilityTable(t *testing.T) {
 		TaskENI: true, BlockIMDS: true, CNIPluginVersion: "v1.10.0", Privileged: true, TaskCPUMemLimit: true,
 		SELinux: true, AppArmor: true, PIDIPCSharing: true, AWSLogsExecutionRole: true, TaskIAMRole: true,
 		TaskIAMRoleNetworkHost: true, ExecuteCommand: true,
-		FaultInjection: true}
+		FaultInjection: true, Firelens: true}
 	computed := map[string]bool{}
 	for _, external := range []bool{false, true} {
 		r := everything
@@ -121,6 +121,45 @@ func TestFaultInjectionCapability(t *testing.T) {
 			}
 			if _, ok := attrs["ecs.capability.fault-injection"]; ok != tc.wantAdvertisement {
 				t.Errorf("ecs.capability.fault-injection advertised: %v, want %v", ok, tc.wantAdvertisement)
+			}
+		})
+	}
+}
+
+// TestFirelensCapabilities: with FireLens, the seven capabilities the ECS agent advertises on Linux
+// (agent/app/agent_capability_unix.go), awsfirelens whether ECS_AVAILABLE_LOGGING_DRIVERS lists it
+// or not; without, none of them, even when the list names awsfirelens.
+func TestFirelensCapabilities(t *testing.T) {
+	firelens := []string{
+		"ecs.capability.firelens.fluentd",
+		"ecs.capability.firelens.fluentbit",
+		"com.amazonaws.ecs.capability.logging-driver.awsfirelens",
+		"ecs.capability.logging-driver.awsfirelens.log-driver-buffer-limit",
+		"ecs.capability.firelens.options.config.file",
+		"ecs.capability.firelens.options.config.s3",
+		"ecs.capability.firelens.non-root-user",
+	}
+	for _, tc := range []struct {
+		name    string
+		reg     Registration
+		want    bool
+		drivers []string
+	}{
+		{"with FireLens", Registration{Firelens: true}, true, []string{"json-file"}},
+		{"with FireLens, external", Registration{Firelens: true, External: true}, true, nil},
+		{"without", Registration{}, false, []string{"json-file", "awsfirelens"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.reg
+			r.DockerAPIVersion, r.LoggingDrivers = "1.44", tc.drivers
+			attrs, err := Attributes(r, "amd64")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range firelens {
+				if v, ok := attrs[name]; ok != tc.want || v != "" {
+					t.Errorf("%s advertised: %v (value %q), want %v with no value", name, ok, v, tc.want)
+				}
 			}
 		})
 	}

@@ -370,7 +370,7 @@ func TestAttributesLoggingDrivers(t *testing.T) {
 		}
 	}
 	slices.Sort(got)
-	// logentries needs 1.25, sumologic 1.29; awsfirelens has no entry.
+	// logentries needs 1.25, sumologic 1.29; awsfirelens comes with Registration.Firelens, never the list.
 	want := []string{"awslogs", "fluentd", "gelf", "journald", "json-file", "none", "splunk", "syslog"}
 	if !slices.Equal(got, want) {
 		t.Errorf("logging drivers at API 1.24 = %v, want %v", got, want)

@@ -53,6 +53,13 @@ const (
 	AttrExternal              = "ecs.capability.external"
 	AttrExecuteCommand        = "ecs.capability.execute-command"
 	AttrFaultInjection        = "ecs.capability.fault-injection"
+	AttrFirelensFluentd       = "ecs.capability.firelens.fluentd"
+	AttrFirelensFluentbit     = "ecs.capability.firelens.fluentbit"
+	AttrFirelensDriver        = "com.amazonaws.ecs.capability.logging-driver.awsfirelens"
+	AttrFirelensBufferLimit   = "ecs.capability.logging-driver.awsfirelens.log-driver-buffer-limit"
+	AttrFirelensConfigFile    = "ecs.capability.firelens.options.config.file"
+	AttrFirelensConfigS3      = "ecs.capability.firelens.options.config.s3"
+	AttrFirelensNonRootUser   = "ecs.capability.firelens.non-root-user"
 	AttrOSType                = "ecs.os-type"
 	AttrOSFamily              = "ecs.os-family"
 	AttrOSTypeDetailed        = "ecs.os-type-detailed"
@@ -79,7 +86,8 @@ var skippedCapabilityAPIMinors = []int{26, 27, 31}
 
 // loggingDriverMinAPI is the Docker remote API minor each logging driver needs before the ECS agent
 // registers its capability (agent/dockerclient/logging_drivers.go); a driver missing here (such as
-// awsfirelens) is never registered from ECS_AVAILABLE_LOGGING_DRIVERS.
+// awsfirelens, which Registration.Firelens registers) is never registered from
+// ECS_AVAILABLE_LOGGING_DRIVERS.
 var loggingDriverMinAPI = map[string]int{
 	"json-file": 18, "syslog": 18, "journald": 19, "gelf": 20, "fluentd": 20, "awslogs": 21,
 	"splunk": 22, "logentries": 25, "sumologic": 29, "none": 19,
@@ -148,6 +156,10 @@ type Registration struct {
 	TaskIAMRole, TaskIAMRoleNetworkHost bool
 	// ExecuteCommand registers execute-command (ECS Exec): a complete SSM agent is present.
 	ExecuteCommand bool
+	// Firelens registers FireLens's capabilities, as the ECS agent does on Linux: both router types,
+	// the awsfirelens logging driver with its log-driver-buffer-limit option, config files from the
+	// router's image and from S3, and routers that run as a non-root user.
+	Firelens bool
 	// Attributes are the operator's ECS_INSTANCE_ATTRIBUTES; they win over Berth's on a name clash.
 	Attributes map[string]string
 	// Tags are the container instance's resource tags (ECS_CONTAINER_INSTANCE_TAGS, and the EC2
@@ -287,6 +299,8 @@ func Attributes(r Registration, goarch string) (map[string]string, error) {
 	set(r.AppArmor, AttrAppArmor)
 	set(r.Privileged, AttrPrivilegedContainer)
 	set(r.ExecuteCommand, AttrExecuteCommand)
+	set(r.Firelens, AttrFirelensFluentd, AttrFirelensFluentbit, AttrFirelensDriver, AttrFirelensBufferLimit,
+		AttrFirelensConfigFile, AttrFirelensConfigS3, AttrFirelensNonRootUser)
 	// The Docker daemon's awslogs driver reaches the credentials endpoint from the host.
 	set(slices.Contains(r.LoggingDrivers, "awslogs") && r.AWSLogsExecutionRole && r.TaskIAMRoleNetworkHost, AttrExecutionRoleAWSLogs)
 	set(r.TaskIAMRole && api >= dockerAPIForECRAuth, AttrTaskIAMRole)

@@ -510,8 +510,8 @@ func TestNewRefusesNewerSchema(t *testing.T) {
 func TestUnsupportedFieldsAreRefusedByName(t *testing.T) {
 	h := newHarness(t)
 	msg := h.fails("RegisterTaskDefinition", `{"family":"fl","containerDefinitions":[{"name":"c","image":"i","memory":8,
-		"firelensConfiguration":{"type":"fluentbit"}}]}`, "ClientException")
-	assert.Contains(t, msg, "containerDefinitions[0].firelensConfiguration: not supported by Berth: FireLens is not supported by Berth yet")
+		"resourceRequirements":[{"type":"GPU","value":"1"}]}]}`, "ClientException")
+	assert.Contains(t, msg, "containerDefinitions[0].resourceRequirements: not supported by Berth: GPUs and inference accelerators are not supported by Berth yet")
 	families := h.ok("ListTaskDefinitionFamilies", `{}`)
 	assert.Empty(t, families["families"])
 

@@ -85,6 +85,15 @@ type ContainerDefinition struct {
 	EnvironmentFiles       []EnvironmentFile      `json:"environmentFiles,omitempty"`
 	RepositoryCredentials  *RepositoryCredentials `json:"repositoryCredentials,omitempty"`
 	RestartPolicy          *RestartPolicy         `json:"restartPolicy,omitempty"`
+	// FirelensConfiguration makes the container its task's log router (FireLens).
+	FirelensConfiguration *FirelensConfiguration `json:"firelensConfiguration,omitempty"`
+}
+
+// FirelensConfiguration is a container's firelensConfiguration: the router's type (fluentbit or
+// fluentd) and its options (enable-ecs-log-metadata, config-file-type, config-file-value).
+type FirelensConfiguration struct {
+	Type    string            `json:"type"`
+	Options map[string]string `json:"options,omitempty"`
 }
 
 // HostEntry is one extraHosts entry.
@@ -246,7 +255,7 @@ type DockerVolumeConfiguration struct {
 // offending field; type errors are all reported, and validation runs only when there are none.
 //
 // Every field is answered as the table of fields (Fields) says: a field Berth cannot honour (EFS
-// volumes, FireLens, …) or that ECS does not have is an error naming it, so a definition never runs
+// volumes, GPUs, …) or that ECS does not have is an error naming it, so a definition never runs
 // without part of itself; informational fields are accepted. A definition over one of Validate's
 // count limits is refused before it is decoded, with only those errors; at most maxErrors errors are
 // listed, the last one counting the rest.

@@ -129,12 +129,12 @@ var fieldTable = sync.OnceValue(func() []Field {
 		c+"dockerSecurityOptions", c+"pseudoTerminal", c+"interactive", c+"disableNetworking",
 		c+"repositoryCredentials", c+"repositoryCredentials.credentialsParameter",
 		c+"restartPolicy", c+"restartPolicy.enabled", c+"restartPolicy.ignoredExitCodes",
-		c+"restartPolicy.restartAttemptPeriod")...)
+		c+"restartPolicy.restartAttemptPeriod",
+		c+"firelensConfiguration", c+"firelensConfiguration.type", c+"firelensConfiguration.options")...)
 	add(
 		Field{c + "portMappings.name", Informational, serviceConn},
 		Field{c + "portMappings.appProtocol", Informational, serviceConn},
 		Field{c + "versionConsistency", Informational, "the control plane resolves image tags to digests"},
-		Field{c + "firelensConfiguration", Refused, "FireLens is " + notYet},
 		Field{c + "resourceRequirements", Refused, refusedGPU},
 		Field{c + "credentialSpecs", Refused, windowsOnly + " (gMSA)"},
 	)
@@ -152,7 +152,7 @@ var fieldIndex = sync.OnceValue(func() map[string]Field {
 var listIndex = regexp.MustCompile(`\[[^\]]*\]`)
 
 // lookupField returns the table's entry for a JSON path as errors spell it (with list indices and
-// map keys, e.g. containerDefinitions[2].firelensConfiguration), or false for a field ECS does not
+// map keys, e.g. containerDefinitions[2].resourceRequirements), or false for a field ECS does not
 // have.
 func lookupField(path string) (Field, bool) {
 	f, ok := fieldIndex()[listIndex.ReplaceAllString(path, "")]

@@ -155,6 +155,9 @@ func newContainer(c *ContainerDefinition) *task.Container {
 	for _, u := range c.Ulimits {
 		out.Ulimits = append(out.Ulimits, task.Ulimit{Name: u.Name, SoftLimit: u.SoftLimit, HardLimit: u.HardLimit})
 	}
+	if fc := c.FirelensConfiguration; fc != nil {
+		out.Firelens = &task.FirelensConfiguration{Type: fc.Type, Options: maps.Clone(fc.Options)}
+	}
 	if lc := c.LogConfiguration; lc != nil {
 		out.LogConfiguration = &task.LogConfiguration{LogDriver: lc.LogDriver, Options: maps.Clone(lc.Options),
 			SecretOptions: newSecrets(lc.SecretOptions)}

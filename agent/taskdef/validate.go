@@ -86,6 +86,7 @@ func (d *Definition) Validate() error {
 		v.container(i)
 	}
 	v.essential()
+	v.firelens()
 	v.dependencies()
 	v.hostPorts()
 	return joinErrors(v.errs)

@@ -295,20 +295,47 @@ func TestIntegrationKitchenSinkOnEveryPath(t *testing.T) {
 	assert.True(t, static["offline"].Config.NetworkDisabled)
 }
 
-// TestIntegrationUnsupportedFieldRefusedOnEveryPath sets FireLens, which Berth cannot honour, on
-// each path a task definition takes: the embedded control plane answers ClientException naming the
-// field; a static file is logged once with the field's path and never run; an ACS task is reported
-// STOPPED with a reason naming the field.
+// TestIntegrationUnsupportedFieldRefusedOnEveryPath sets a GPU requirement, which Berth cannot
+// honour, on each path a task definition takes (see refusedOnEveryPath).
 func TestIntegrationUnsupportedFieldRefusedOnEveryPath(t *testing.T) {
-	bin := buildBerth(t)
-	firelens := func(family string) string {
+	refusedOnEveryPath(t, func(family string) string {
 		return fmt.Sprintf(`{"family": %q, "containerDefinitions": [{"name": "app", "image": %q, "memory": 16,
-			"command": ["sleep"], "firelensConfiguration": {"type": "fluentbit"}}]}`, family, testappImage)
-	}
-	const field = "containerDefinitions[0].firelensConfiguration"
+			"command": ["sleep"], "resourceRequirements": [{"type": "GPU", "value": "1"}]}]}`, family, testappImage)
+	}, []*acswire.Container{{Name: "app", Image: testappImage, Memory: 16, ResourceRequirements: json.RawMessage(`[{"type":"GPU","value":"1"}]`)}},
+		"containerDefinitions[0].resourceRequirements", "not supported by Berth")
+}
+
+// TestIntegrationFirelensRefusedOnEveryPath gives FireLens definitions ECS refuses on each path a
+// task definition takes (see refusedOnEveryPath): an awsfirelens container without a log router,
+// and a router of an unknown type.
+func TestIntegrationFirelensRefusedOnEveryPath(t *testing.T) {
+	t.Run("awsfirelens without a router", func(t *testing.T) {
+		refusedOnEveryPath(t, func(family string) string {
+			return fmt.Sprintf(`{"family": %q, "containerDefinitions": [{"name": "app", "image": %q, "memory": 16, "command": ["sleep"],
+				"logConfiguration": {"logDriver": "awsfirelens", "options": {"Name": "stdout"}}}]}`, family, testappImage)
+		}, []*acswire.Container{{Name: "app", Image: testappImage, Memory: 16,
+			DockerConfig: &acswire.DockerConfig{HostConfig: `{"LogConfig":{"Type":"awsfirelens","Config":{"Name":"stdout"}}}`}}},
+			"containerDefinitions[0].logConfiguration.logDriver", "awsfirelens needs a log router")
+	})
+	t.Run("unknown router type", func(t *testing.T) {
+		refusedOnEveryPath(t, func(family string) string {
+			return fmt.Sprintf(`{"family": %q, "containerDefinitions": [{"name": "app", "image": %q, "memory": 16, "command": ["sleep"],
+				"firelensConfiguration": {"type": "logstash"}}]}`, family, testappImage)
+		}, []*acswire.Container{{Name: "app", Image: testappImage, Memory: 16, FirelensConfiguration: &acswire.FirelensConfiguration{Type: "logstash"}}},
+			"containerDefinitions[0].firelensConfiguration.type", `unknown type "logstash"`)
+	})
+}
+
+// refusedOnEveryPath gives a definition Berth refuses at field (with a message containing why) on
+// each path a task definition takes: the embedded control plane answers ClientException naming the
+// field; a static file is logged once with the field's path and never run; an ACS task (of
+// acsContainers) is reported STOPPED with a reason naming the field.
+func refusedOnEveryPath(t *testing.T, definition func(family string) string, acsContainers []*acswire.Container, field, why string) {
+	t.Helper()
+	bin := buildBerth(t)
 
 	local := newRecoveryEnv(t, bin)
-	require.NoError(t, os.WriteFile(filepath.Join(local.tasksDir, "firelens.json"), []byte(firelens("firelens-static")), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(local.tasksDir, "refused.json"), []byte(definition("refused-static")), 0o600))
 	cpAddr := freeAddr(t)
 	agent := local.start("ECS_LOCAL_CONTROL_PLANE_ADDR=" + cpAddr)
 	var keys localauth.Keys
@@ -320,14 +347,14 @@ func TestIntegrationUnsupportedFieldRefusedOnEveryPath(t *testing.T) {
 	var err error
 	require.Eventually(t, func() bool {
 		err = localcp.Call(context.Background(), http.DefaultClient, "http://"+cpAddr, keys, "RegisterTaskDefinition",
-			json.RawMessage(firelens("firelens-cp")), nil)
+			json.RawMessage(definition("refused-cp")), nil)
 		var apiErr *localcp.APIError
 		return errors.As(err, &apiErr)
 	}, 30*time.Second, 200*time.Millisecond, "the embedded control plane answers")
 	var apiErr *localcp.APIError
 	require.ErrorAs(t, err, &apiErr)
 	assert.Equal(t, "ClientException", apiErr.Type)
-	assert.Contains(t, apiErr.Message, field+": not supported by Berth")
+	assert.Contains(t, apiErr.Message, field+": "+why)
 
 	// The file must be logged once, not at every scan of the directory. Each new file makes the agent
 	// scan the whole directory again; two tasks started from two new files show two such scans.
@@ -341,16 +368,15 @@ func TestIntegrationUnsupportedFieldRefusedOnEveryPath(t *testing.T) {
 	ts, err := agent.tasks()
 	require.NoError(t, err)
 	for _, tk := range ts {
-		assert.NotEqual(t, "firelens-static", tk.Family, "the refused file never runs")
+		assert.NotEqual(t, "refused-static", tk.Family, "the refused file never runs")
 	}
 	agent.stop()
 
 	srv := standInECS(t, "us-east-1")
-	arn := "arn:aws:ecs:us-east-1:000000000000:task/firelens/" + randomHex(t, 16)
+	arn := "arn:aws:ecs:us-east-1:000000000000:task/refused/" + randomHex(t, 16)
 	standIn := &rejectingACS{cp: srv.Handler(), stopped: map[string]string{}, payload: &acswire.PayloadMessage{
-		MessageID: "firelens-1", SeqNum: 1, Tasks: []*acswire.Task{{Arn: arn, Family: "firelens-acs", Version: "1", DesiredStatus: "RUNNING",
-			Containers: []*acswire.Container{{Name: "app", Image: testappImage, Memory: 16,
-				FirelensConfiguration: json.RawMessage(`{"type":"fluentbit","options":{}}`)}}}}}}
+		MessageID: "refused-1", SeqNum: 1, Tasks: []*acswire.Task{{Arn: arn, Family: "refused-acs", Version: "1", DesiredStatus: "RUNNING",
+			Containers: acsContainers}}}}
 	addr := serveLoopback(t, standIn)
 	remote := newRecoveryEnv(t, bin)
 	agent = remote.start(ecsModeEnv(addr)...)
