@@ -116,6 +116,7 @@ func taskIDOf(arn string) string { return arn[strings.LastIndexByte(arn, '/')+1:
 //     value is nowhere else: not in the agent's log, berth.db, the console or the app's log options.
 //     After the task stops and is cleaned up, ECS_DATADIR/firelens/<task id> is gone.
 //   - from a static task file: the same routing, with a stdout output and no execution role.
+//   - the README's example, misc/examples/firelens.json, run with berth run: its line reaches the router.
 //   - a definition with two routers is refused, naming firelensConfiguration.
 func TestIntegrationFirelens(t *testing.T) {
 	bin := buildBerth(t)
@@ -135,7 +136,7 @@ func TestIntegrationFirelens(t *testing.T) {
 	env := newRecoveryEnv(t, bin)
 	staticLine := "static line " + randomHex(t, 4)
 	require.NoError(t, os.WriteFile(filepath.Join(env.tasksDir, "firelens-static.json"),
-		[]byte(firelensTaskDef("firelens-static", "", "", staticLine, `"Name": "stdout", "Match": "*"`, "")), 0o600))
+		[]byte(firelensTaskDef("firelens-static", "", "", staticLine, `"Name": "stdout"`, "")), 0o600))
 
 	logFile := filepath.Join(t.TempDir(), "berth.log")
 	const hostKey = "AKIAHOSTHOSTHOST0000" // the key the STS stand-in lets assume roles
@@ -159,13 +160,22 @@ func TestIntegrationFirelens(t *testing.T) {
 	}
 	waitRouterRecord(t, agent, staticID, "app-firelens-"+staticID, staticLine)
 
+	// The README's example, misc/examples/firelens.json, as make run's users run it.
+	out, errOut, code := agent.berthCLI("", "run", "../../../misc/examples/firelens.json")
+	console.WriteString(out + errOut)
+	require.Equal(t, 0, code, "berth run misc/examples/firelens.json: %s%s\nagent log:\n%s", out, errOut, agent.out.String())
+	example := regexp.MustCompile(`started (\S+)`).FindStringSubmatch(out)
+	require.NotNil(t, example, "berth run printed no task: %s", out)
+	exampleID := taskIDOf(example[1])
+	waitRouterRecord(t, agent, exampleID, "app-firelens-"+exampleID, "hello from app through FireLens")
+
 	// Two routers: refused by name before anything runs.
 	dir := t.TempDir()
 	twoRouters := filepath.Join(dir, "two-routers.json")
 	require.NoError(t, os.WriteFile(twoRouters, []byte(`{"family": "firelens-two", "containerDefinitions": [
 		{"name": "r1", "image": "`+fluentStandinImage+`", "memory": 16, "firelensConfiguration": {"type": "fluentbit"}},
 		{"name": "r2", "image": "`+fluentStandinImage+`", "memory": 16, "firelensConfiguration": {"type": "fluentd"}}]}`), 0o600))
-	out, errOut, code := agent.berthCLI("", "run", twoRouters)
+	out, errOut, code = agent.berthCLI("", "run", twoRouters)
 	console.WriteString(out + errOut)
 	assert.NotEqual(t, 0, code, "berth run of a task with two routers: %s%s", out, errOut)
 	assert.Contains(t, out+errOut, "firelensConfiguration", "the refusal names the field")
