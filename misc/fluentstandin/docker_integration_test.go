@@ -4,11 +4,13 @@ package main
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +61,8 @@ func waitRecord(t *testing.T, router, tag, line string) recordLine {
 
 // A line an app container writes through Docker's fluentd log driver, as the ECS agent configures it
 // for awsvpc and bridge tasks, reaches the stand-in with the tag the driver was given: over the
-// unix socket bind-mounted from the host, and over TCP to the router's bridge address.
+// unix socket bind-mounted from the host, and over TCP to the router's bridge address. The router
+// records the configuration files mounted on it, by path and SHA-256.
 func TestDockerFluentdDriverReachesStandin(t *testing.T) {
 	b := make([]byte, 4)
 	rand.Read(b)
@@ -69,9 +72,17 @@ func TestDockerFluentdDriverReachesStandin(t *testing.T) {
 			t.Fatalf("image %s is missing: run make images", img)
 		}
 	}
-	dir := t.TempDir()
+	dir, confDir := t.TempDir(), t.TempDir()
+	conf := "[INPUT]\n    Name forward\n    unix_path /var/run/fluent.sock\n\n@INCLUDE /fluent-bit/etc/external.conf\n"
+	external := "[FILTER]\n    Name modify\n    Match *\n"
+	os.WriteFile(filepath.Join(confDir, "fluent.conf"), []byte(conf), 0o600)
+	os.WriteFile(filepath.Join(confDir, "external.conf"), []byte(external), 0o600)
 	router := "fstandin-router-" + id
-	runContainer(t, router, "-v", dir+":/var/run/", standinImage)
+	// Mounted as the ECS agent mounts a Fluent Bit router's files: the socket directory on /var/run/,
+	// the generated file on /fluent-bit/etc/fluent-bit.conf, an S3 file on /fluent-bit/etc/external.conf.
+	runContainer(t, router, "-v", dir+":/var/run/",
+		"-v", filepath.Join(confDir, "fluent.conf")+":/fluent-bit/etc/fluent-bit.conf:ro",
+		"-v", filepath.Join(confDir, "external.conf")+":/fluent-bit/etc/external.conf:ro", standinImage)
 	sock := filepath.Join(dir, "fluent.sock")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -82,6 +93,18 @@ func TestDockerFluentdDriverReachesStandin(t *testing.T) {
 			t.Fatalf("%s did not appear: %s", sock, docker(t, "logs", router))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	var seen configLine
+	for _, l := range strings.Split(docker(t, "logs", router), "\n") {
+		if json.Unmarshal([]byte(l), &seen) == nil && seen.Kind == "config" {
+			break
+		}
+	}
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	want := configLine{Kind: "config", Path: "/fluent-bit/etc/fluent-bit.conf", Size: int64(len(conf)), SHA256: sum(conf),
+		Includes: []configFile{{Path: "/fluent-bit/etc/external.conf", Size: int64(len(external)), SHA256: sum(external)}}}
+	if !reflect.DeepEqual(seen, want) {
+		t.Errorf("the router recorded its configuration as %+v, want %+v", seen, want)
 	}
 	routerIP := docker(t, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", router)
 
