@@ -31,7 +31,8 @@ func (f Frame) Chunk() string {
 	return c
 }
 
-// readFrame reads one frame from r, holding at most limit bytes of it (decompressed) in memory.
+// readFrame reads one frame from r, holding at most limit bytes of it in memory (and limit more for
+// the entries of a PackedForward frame, decompressed or not).
 // It returns io.EOF when r ends cleanly before a frame, and another error for anything malformed;
 // the connection cannot be resynchronised after that.
 func readFrame(r *bufio.Reader, limit int64) (Frame, error) {

@@ -17,7 +17,7 @@
 //	{"kind":"config","path":"/fluent-bit/etc/fluent-bit.conf","size":N,"sha256":"<hex>","includes":[...]}
 //
 // A malformed frame closes its connection with the reason on stderr; a frame is held to -max-frame
-// bytes (twice that for a compressed PackedForward frame: the packed bytes and their expansion).
+// bytes (twice that for a PackedForward frame: the packed bytes, then the entries decoded from them).
 // SIGTERM or SIGINT stops it with exit 0; a listener that cannot be opened exits 1.
 package main
 
