@@ -2,9 +2,11 @@
 # Build the images Berth's tests and examples run, idempotently, from any cwd:
 #   - berth/testapp:latest (misc/testapp), also tagged and pushed as
 #     $BERTH_REGISTRY/berth/testapp:latest (default 127.0.0.1:5000)
+#   - berth/fluentstandin:latest (misc/fluentstandin), a FireLens router stand-in, also
+#     tagged and pushed as $BERTH_REGISTRY/berth/fluentstandin:latest
 #   - berth/pause:latest (misc/pause), also saved as $BERTH_RUN_DIR/images/pause.tar
 #     (default .run/), which the agent loads at start when the image is missing
-# Both are FROM scratch around one static binary (CGO_ENABLED=0), so nothing is pulled.
+# All are FROM scratch around one static binary (CGO_ENABLED=0), so nothing is pulled.
 # Each image carries a label berth.hash=<sha256 of its binary and Dockerfile>; when a
 # fresh build of the binary hashes the same, the image is left alone. Prints one line
 # per image: built or unchanged.
@@ -75,17 +77,25 @@ registry_has() {
 
 stale=()
 
-# berth/testapp, mirrored to the local registry for the pull paths.
-build_image testapp
-remote=$registry_addr/berth/testapp:latest
-docker tag berth/testapp:latest "$remote"
-extra=""
-if ! registry_has berth/testapp:latest berth/testapp; then
-  docker push "$remote" >"$work/push.log" 2>&1 ||
-    { cat "$work/push.log" >&2; die "docker push $remote failed (is the registry up? run scripts/provision.sh)"; }
-  extra="; pushed $remote"
-fi
-say "berth/testapp:latest $state (berth.hash ${hash:0:12}, $(size_of berth/testapp:latest))$extra"
+# push_image NAME: tags berth/NAME:latest for the local registry and pushes it unless the registry
+# already holds it. Sets extra to what it did, for the line printed.
+push_image() {
+  local name=$1 remote=$registry_addr/berth/$1:latest
+  docker tag "berth/$name:latest" "$remote"
+  extra=""
+  if ! registry_has "berth/$name:latest" "berth/$name"; then
+    docker push "$remote" >"$work/push.log" 2>&1 ||
+      { cat "$work/push.log" >&2; die "docker push $remote failed (is the registry up? run scripts/provision.sh)"; }
+    extra="; pushed $remote"
+  fi
+}
+
+# berth/testapp and berth/fluentstandin, mirrored to the local registry for the pull paths.
+for name in testapp fluentstandin; do
+  build_image "$name"
+  push_image "$name"
+  say "berth/$name:latest $state (berth.hash ${hash:0:12}, $(size_of "berth/$name:latest"))$extra"
+done
 
 # berth/pause, saved as a tarball the agent loads when the image is missing.
 build_image pause
