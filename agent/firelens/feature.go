@@ -18,8 +18,8 @@ import (
 )
 
 // The Docker fluentd log driver's options the ECS agent sets on a container that logs with
-// awsfirelens (agent/engine/docker_task_engine.go), and the definition's option it takes the buffer
-// limit from (agent/api/task/task.go FirelensLogDriverBufferLimitOption).
+// awsfirelens (agent/engine/docker_task_engine.go); the buffer limit is the definition's
+// OptionLogDriverBufferLimit.
 const (
 	dockerDriverFluentd   = "fluentd"
 	optTag                = "tag"
@@ -28,7 +28,6 @@ const (
 	optBufferLimit        = "fluentd-buffer-limit"
 	optAsync              = "fluentd-async"
 	optAsyncConnect       = "fluentd-async-connect" // Docker before 20.10 (removed in 28.0)
-	bufferLimitOption     = "log-driver-buffer-limit"
 )
 
 // The variables the ECS agent gives the containers that log through the router (FLUENT_HOST and
@@ -46,12 +45,6 @@ const (
 	socketMountPath = "/var/run/"
 	// maxSocketPath is the longest path of a unix socket Linux takes (sun_path less its NUL).
 	maxSocketPath = 107
-)
-
-// The values of the config-file-type option.
-const (
-	configFileTypeFile = "file"
-	configFileTypeS3   = "s3"
 )
 
 // ErrNoSecrets is the reason a router cannot be created when it needs what only a task's execution
@@ -269,13 +262,13 @@ func (f *Feature) spec(ctx context.Context, t *task.Task, router *task.Container
 			return s, "", fmt.Errorf("option %s is %q but %s is not set", OptionConfigFileType, kind, OptionConfigFileValue)
 		}
 		switch kind {
-		case configFileTypeFile:
+		case ConfigFileTypeFile:
 			s.External = External{Kind: kind, Path: value}
-		case configFileTypeS3:
+		case ConfigFileTypeS3:
 			s.External = External{Kind: kind, Path: S3ConfigPath(router.Firelens.Type)}
 			s3ARN = value
 		default:
-			return s, "", fmt.Errorf("option %s is %q: want %s or %s", OptionConfigFileType, kind, configFileTypeFile, configFileTypeS3)
+			return s, "", fmt.Errorf("option %s is %q: want %s or %s", OptionConfigFileType, kind, ConfigFileTypeFile, ConfigFileTypeS3)
 		}
 	}
 	for _, c := range t.Containers {
@@ -284,7 +277,7 @@ func (f *Feature) spec(ctx context.Context, t *task.Task, router *task.Container
 		}
 		o := Output{Container: c.Name, Options: map[string]string{}}
 		for k, v := range c.LogConfiguration.Options {
-			if k != bufferLimitOption {
+			if k != OptionLogDriverBufferLimit {
 				o.Options[k] = v
 			}
 		}
@@ -328,7 +321,7 @@ func (f *Feature) logToRouter(t *task.Task, c *task.Container, opts *docker.Crea
 		optFluentdAddress:     "unix://" + socket,
 		optSubSecondPrecision: "true",
 	}
-	if v, ok := c.LogConfiguration.Options[bufferLimitOption]; ok {
+	if v, ok := c.LogConfiguration.Options[OptionLogDriverBufferLimit]; ok {
 		conf[optBufferLimit] = v
 	}
 	if asyncBefore2010(f.cfg.DockerVersion) {

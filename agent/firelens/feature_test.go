@@ -128,6 +128,7 @@ func TestRouterSetUp(t *testing.T) {
 		f, dataDir := testFeature(t, secrets)
 		tk := firelensTask(task.NetworkBridge)
 		tk.Containers[0].Firelens = &task.FirelensConfiguration{Type: task.FirelensFluentd}
+		tk.Containers[1].LogConfiguration.Options = map[string]string{"@type": "datadog"}
 		opts := newOpts()
 		require.NoError(t, f.setUpRouter(context.Background(), tk, tk.Containers[0], opts))
 		base := dataDir + "/firelens/" + taskID
