@@ -78,6 +78,12 @@ func TestIntegrationRouterAndApp(t *testing.T) {
 	assert.False(t, strings.Contains(string(inspected), secretValue), "the secret value reached Docker's view of the app")
 
 	require.NoError(t, eng.StopTask(context.Background(), arn, "done"))
+	stopped := waitTask(t, eng, arn, "STOPPED", func(tk *task.Task) bool { return tk == nil || tk.KnownStatus == task.TaskStopped })
+	if stopped != nil {
+		appDone, routerDone := stopped.Container("app").FinishedAt, stopped.Container("log_router").FinishedAt
+		require.False(t, appDone.IsZero() || routerDone.IsZero(), "both stopped containers have their finish times")
+		assert.False(t, routerDone.Before(appDone), "the router stops after the app (app %s, router %s)", appDone, routerDone)
+	}
 	waitTask(t, eng, arn, "removed", func(tk *task.Task) bool { return tk == nil })
 	assert.NoDirExists(t, taskDir, "cleanup removes the task's FireLens directory")
 }
@@ -96,6 +102,18 @@ func TestIntegrationRouterRefused(t *testing.T) {
 	assert.Empty(t, stopped.Container("log_router").DockerID, "the router was not created")
 	assert.Empty(t, stopped.Container("app").DockerID, "the app was not created")
 	assert.NoDirExists(t, filepath.Join(dataDir, "firelens", "fl2"))
+}
+
+// TestIntegrationRouterDies: an essential router that exits takes its task down as any essential
+// container does.
+func TestIntegrationRouterDies(t *testing.T) {
+	eng, client, cluster, _ := itEngine(t, &fakeSecrets{options: map[string]map[string]string{"app": {"apikey": "v"}}})
+	arn := "arn:aws:ecs:local:000000000000:task/" + cluster + "/fl3"
+	require.NoError(t, eng.AddTask(context.Background(), itTask(t, arn)))
+	running := waitTask(t, eng, arn, "RUNNING", func(tk *task.Task) bool { return tk != nil && tk.KnownStatus == task.TaskRunning })
+	require.NoError(t, client.StopContainer(t.Context(), running.Container("log_router").DockerID, time.Second))
+	stopped := waitTask(t, eng, arn, "STOPPED", func(tk *task.Task) bool { return tk != nil && tk.KnownStatus == task.TaskStopped })
+	assert.Equal(t, task.StopReasonEssentialExited, stopped.StoppedReason)
 }
 
 // itEngine runs a real engine with the feature against the real Docker Engine; every container it
