@@ -25,6 +25,7 @@ import (
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/execagent"
 	"github.com/berth-agent/berth/agent/faultinject"
+	"github.com/berth-agent/berth/agent/firelens"
 	"github.com/berth-agent/berth/agent/hostnat"
 	"github.com/berth-agent/berth/agent/imagecleanup"
 	"github.com/berth-agent/berth/agent/imds"
@@ -107,7 +108,11 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	// ECS Exec's managed agent; ecs.capability.execute-command is registered when its files are there.
 	execAgent := execagent.New(execagent.Config{DepsDir: cfg.ExecDepsDir, LogDir: cfg.ExecLogDir}, client, log.With("feature", "execute-command"))
 	faults, faultInjection := newFaultInjection(ctx, log)
-	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, creds, nat, execAgent, faults, opts.Probe, log)
+	// The EC2 instance FireLens routers name in their records' metadata, known once the control plane
+	// is set up below (before the engine starts and a router can be created).
+	var ec2InstanceID string
+	eng, resources, err := newEngine(ctx, cfg, client, store, auth, m, roles, creds, nat, execAgent, faults,
+		firelensConfig{dockerVersion: dockerVersion.Version, ec2InstanceID: func() string { return ec2InstanceID }}, opts.Probe, log)
 	if err != nil {
 		return err
 	}
@@ -135,6 +140,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err != nil {
 		return err
 	}
+	ec2InstanceID = ec2.InstanceID
 	eng.Subscribe(cp)
 
 	// The engine and the reporters outlive SIGTERM only as long as --stop-tasks-on-exit needs them.
@@ -234,7 +240,7 @@ func waitForDocker(ctx context.Context, client *dockerclient.Client, log *logger
 // support (without it the engine refuses awsvpc tasks, saying how to enable them).
 func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Client, store state.Store, auth *registryauth.Provider,
 	m *prommetrics.Metrics, roles *rolecreds.Provider, creds *taskcreds.Chain, nat *hostnat.Keeper,
-	execAgent *execagent.Feature, faults *faultinject.Injector, probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
+	execAgent *execagent.Feature, faults *faultinject.Injector, fl firelensConfig, probe engine.Probe, log *logger.Logger) (*engine.Engine, engine.Resources, error) {
 	resources, err := engine.HostResources(engine.HostMeminfo, cfg.ReservedMemoryMiB, cfg.ReservedPorts, cfg.ReservedPortsUDP)
 	if err != nil {
 		return nil, resources, err
@@ -278,12 +284,20 @@ func newEngine(ctx context.Context, cfg *config.Config, client *dockerclient.Cli
 		PauseImage: pauseImage, TaskCgroups: cgroups, DynamicHostPorts: dynamicHostPorts(cfg), Secrets: secretSource, Images: client,
 		ContainerMetadata: engine.ContainerMetadataConfig{Enabled: cfg.ContainerMetadataEnabled,
 			Dir: filepath.Join(cfg.DataDir, "metadata"), InstanceARN: func() string { return state.InstanceARN(ctx, store, cfg.Cluster) }},
-		Features: []engine.Feature{execAgent, faults}},
+		Features: []engine.Feature{execAgent, faults, firelens.New(firelens.Config{DataDir: cfg.DataDir, Cluster: cfg.Cluster, Secrets: secretSource,
+			EC2InstanceID: fl.ec2InstanceID, DockerVersion: fl.dockerVersion}, log.With("feature", "firelens"))}},
 		m.Docker(client), imagecleanup.RecordPulls(m.Puller(client.Puller()), client, store, clockwork.NewRealClock(), log),
 		auth, store, log)
 	m.CountTasks(eng.Tasks)
 	m.CountUnknownContainers(eng.UnknownContainers)
 	return eng, resources, nil
+}
+
+// firelensConfig is what the FireLens feature learns of the host before the engine is built: the
+// Docker Engine's version, and the EC2 instance ID once the control plane knows it.
+type firelensConfig struct {
+	dockerVersion string
+	ec2InstanceID func() string
 }
 
 // ec2Instance is what the agent learned of its EC2 instance (zero off EC2): its identity, and the

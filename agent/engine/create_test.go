@@ -582,3 +582,51 @@ func TestVisitRunning(t *testing.T) {
 	h.engine.VisitRunning(func(tk *task.Task) { visited = append(visited, tk.Arn) })
 	assert.Equal(t, []string{run.Arn}, visited)
 }
+
+// askedSecrets records the containers a SecretSource was asked about, as it was given them.
+type askedSecrets struct {
+	fakeSecrets
+	given []*task.Container
+}
+
+func (a *askedSecrets) ContainerSecrets(ctx context.Context, t *task.Task, c *task.Container) (ContainerSecrets, error) {
+	a.mu.Lock()
+	a.given = append(a.given, c)
+	a.mu.Unlock()
+	return a.fakeSecrets.ContainerSecrets(ctx, t, c)
+}
+
+// TestRouterSecretOptionsAreNotDockers: the log driver secret options of a container that logs with
+// awsfirelens are its FireLens router's (the firelens feature's to fetch): the engine's secrets
+// feature neither fetches them nor needs a source for them, while the container's other secrets
+// are fetched as usual.
+func TestRouterSecretOptionsAreNotDockers(t *testing.T) {
+	firelensLog := func(c *task.Container) {
+		c.LogConfiguration = &task.LogConfiguration{LogDriver: task.LogDriverFirelens, Options: map[string]string{"Name": "splunk"},
+			SecretOptions: []task.Secret{{Name: "splunk_token", ValueFrom: splunkSecret}}}
+	}
+	t.Run("no source is needed for them", func(t *testing.T) {
+		h := newHarness(t, testConfig())
+		const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/firelens-only"
+		h.add(newTask(arn, ctr("app", firelensLog)))
+		h.waitStatus(arn, task.TaskRunning)
+	})
+	t.Run("the source is given the container without them", func(t *testing.T) {
+		secrets := &askedSecrets{fakeSecrets: fakeSecrets{values: map[string]ContainerSecrets{"app": {SecretEnv: []string{"DB_PASSWORD=pw"}}}}}
+		cfg := testConfig()
+		cfg.Secrets = secrets
+		h := newHarness(t, cfg)
+		const arn = "arn:aws:ecs:local:000000000000:task/test-cluster/firelens-secrets"
+		h.add(newTask(arn, ctr("app", func(c *task.Container) {
+			firelensLog(c)
+			c.Secrets = []task.Secret{{Name: "DB_PASSWORD", ValueFrom: secretARN}}
+		})))
+		running := h.waitStatus(arn, task.TaskRunning)
+		secrets.mu.Lock()
+		defer secrets.mu.Unlock()
+		require.Len(t, secrets.given, 1)
+		assert.Empty(t, secrets.given[0].LogConfiguration.SecretOptions)
+		assert.Equal(t, []task.Secret{{Name: "DB_PASSWORD", ValueFrom: secretARN}}, secrets.given[0].Secrets)
+		assert.Len(t, running.Container("app").LogConfiguration.SecretOptions, 1, "the task's own definition is not changed")
+	})
+}

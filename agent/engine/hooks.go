@@ -42,7 +42,8 @@ import (
 //
 //	awsvpc           prepare (refused without task networking), after start (CNI ADD on the pause
 //	                 container), at stop (CNI DEL), recovery (networking of unknown tasks)
-//	secrets          before create (environment files, secrets, log driver secret options)
+//	secrets          before create (environment files, secrets, log driver secret options but those of
+//	                 awsfirelens, which are the FireLens router's)
 //	task cgroup      before create (the cgroup parent), at cleanup, recovery (cgroups of unknown tasks)
 //	task endpoint    prepare (role credentials), hold (a task whose containers get role credentials
 //	                 waits for the route to the endpoint), before create (the endpoint's variables, the

@@ -73,7 +73,7 @@ func (f secretsFeature) BeforeCreate(ctx context.Context, r *Run, c *task.Contai
 	if f.source == nil {
 		return ErrNoSecretSource
 	}
-	s, err := f.source.ContainerSecrets(ctx, r.Task(), c)
+	s, err := f.source.ContainerSecrets(ctx, r.Task(), withoutRouterSecrets(c))
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,20 @@ func setLogOptions(host *docker.HostConfig, options map[string]string) {
 	maps.Copy(host.LogConfig.Config, options)
 }
 
-// needsSecrets reports whether c asks for anything a SecretSource fetches at create time.
+// needsSecrets reports whether c asks for anything a SecretSource fetches at create time for Docker.
 func needsSecrets(c *task.Container) bool {
-	return len(c.Secrets) > 0 || len(c.EnvironmentFiles) > 0 || (c.LogConfiguration != nil && len(c.LogConfiguration.SecretOptions) > 0)
+	return len(c.Secrets) > 0 || len(c.EnvironmentFiles) > 0 || (c.LogConfiguration != nil && len(c.LogConfiguration.SecretOptions) > 0 && !c.LogsToRouter())
+}
+
+// withoutRouterSecrets returns c, or a copy of it without its log driver's secret options when it
+// logs with awsfirelens: those options belong in its task's FireLens router's configuration (the
+// firelens feature fetches them), never in Docker's log options.
+func withoutRouterSecrets(c *task.Container) *task.Container {
+	if !c.LogsToRouter() || len(c.LogConfiguration.SecretOptions) == 0 {
+		return c
+	}
+	cc, lc := *c, *c.LogConfiguration
+	lc.SecretOptions = nil
+	cc.LogConfiguration = &lc
+	return &cc
 }

@@ -64,7 +64,7 @@ func (f *Fetcher) EnvFiles(ctx context.Context, creds aws.CredentialsProvider, a
 	for i, o := range objects {
 		g.Go(func() error {
 			label := envFileLabel(arns[i])
-			body, err := f.getObject(ctx, client, o.bucket, o.key, label)
+			body, err := f.getObject(ctx, client, o.bucket, o.key, label, MaxEnvFileSize, CodeEnvFileTooLarge)
 			if err != nil {
 				errs[i] = err
 				return nil
@@ -87,8 +87,8 @@ func (f *Fetcher) EnvFiles(ctx context.Context, creds aws.CredentialsProvider, a
 // envFileLabel names an environment file in errors.
 func envFileLabel(arn string) string { return "environment file " + shown(arn) }
 
-// getObject reads one S3 object of at most MaxEnvFileSize bytes.
-func (f *Fetcher) getObject(ctx context.Context, client *s3.Client, bucket, key, label string) (string, error) {
+// getObject reads one S3 object of at most limit bytes; a larger one is the tooLarge code.
+func (f *Fetcher) getObject(ctx context.Context, client *s3.Client, bucket, key, label string, limit int, tooLarge string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.CallTimeout)
 	defer cancel()
 	out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
@@ -96,12 +96,12 @@ func (f *Fetcher) getObject(ctx context.Context, client *s3.Client, bucket, key,
 		return "", awsError(label, err)
 	}
 	defer out.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(out.Body, MaxEnvFileSize+1))
+	b, err := io.ReadAll(io.LimitReader(out.Body, int64(limit)+1))
 	if err != nil {
 		return "", awsError(label, fmt.Errorf("read the object: %w", err))
 	}
-	if len(b) > MaxEnvFileSize {
-		return "", localError(label, CodeEnvFileTooLarge, fmt.Errorf("the object is larger than %d bytes", MaxEnvFileSize))
+	if len(b) > limit {
+		return "", localError(label, tooLarge, fmt.Errorf("the object is larger than %d bytes", limit))
 	}
 	return string(b), nil
 }

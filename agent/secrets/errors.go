@@ -32,12 +32,14 @@ const (
 	CodeMalformedEnvFile = "MalformedEnvFile"
 	// CodeEnvFileTooLarge: an environment file is larger than MaxEnvFileSize.
 	CodeEnvFileTooLarge = "EnvFileTooLarge"
+	// CodeFileTooLarge: a file fetched with File is larger than MaxFileSize.
+	CodeFileTooLarge = "FileTooLarge"
 	// CodeRequestFailed: the request got no answer from AWS (connection refused or reset, DNS,
 	// timeout, cancellation).
 	CodeRequestFailed = "RequestFailed"
 )
 
-// Error is every failure of Resolve, EnvFiles and RegistryCredentials: which secret, environment
+// Error is every failure of Resolve, EnvFiles, File and RegistryCredentials: which secret, environment
 // file or credentials parameter could not be had, and why. It never holds a secret value.
 type Error struct {
 	// Secret names what failed: `secret DB_PASS (valueFrom /app/db)`, `environment file

@@ -407,3 +407,29 @@ func TestErrorUnwraps(t *testing.T) {
 	assert.ErrorIs(t, e, cause)
 	assert.Equal(t, "secret A (valueFrom /a): X: cause", e.Error())
 }
+
+// TestFile: a configuration file is fetched as is with the credentials given; a missing object, a
+// bad ARN and a file over MaxFileSize are *Error naming the file.
+func TestFile(t *testing.T) {
+	srv, f := setup(t)
+	body := "[INPUT]\n    Name dummy\n\n@INCLUDE other.conf\n"
+	srv.PutObject("conf-bucket", "fluent/extra.conf", []byte(body))
+	srv.PutObject("conf-bucket", "huge.conf", []byte(strings.Repeat("x", secrets.MaxFileSize+1)))
+
+	got, err := f.File(context.Background(), taskCreds, "firelens configuration file", "arn:aws:s3:::conf-bucket/fluent/extra.conf")
+	require.NoError(t, err)
+	assert.Equal(t, body, string(got))
+	for _, k := range srv.AccessKeys() {
+		assert.Equal(t, taskKey, k)
+	}
+
+	_, err = f.File(context.Background(), taskCreds, "firelens configuration file", "arn:aws:s3:::conf-bucket/nope.conf")
+	e := secretErr(t, err, "NoSuchKey")
+	assert.Equal(t, "firelens configuration file arn:aws:s3:::conf-bucket/nope.conf", e.Secret)
+
+	_, err = f.File(context.Background(), taskCreds, "firelens configuration file", "arn:aws:s3:::conf-bucket/huge.conf")
+	secretErr(t, err, secrets.CodeFileTooLarge)
+
+	_, err = f.File(context.Background(), taskCreds, "firelens configuration file", "s3://conf-bucket/k")
+	secretErr(t, err, secrets.CodeInvalidReference)
+}

@@ -445,9 +445,10 @@ type StartBlock struct {
 }
 
 // CanStart evaluates c's dependsOn against the current state of the task's other containers. A link
-// is a dependency with condition START: Docker links only to a container that runs.
+// is a dependency with condition START: Docker links only to a container that runs. A container that
+// logs through the task's FireLens router depends on it too (see dependencies).
 func (t *Task) CanStart(c *Container) StartBlock {
-	for _, d := range c.dependencies() {
+	for _, d := range t.dependencies(c) {
 		dep := t.Container(d.ContainerName)
 		if dep == nil {
 			return StartBlock{Fail: fmt.Errorf("dependency %q is not a container of the task", d.ContainerName)}
@@ -497,22 +498,66 @@ func exitText(code *int) string {
 	return fmt.Sprintf("exit code %d", *code)
 }
 
-// dependencies returns c's dependsOn and, for each link, a START dependency on its target.
-func (c *Container) dependencies() []Dependency {
-	if len(c.Links) == 0 {
-		return c.DependsOn
+// dependencies returns c's dependsOn; for each link, a START dependency on its target; and, for a
+// container that logs with the awsfirelens driver, one on the task's FireLens router, as the ECS agent
+// adds (addFirelensContainerDependency): START, or HEALTHY when the router has a health check. The
+// router's dependency is not added when c already depends on the router (its own condition holds) or
+// when the router has dependsOn or links of its own (they could make a cycle), as in the ECS agent.
+func (t *Task) dependencies(c *Container) []Dependency {
+	deps := c.DependsOn
+	if len(c.Links) > 0 {
+		deps = slices.Clone(deps)
+		for _, l := range c.Links {
+			name, _, _ := strings.Cut(l, ":")
+			deps = append(deps, Dependency{ContainerName: name, Condition: ConditionStart})
+		}
 	}
-	deps := slices.Clone(c.DependsOn)
-	for _, l := range c.Links {
-		name, _, _ := strings.Cut(l, ":")
-		deps = append(deps, Dependency{ContainerName: name, Condition: ConditionStart})
+	if d, ok := t.routerDependency(c); ok {
+		deps = append(slices.Clip(deps), d)
 	}
 	return deps
 }
 
-// StopBlockers returns the containers that must stop before c may: those that depend on (or link to) c and have not
-// stopped yet, so shutdown runs in reverse dependency order. Every container of an awsvpc task also
-// stops before its pause container.
+// FirelensRouter returns the task's FireLens log router (the container with a
+// firelensConfiguration), or nil.
+func (t *Task) FirelensRouter() *Container {
+	for _, c := range t.Containers {
+		if c.Firelens != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+// LogsToRouter reports whether c sends its output to its task's FireLens router: it logs with the
+// awsfirelens driver.
+func (c *Container) LogsToRouter() bool {
+	return c.LogConfiguration != nil && c.LogConfiguration.LogDriver == LogDriverFirelens
+}
+
+// routerDependency returns the dependency on the task's FireLens router that dependencies adds for c.
+func (t *Task) routerDependency(c *Container) (Dependency, bool) {
+	if !c.LogsToRouter() {
+		return Dependency{}, false
+	}
+	r := t.FirelensRouter()
+	if r == nil || r == c || len(r.DependsOn) > 0 || len(r.Links) > 0 {
+		return Dependency{}, false
+	}
+	if slices.ContainsFunc(c.DependsOn, func(d Dependency) bool { return d.ContainerName == r.Name }) {
+		return Dependency{}, false
+	}
+	cond := ConditionStart
+	if r.HealthCheck != nil {
+		cond = ConditionHealthy
+	}
+	return Dependency{ContainerName: r.Name, Condition: cond}, true
+}
+
+// StopBlockers returns the containers that must stop before c may: those that depend on (or link to)
+// c and have not stopped yet, so shutdown runs in reverse dependency order (a FireLens router stops
+// after the containers that log through it). Every container of an awsvpc task also stops before its
+// pause container.
 func (t *Task) StopBlockers(c *Container) []string {
 	var out []string
 	for _, other := range t.Containers {
@@ -523,7 +568,7 @@ func (t *Task) StopBlockers(c *Container) []string {
 			out = append(out, other.Name)
 			continue
 		}
-		for _, d := range other.dependencies() {
+		for _, d := range t.dependencies(other) {
 			if d.ContainerName == c.Name && other.KnownStatus != ContainerNone {
 				out = append(out, other.Name)
 				break

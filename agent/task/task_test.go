@@ -168,3 +168,66 @@ func TestCloneCopiesManagedAgents(t *testing.T) {
 	assert.Equal(t, ManagedAgentPending, orig.Containers[0].ManagedAgents[0].Status)
 	assert.Nil(t, cp.Containers[0].ManagedAgent("other"))
 }
+
+// TestFirelensRouterDependency: a container that logs with awsfirelens waits for the task's router as
+// if it had a dependsOn on it (the ECS agent's addFirelensContainerDependency): START, HEALTHY when
+// the router has a health check; none when it already depends on the router or the router depends
+// on others; and the router stops after it.
+func TestFirelensRouterDependency(t *testing.T) {
+	firelensLog := &LogConfiguration{LogDriver: LogDriverFirelens, Options: map[string]string{"Name": "stdout"}}
+	check := &HealthCheck{Command: []string{"CMD", "true"}}
+	tests := []struct {
+		name     string
+		router   Container
+		app      Container
+		wantWait string // "" : the app may start
+		wantFail bool
+	}{
+		{name: "router created, not running: START waits",
+			router: Container{KnownStatus: ContainerCreated}, app: Container{LogConfiguration: firelensLog},
+			wantWait: `waiting for "log_router" to start (condition START)`},
+		{name: "router running: the app starts",
+			router: Container{KnownStatus: ContainerRunning}, app: Container{LogConfiguration: firelensLog}},
+		{name: "router with a health check, running but not healthy: HEALTHY waits",
+			router: Container{KnownStatus: ContainerRunning, HealthCheck: check, Health: HealthUnknown}, app: Container{LogConfiguration: firelensLog},
+			wantWait: `waiting for "log_router" to become healthy (condition HEALTHY)`},
+		{name: "router healthy: the app starts",
+			router: Container{KnownStatus: ContainerRunning, HealthCheck: check, Health: HealthHealthy}, app: Container{LogConfiguration: firelensLog}},
+		{name: "router stopped before it started: the app cannot start",
+			router: Container{KnownStatus: ContainerStopped}, app: Container{LogConfiguration: firelensLog}, wantFail: true},
+		{name: "another log driver: no dependency",
+			router: Container{KnownStatus: ContainerCreated}, app: Container{LogConfiguration: &LogConfiguration{LogDriver: "json-file"}}},
+		{name: "an explicit dependsOn on the router wins",
+			router: Container{KnownStatus: ContainerRunning, HealthCheck: check, Health: HealthUnknown},
+			app:    Container{LogConfiguration: firelensLog, DependsOn: []Dependency{{ContainerName: "log_router", Condition: ConditionStart}}}},
+		{name: "a router with dependsOn of its own gets no implicit dependents",
+			router: Container{KnownStatus: ContainerCreated, DependsOn: []Dependency{{ContainerName: "init", Condition: ConditionComplete}}},
+			app:    Container{LogConfiguration: firelensLog}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			router, app := tt.router, tt.app
+			router.Name, router.Firelens = "log_router", &FirelensConfiguration{Type: FirelensFluentbit}
+			app.Name = "app"
+			init := &Container{Name: "init", KnownStatus: ContainerStopped, ExitCode: intp(0)}
+			tk := &Task{Containers: []*Container{init, &router, &app}}
+			got := tk.CanStart(&app)
+			assert.Equal(t, tt.wantWait, got.Wait)
+			assert.Equal(t, tt.wantFail, got.Fail != nil, "fail: %v", got.Fail)
+		})
+	}
+	t.Run("a router that logs through itself does not wait for itself", func(t *testing.T) {
+		router := &Container{Name: "log_router", KnownStatus: ContainerCreated, Firelens: &FirelensConfiguration{Type: FirelensFluentd}, LogConfiguration: firelensLog}
+		assert.Equal(t, StartBlock{}, (&Task{Containers: []*Container{router}}).CanStart(router))
+	})
+	t.Run("the router stops after the containers that log through it", func(t *testing.T) {
+		router := &Container{Name: "log_router", KnownStatus: ContainerRunning, Firelens: &FirelensConfiguration{Type: FirelensFluentbit}}
+		app := &Container{Name: "app", KnownStatus: ContainerRunning, LogConfiguration: firelensLog}
+		other := &Container{Name: "other", KnownStatus: ContainerRunning}
+		tk := &Task{Containers: []*Container{router, app, other}}
+		assert.Equal(t, []string{"app"}, tk.StopBlockers(router))
+		assert.Empty(t, tk.StopBlockers(app))
+		app.KnownStatus = ContainerStopped
+		assert.Empty(t, tk.StopBlockers(router))
+	})
+}

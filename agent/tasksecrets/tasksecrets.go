@@ -1,7 +1,8 @@
-// Package tasksecrets is what a task's execution role fetches for its containers, as the engine and
-// the task endpoint ask for it: secrets, environment files and log driver secret options at create
-// time, private registry credentials at pull time (engine.SecretSource), and the role's credentials
-// for the Docker daemon's awslogs driver. Which credentials each fetch uses is taskcreds.Chain's
+// Package tasksecrets is what a task's execution role fetches for its containers, as the engine, its
+// features and the task endpoint ask for it: secrets, environment files and log driver secret options
+// at create time, private registry credentials at pull time (engine.SecretSource), a FireLens
+// router's S3 configuration file and its outputs' secret options, and the role's credentials for the
+// Docker daemon's awslogs driver. Which credentials each fetch uses is taskcreds.Chain's
 // decision (ForSecrets).
 package tasksecrets
 
@@ -84,6 +85,29 @@ func (s *Source) ContainerSecrets(ctx context.Context, t *task.Task, c *task.Con
 		out.LogOptions = values
 	}
 	return out, nil
+}
+
+// LogSecretOptions returns the values of c's logConfiguration.secretOptions by option name, fetched
+// with t's execution role: what a FireLens router's configuration gets for an awsfirelens container.
+func (s *Source) LogSecretOptions(ctx context.Context, t *task.Task, c *task.Container) (map[string]string, error) {
+	if c.LogConfiguration == nil || len(c.LogConfiguration.SecretOptions) == 0 {
+		return nil, nil
+	}
+	creds, err := s.creds.ForSecrets(t)
+	if err != nil {
+		return nil, err
+	}
+	return s.fetcher.Resolve(ctx, creds, refs(c.LogConfiguration.SecretOptions))
+}
+
+// ConfigFile returns the S3 object arn names, fetched with t's execution role: a FireLens router's
+// config-file-value of config-file-type s3.
+func (s *Source) ConfigFile(ctx context.Context, t *task.Task, arn string) ([]byte, error) {
+	creds, err := s.creds.ForSecrets(t)
+	if err != nil {
+		return nil, err
+	}
+	return s.fetcher.File(ctx, creds, "firelens configuration file", arn)
 }
 
 // RepositoryAuth returns the pull credentials of a container with repositoryCredentials: the

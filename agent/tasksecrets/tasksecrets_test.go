@@ -64,3 +64,27 @@ func TestContainerSecretsWithoutTheRole(t *testing.T) {
 	require.Error(t, err)
 	assert.Empty(t, srv.AccessKeys(), "nothing is asked of AWS")
 }
+
+// TestFirelensFetches: an awsfirelens container's secret options and a router's S3 configuration
+// file are fetched with the task's execution role.
+func TestFirelensFetches(t *testing.T) {
+	srv, src := setup(t)
+	srv.PutParameter("/logs/api-key", "k3y")
+	srv.PutObject("conf", "fluent.conf", []byte("[FILTER]\n"))
+	tk := &task.Task{Arn: "arn:task", ExecutionRoleArn: "arn:aws:iam::1:role/exec", ExecutionCredentialsID: execID}
+	c := &task.Container{Name: "app", LogConfiguration: &task.LogConfiguration{LogDriver: task.LogDriverFirelens,
+		SecretOptions: []task.Secret{{Name: "apikey", ValueFrom: "/logs/api-key"}}}}
+
+	opts, err := src.LogSecretOptions(context.Background(), tk, c)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"apikey": "k3y"}, opts)
+	file, err := src.ConfigFile(context.Background(), tk, "arn:aws:s3:::conf/fluent.conf")
+	require.NoError(t, err)
+	assert.Equal(t, "[FILTER]\n", string(file))
+	for _, k := range srv.AccessKeys() {
+		assert.Equal(t, "AKIAEXECROLE", k, "every call is signed with the execution role's key")
+	}
+	none, err := src.LogSecretOptions(context.Background(), tk, &task.Container{Name: "plain"})
+	require.NoError(t, err)
+	assert.Empty(t, none)
+}
