@@ -2,6 +2,8 @@ package firelens
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -112,7 +114,22 @@ func (f *Feature) TaskHook(t *task.Task) engine.TaskHook {
 
 // taskDir is where t's files are.
 func (f *Feature) taskDir(t *task.Task) string {
-	return filepath.Join(f.root(), engine.CNITaskID(t.Arn))
+	return filepath.Join(f.root(), dirName(t.Arn))
+}
+
+// maxDirName is the longest name of a task's directory: an ECS task ID's length.
+const maxDirName = 32
+
+// dirName is the name of the directory of the task with this ARN: its task ID, or, for an ID longer
+// than an ECS task ID (a static task's holds its file's name), the first 32 hex digits of the ID's
+// SHA-256, so that the router's socket path stays within what a unix socket takes.
+func dirName(arn string) string {
+	id := engine.CNITaskID(arn)
+	if len(id) <= maxDirName {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])[:maxDirName]
 }
 
 func (f *Feature) root() string { return filepath.Join(f.cfg.DataDir, "firelens") }
@@ -121,7 +138,7 @@ func (f *Feature) root() string { return filepath.Join(f.cfg.DataDir, "firelens"
 func (f *Feature) RemoveLeftovers(_ context.Context, known []string) {
 	var keep set.Set[string]
 	for _, arn := range known {
-		keep.Add(engine.CNITaskID(arn))
+		keep.Add(dirName(arn))
 	}
 	entries, err := os.ReadDir(f.root())
 	if err != nil {

@@ -336,6 +336,21 @@ func TestRemoveLeftovers(t *testing.T) {
 	empty.RemoveLeftovers(context.Background(), nil) // no firelens directory: nothing to do
 }
 
+// A task ID longer than an ECS task ID (a static task's) gets a directory named by 32 hex digits of
+// its SHA-256, so that the router's socket path fits a unix socket; an ECS task ID is used as is.
+func TestDirName(t *testing.T) {
+	assert.Equal(t, "0123456789abcdef0123456789abcdef", dirName("arn:aws:ecs:us-west-2:012345678901:task/default/0123456789abcdef0123456789abcdef"))
+	static := "arn:aws:ecs:local:000000000000:task/default/static-firelens-static-05aa01f2-6fefb4b34333-r6"
+	// sha256("static-firelens-static-05aa01f2-6fefb4b34333-r6"), by sha256sum.
+	assert.Equal(t, "efeaf653341247a29f895b27374d98bf", dirName(static))
+
+	f, dataDir := testFeature(t, nil)
+	kept := filepath.Join(dataDir, "firelens", dirName(static))
+	require.NoError(t, os.MkdirAll(kept, 0o700))
+	f.RemoveLeftovers(context.Background(), []string{static})
+	assert.DirExists(t, kept, "a static task's directory is its hashed name")
+}
+
 func TestParseOwner(t *testing.T) {
 	gid := os.Getgid()
 	tests := []struct {
