@@ -84,8 +84,11 @@ packages-test: packages
 # Every test: provisioning, the package test, the state files' damage sweeps in full (without -race,
 # whose children cost twenty times more: under it they run a sample), then unit and integration tests
 # (with the fuzz seed corpora) under -race. Packages run one at a time (-p 1): one integration test restarts the Docker Engine.
+# -p 1 also builds one package at a time, so every test binary is compiled first, as many at once as
+# there are CPUs, and run with /bin/true: the run below then only links them.
 test: images exec-deps cni-plugins ec2-metadata-mock jsclients lint packages-test
 	$(GO) test -count=1 -run 'DamageSweep' ./agent/state/ ./agent/localcp/
+	$(GO) test -race -count=1 -tags integration -exec /bin/true ./... > /dev/null
 	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) BERTH_PAUSE_TARBALL=$(RUN_DIR)/images/pause.tar BERTH_EXEC_DEPS=$(EXEC_DEPS_DIR) \
 		$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
 

@@ -114,7 +114,6 @@ func taskIDOf(arn string) string { return arn[strings.LastIndexByte(arn, '/')+1:
 //     0600), with the output section, the ECS metadata and the secret's value, and it includes the S3
 //     object, fetched (like the secret) with a key STS issued for the execution role; the secret's
 //     value is nowhere else: not in the agent's log, berth.db, the console or the app's log options.
-//     After the task stops and is cleaned up, ECS_DATADIR/firelens/<task id> is gone.
 //   - from a static task file: the same routing, with a stdout output and no execution role.
 //   - the README's example, misc/examples/firelens.json, run with berth run: its line reaches the router.
 //   - a definition with two routers is refused, naming firelensConfiguration.
@@ -286,15 +285,12 @@ func TestIntegrationFirelens(t *testing.T) {
 	assert.True(t, s3Fetched, "the S3 configuration file was fetched with the execution role's key")
 	assert.True(t, secretFetched, "the secret option was fetched with the execution role's key")
 
-	// Stop it; once cleaned up, nothing of its FireLens directory is left.
+	// Stop it. (That cleanup leaves nothing of its FireLens directory is held by agent/firelens's
+	// TestIntegrationRouterAndApp on the real Engine: here it would cost the minute
+	// ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION takes at the least.)
 	out, errOut, code = agent.berthCLI("", "stop", taskID)
 	console.WriteString(out + errOut)
 	require.Equal(t, 0, code, "berth stop: %s%s", out, errOut)
-	taskDir := filepath.Join(env.dataDir, "firelens", taskID)
-	require.Eventually(t, func() bool {
-		_, err := os.Lstat(taskDir)
-		return os.IsNotExist(err)
-	}, 3*time.Minute, time.Second, "%s is left after the task was cleaned up", taskDir)
 	_, printed := routerLines(t, agent, staticID)
 	console.WriteString(printed)
 	agent.stop()
