@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -154,4 +155,32 @@ func TestTaskProtectionForgottenWithItsTask(t *testing.T) {
 	assert.Empty(t, out["protectedTasks"])
 	assert.Equal(t, "MISSING", at(t, out, "failures", 0, "reason"))
 	assert.Equal(t, arn, at(t, out, "failures", 0, "arn"))
+}
+
+// TestTaskProtectionRefusesStrangers: UpdateTaskProtection unsigned, or signed with other keys,
+// protects nothing, and GetTaskProtection tells such a caller nothing.
+func TestTaskProtectionRefusesStrangers(t *testing.T) {
+	h := newHarness(t)
+	registerInstance(t, h)
+	h.ok("RegisterTaskDefinition", sleepDef)
+	arn := at(t, h.ok("RunTask", `{"taskDefinition":"sleep"}`), "tasks", 0, "taskArn").(string)
+	for name, keys := range map[string]*localauth.Keys{"unsigned": nil, "other keys": {AccessKeyID: "AKIASTRANGER", SecretAccessKey: "x"}} {
+		for op, body := range map[string]string{
+			"UpdateTaskProtection": `{"tasks":["` + arn + `"],"protectionEnabled":true,"expiresInMinutes":60}`,
+			"GetTaskProtection":    `{"tasks":["` + arn + `"]}`,
+		} {
+			req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:51677/", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/x-amz-json-1.1")
+			req.Header.Set("X-Amz-Target", targetPrefix+op)
+			if keys != nil {
+				require.NoError(t, localauth.Sign(t.Context(), req, []byte(body), *keys, "us-east-1", time.Now()))
+			}
+			rec := httptest.NewRecorder()
+			h.srv.Handler().ServeHTTP(rec, req)
+			assert.GreaterOrEqual(t, rec.Code, 400, "%s %s", name, op)
+			assert.NotContains(t, rec.Body.String(), arn, "%s %s", name, op)
+		}
+	}
+	assert.False(t, at(t, h.ok("GetTaskProtection", `{"tasks":["`+arn+`"]}`), "protectedTasks", 0, "protectionEnabled").(bool),
+		"a stranger's update protected nothing")
 }
