@@ -1,11 +1,17 @@
 // Package taskmetrics is what the agent publishes to TCS and shows locally: it samples, about once a
-// second, the Docker stats of every running container of every running task from the shared stats
-// streams of agent/dockerstats, feeds each container's tcswire.Window, and answers the TCS client's
-// Metrics and Health. It also keeps each container's latest figures (CPU percent and memory) for
-// berth ps and /metrics.
+// second, the stats of every running container of every running task through agent/dockerstats
+// (which reads them from the kernel), feeds each container's tcswire.Window, and answers the TCS
+// client's Metrics and Health. It also keeps each container's latest figures (CPU percent and
+// memory) for berth ps and /metrics.
 //
-//	ticker ──▶ Tasks() ──running containers──▶ Stats(dockerID) ──new sample?──▶ decode ──▶ Window.Add
-//	                                                                              └──▶ latest figures
+// It samples only while someone wants the figures: the TCS client (Metrics, called at every
+// publication while a session is up) or a local reader (Container, Containers) within the last
+// DemandWindow. An agent with metrics off, or whose TCS session is down, and that nobody asks,
+// reads nothing; the first local read after a quiet spell starts sampling and finds the figures of
+// the next tick.
+//
+//	ticker ──wanted?──▶ Tasks() ──running containers──▶ Sample(dockerID) ──new?──▶ Window.Add
+//	                                                                         └──▶ latest figures
 //	TCS client ──Metrics(now)──▶ Window.Take per container, grouped by task (static tasks left out)
 //	TCS client ──Health(now)───▶ the task model's container health, with the time it last changed
 //	TCS client ──InstanceStatuses(now)──▶ the latest check of the Docker Engine (every 20 s)
@@ -60,6 +66,10 @@ const DefaultSampleInterval = time.Second
 // last samples.
 const forgetAfter = 2 * time.Minute
 
+// DemandWindow is how long sampling goes on after the last Metrics, Container or Containers call: it
+// spans two TCS publications (tcs.DefaultPublishInterval), so a session that is up keeps it going.
+const DemandWindow = time.Minute
+
 // RuntimeCheckInterval spaces the checks of the container runtime behind InstanceStatuses, as the
 // ECS agent checks it once per publication; runtimeCheckTimeout bounds one.
 const (
@@ -109,6 +119,7 @@ type Source struct {
 	runtime func(ctx context.Context) error
 
 	mu         sync.Mutex
+	wanted     time.Time              // the last Metrics, Container or Containers call
 	containers map[string]*container  // by Docker ID
 	health     map[string]healthSince // by task ARN + "/" + container name
 	runtimeSt  runtimeStatus
@@ -171,9 +182,33 @@ func (s *Source) WatchRuntime(ctx context.Context) {
 	s.every(ctx, RuntimeCheckInterval, func() { s.CheckRuntime(ctx) })
 }
 
-// Run samples every running container each SampleInterval until ctx ends.
+// Run samples every running container each SampleInterval while the figures are wanted (see the
+// package doc), until ctx ends. Once nobody wants them for DemandWindow, the figures and windows
+// held are dropped: they would only grow stale.
 func (s *Source) Run(ctx context.Context) {
-	s.every(ctx, s.interval, func() { s.Sample(ctx) })
+	s.every(ctx, s.interval, func() { s.tick(ctx) })
+}
+
+// tick is one of Run's ticks: a Sample when the figures are wanted.
+func (s *Source) tick(ctx context.Context) {
+	if s.isWanted() {
+		s.Sample(ctx)
+	}
+}
+
+// want records that someone reads the figures now; the caller holds s.mu.
+func (s *Source) want() { s.wanted = s.clock.Now() }
+
+// isWanted reports whether someone read the figures within DemandWindow, and drops what is held
+// when nobody did.
+func (s *Source) isWanted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.wanted.IsZero() && s.clock.Since(s.wanted) < DemandWindow {
+		return true
+	}
+	clear(s.containers)
+	return false
 }
 
 // every calls fn each d on the source's clock until ctx ends.
@@ -282,10 +317,12 @@ func (s *Source) add(t *task.Task, c *task.Container, sample dockerclient.StatsS
 }
 
 // Metrics returns the stats sets of each running (or recently stopped) container of the tasks a
-// control plane knows, since the last call, grouped by task; static tasks are left out.
+// control plane knows, since the last call, grouped by task; static tasks are left out. It keeps
+// sampling going (see DemandWindow).
 func (s *Source) Metrics(time.Time) []tcswire.TaskMetric {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.want()
 	byTask := map[string]*tcswire.TaskMetric{}
 	for id, c := range s.containers {
 		if c.window == nil {
@@ -377,10 +414,11 @@ func (s *Source) InstanceStatuses(now time.Time) []tcswire.InstanceStatus {
 }
 
 // Container returns the latest figures of the running container dockerID; ok is false when there
-// are none yet.
+// are none yet. It keeps sampling going (see DemandWindow).
 func (s *Source) Container(dockerID string) (f Figures, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.want()
 	c := s.containers[dockerID]
 	if c == nil || !c.known || !c.goneAt.IsZero() {
 		return Figures{}, false
@@ -389,10 +427,11 @@ func (s *Source) Container(dockerID string) (f Figures, ok bool) {
 }
 
 // Containers returns the latest figures of every running container that has some, by task ARN and
-// container name.
+// container name. It keeps sampling going (see DemandWindow).
 func (s *Source) Containers() []ContainerFigures {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.want()
 	out := make([]ContainerFigures, 0, len(s.containers))
 	for id, c := range s.containers {
 		if c.known && c.goneAt.IsZero() {

@@ -291,6 +291,8 @@ func TestSourceRunSamplesOnTicks(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
 	stats := &fakeStats{byID: map[string]json.RawMessage{"id-web": statsJSON(1, 1, 0, 1<<20, 0, false)}}
 	src := New(&fakeTasks{tasks: []*task.Task{runningTask("arn:task/a", false, 0, runningContainer("web", "id-web"))}}, stats, Config{Clock: clock})
+	_, ok := src.Container("id-web") // wanted from now on
+	require.False(t, ok, "figures before any sample")
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); src.Run(ctx) }()
@@ -300,6 +302,43 @@ func TestSourceRunSamplesOnTicks(t *testing.T) {
 	cancel()
 	<-done
 	assert.False(t, math.IsNaN(src.Containers()[0].CPUPercent))
+}
+
+func TestSourceSamplesOnlyWhileWanted(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	stats := &fakeStats{byID: map[string]json.RawMessage{"id-web": statsJSON(1, 1, 0, 1<<20, 0, false)}}
+	src := New(&fakeTasks{tasks: []*task.Task{runningTask("arn:task/a", false, 0, runningContainer("web", "id-web"))}}, stats, Config{Clock: clock})
+	ctx := t.Context()
+	calls := func() int { stats.mu.Lock(); defer stats.mu.Unlock(); return stats.calls }
+	tick := func() { clock.Advance(DefaultSampleInterval); src.tick(ctx) }
+
+	for range 3 {
+		tick()
+	}
+	assert.Zero(t, calls(), "samples taken while nobody wanted them")
+
+	_, _ = src.Container("id-web") // a local reader (berth ps) wants them
+	tick()
+	assert.Equal(t, 1, calls())
+	_, ok := src.Container("id-web")
+	assert.True(t, ok, "figures after a tick")
+
+	// DemandWindow after the last read, sampling stops and what was held is dropped.
+	clock.Advance(DemandWindow - 2*DefaultSampleInterval)
+	tick()
+	assert.Equal(t, 2, calls(), "the last tick within DemandWindow of the read samples")
+	tick()
+	tick()
+	assert.Equal(t, 2, calls(), "samples taken after the demand lapsed")
+	src.mu.Lock()
+	held := len(src.containers)
+	src.mu.Unlock()
+	assert.Zero(t, held, "containers held after the demand lapsed")
+
+	// The TCS client's Metrics, at each publication, wants them too.
+	src.Metrics(clock.Now())
+	tick()
+	assert.Equal(t, 3, calls())
 }
 
 func TestSourceInstanceStatusFollowsTheRuntime(t *testing.T) {
