@@ -301,8 +301,9 @@ type taskOut struct {
 	Group                string         `json:"group"`
 	LaunchType           string         `json:"launchType"`
 	Attachments          []struct{}     `json:"attachments"`
-	Tags                 []tag          `json:"tags"`
-	EnableExecuteCommand bool           `json:"enableExecuteCommand"`
+	// Tags are left out of DescribeTasks' answer unless it is asked to include TAGS, as in ECS.
+	Tags                 []tag `json:"tags,omitempty"`
+	EnableExecuteCommand bool  `json:"enableExecuteCommand"`
 }
 
 type instanceOut struct {

@@ -441,9 +441,6 @@ func (s *Server) taskOut(t *taskRecord) taskOut {
 		Tags:                 slices.Clone(t.Tags),
 		EnableExecuteCommand: t.EnableExecuteCommand,
 	}
-	if out.Tags == nil {
-		out.Tags = []tag{}
-	}
 	if t.Overrides != nil {
 		out.Overrides = *t.Overrides
 	}
@@ -585,12 +582,23 @@ func (s *Server) markStopped(t *taskRecord, now time.Time) {
 type describeTasksRequest struct {
 	Cluster string   `json:"cluster"`
 	Tasks   []string `json:"tasks"`
+	Include []string `json:"include"`
 }
 
+// includeTags is the one value of DescribeTasks' include: show the tasks' tags.
+const includeTags = "TAGS"
+
+// describeTasks describes tasks, with their tags when include names TAGS.
 func (s *Server) describeTasks(_ *http.Request, req *describeTasksRequest) (any, error) {
 	if len(req.Tasks) == 0 {
 		return nil, invalidParameter("Tasks cannot be empty.")
 	}
+	for _, v := range req.Include {
+		if v != includeTags {
+			return nil, invalidParameter("include: %q is not a valid value; the only one is %s.", v, includeTags)
+		}
+	}
+	withTags := len(req.Include) > 0
 	tasks, failures := []taskOut{}, []failure{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		cl, err := s.cluster(tx, req.Cluster)
@@ -616,6 +624,11 @@ func (s *Server) describeTasks(_ *http.Request, req *describeTasksRequest) (any,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if !withTags {
+		for i := range tasks {
+			tasks[i].Tags = nil
+		}
 	}
 	return map[string]any{"tasks": tasks, "failures": failures}, nil
 }
