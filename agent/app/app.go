@@ -116,7 +116,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err != nil {
 		return err
 	}
-	servers, err := listen(cfg, plan.embedded, log)
+	servers, err := listen(cfg, plan.embedded, newStaticMirror(eng, store, cfg), log)
 	if err != nil {
 		return err
 	}

@@ -64,8 +64,8 @@ var taskEndpointAddr = fmt.Sprintf("127.0.0.1:%d", hostnat.ListenPort)
 const taskEndpointURL = "http://" + hostnat.EndpointIP
 
 // listen opens the introspection port, the task endpoint's and, when embedded, the embedded control
-// plane's.
-func listen(cfg *config.Config, embedded bool, log *logger.Logger) (*servers, error) {
+// plane's, which shows the static tasks static returns.
+func listen(cfg *config.Config, embedded bool, static func(context.Context) []localcp.StaticTask, log *logger.Logger) (*servers, error) {
 	s := &servers{log: log}
 	var err error
 	if s.introspection, err = net.Listen("tcp", cfg.IntrospectionAddr); err != nil {
@@ -89,7 +89,8 @@ func listen(cfg *config.Config, embedded bool, log *logger.Logger) (*servers, er
 		return nil, err
 	}
 	dbPath := filepath.Join(cfg.DataDir, "localcp.db")
-	if s.localCP, err = localcp.New(localcp.Config{DBPath: dbPath, Keys: keys}, log.With("component", "localcp")); err != nil {
+	if s.localCP, err = localcp.New(localcp.Config{DBPath: dbPath, Keys: keys, StaticTasks: static,
+		StaticTasksDir: cfg.StaticTasksDir}, log.With("component", "localcp")); err != nil {
 		s.close()
 		if errors.Is(err, localcp.ErrCorrupt) {
 			err = corruptState(dbPath, err)

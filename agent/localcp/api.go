@@ -264,6 +264,7 @@ type containerOut struct {
 	CPU             string            `json:"cpu,omitempty"`
 	Memory          string            `json:"memory,omitempty"`
 	ManagedAgents   []managedAgentOut `json:"managedAgents,omitempty"`
+	HealthStatus    string            `json:"healthStatus,omitempty"` // static tasks' only: see static.go
 }
 
 // managedAgentOut is a container's managed agent as describe-tasks prints it.
@@ -301,8 +302,11 @@ type taskOut struct {
 	Group                string         `json:"group"`
 	LaunchType           string         `json:"launchType"`
 	Attachments          []struct{}     `json:"attachments"`
-	Tags                 []tag          `json:"tags"`
-	EnableExecuteCommand bool           `json:"enableExecuteCommand"`
+	Attributes           []attribute    `json:"attributes,omitempty"`
+	// Tags are left out of DescribeTasks' answer unless it is asked to include TAGS, as in ECS.
+	Tags                 []tag  `json:"tags,omitempty"`
+	EnableExecuteCommand bool   `json:"enableExecuteCommand"`
+	HealthStatus         string `json:"healthStatus,omitempty"` // static tasks' only: see static.go
 }
 
 type instanceOut struct {

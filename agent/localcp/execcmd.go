@@ -22,8 +22,8 @@ type executeCommandRequest struct {
 // container's SSM agent: that needs AWS, so the embedded control plane never opens one. It checks
 // the request as ECS does (the cluster, the task) and answers ECS's error for an exec that cannot
 // reach its target, TargetNotConnectedException, with the `berth exec` command that does the same
-// on this host.
-func (s *Server) executeCommand(_ *http.Request, req *executeCommandRequest) (any, error) {
+// on this host, for a static task as for any other.
+func (s *Server) executeCommand(r *http.Request, req *executeCommandRequest) (any, error) {
 	switch {
 	case req.Task == "":
 		return nil, invalidParameter("task can not be blank.")
@@ -33,6 +33,7 @@ func (s *Server) executeCommand(_ *http.Request, req *executeCommandRequest) (an
 		return nil, invalidParameter("Interactive is the only mode supported currently.")
 	}
 	var id string
+	static := s.staticTasks(r.Context(), clusterName(req.Cluster))
 	err := s.db.View(func(tx *bolt.Tx) error {
 		cl, err := s.cluster(tx, req.Cluster)
 		if err != nil {
@@ -40,6 +41,10 @@ func (s *Server) executeCommand(_ *http.Request, req *executeCommandRequest) (an
 		}
 		t, err := s.findTask(tx, cl.Name, req.Task)
 		if errors.Is(err, errNoRecord) {
+			if st := findStatic(static, req.Task); st != nil {
+				id = lastSegment(st.Task.Arn)
+				return nil
+			}
 			return invalidParameter("The referenced task was not found.")
 		}
 		if err != nil {

@@ -23,7 +23,7 @@ type registerContainerInstanceRequest struct {
 // registerContainerInstance registers (or, given its ARN, re-registers) the agent's host. Unlike ECS
 // it creates a missing cluster: in local mode the agent's ECS_CLUSTER names the cluster to use.
 // Tasks waiting for an instance in the cluster are placed on it.
-func (s *Server) registerContainerInstance(_ *http.Request, req *registerContainerInstanceRequest) (any, error) {
+func (s *Server) registerContainerInstance(r *http.Request, req *registerContainerInstanceRequest) (any, error) {
 	name := clusterName(req.Cluster)
 	if !validName(name) {
 		return nil, clusterNotFound()
@@ -63,8 +63,9 @@ func (s *Server) registerContainerInstance(_ *http.Request, req *registerContain
 	s.log.Info("container instance registered", "container_instance", ci.Arn, "cluster", name, "tasks_placed", placed)
 	s.kick(ci.Arn)
 	var out instanceOut
+	static := s.staticTasks(r.Context(), name)
 	err = s.db.View(func(tx *bolt.Tx) error {
-		out = s.instanceOut(tx, ci)
+		out = s.instanceOut(tx, ci, static)
 		return nil
 	})
 	if err != nil {
@@ -117,8 +118,9 @@ func (s *Server) findInstance(tx *bolt.Tx, cluster, ref string) (*instanceRecord
 	return found, nil
 }
 
-// instanceOut renders a container instance with its task counts and remaining resources.
-func (s *Server) instanceOut(tx *bolt.Tx, ci *instanceRecord) instanceOut {
+// instanceOut renders a container instance with its task counts and remaining resources, the static
+// tasks on it (among static) included.
+func (s *Server) instanceOut(tx *bolt.Tx, ci *instanceRecord, static []StaticTask) instanceOut {
 	out := instanceOut{
 		ContainerInstanceArn: ci.Arn,
 		Version:              ci.Version,
@@ -130,7 +132,9 @@ func (s *Server) instanceOut(tx *bolt.Tx, ci *instanceRecord) instanceOut {
 		RegisteredAt:         ts(ci.RegisteredAt),
 		Tags:                 slices.Clone(ci.Tags),
 	}
-	cpu, mem := 0, 0
+	l := staticLoad(static, ci.Arn)
+	out.RunningTasksCount, out.PendingTasksCount = l.running, l.pending
+	cpu, mem := l.cpu, l.mem
 	_ = eachLive(tx, s.badRecord, func(t *taskRecord) error {
 		if t.ContainerInstanceArn != ci.Arn || t.LastStatus.Terminal() {
 			return nil
@@ -201,11 +205,12 @@ type containerInstancesRequest struct {
 	Status             string   `json:"status"`
 }
 
-func (s *Server) describeContainerInstances(_ *http.Request, req *containerInstancesRequest) (any, error) {
+func (s *Server) describeContainerInstances(r *http.Request, req *containerInstancesRequest) (any, error) {
 	if len(req.ContainerInstances) == 0 {
 		return nil, invalidParameter("containerInstances can not be empty.")
 	}
 	instances, failures := []instanceOut{}, []failure{}
+	static := s.staticTasks(r.Context(), clusterName(req.Cluster))
 	err := s.db.View(func(tx *bolt.Tx) error {
 		cl, err := s.cluster(tx, req.Cluster)
 		if err != nil {
@@ -220,7 +225,7 @@ func (s *Server) describeContainerInstances(_ *http.Request, req *containerInsta
 			if err != nil {
 				return err
 			}
-			instances = append(instances, s.instanceOut(tx, ci))
+			instances = append(instances, s.instanceOut(tx, ci, static))
 		}
 		return nil
 	})
@@ -232,7 +237,7 @@ func (s *Server) describeContainerInstances(_ *http.Request, req *containerInsta
 
 // updateContainerInstancesState sets instances ACTIVE or DRAINING. A DRAINING instance gets no new
 // tasks; its running tasks keep running (there is no service scheduler to replace them).
-func (s *Server) updateContainerInstancesState(_ *http.Request, req *containerInstancesRequest) (any, error) {
+func (s *Server) updateContainerInstancesState(r *http.Request, req *containerInstancesRequest) (any, error) {
 	status := strings.ToUpper(req.Status)
 	if status != "ACTIVE" && status != "DRAINING" {
 		return nil, invalidParameter("status must be ACTIVE or DRAINING.")
@@ -242,6 +247,7 @@ func (s *Server) updateContainerInstancesState(_ *http.Request, req *containerIn
 	}
 	instances, failures := []instanceOut{}, []failure{}
 	var kicks []string
+	static := s.staticTasks(r.Context(), clusterName(req.Cluster))
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		cl, err := s.cluster(tx, req.Cluster)
 		if err != nil {
@@ -269,7 +275,7 @@ func (s *Server) updateContainerInstancesState(_ *http.Request, req *containerIn
 					kicks = append(kicks, ci.Arn)
 				}
 			}
-			instances = append(instances, s.instanceOut(tx, ci))
+			instances = append(instances, s.instanceOut(tx, ci, static))
 		}
 		return nil
 	})

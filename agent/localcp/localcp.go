@@ -13,6 +13,8 @@
 //
 // As in ECS, a stopped task is described for an hour after it stopped, then forgotten; a RunTask or
 // StartTask that repeats a client token gets the first call's answer. It serves its own host only.
+// The static tasks the agent runs (ECS_STATIC_TASKS_DIR) are shown too, as kubelet's mirror pods
+// show static pods: read from the agent, marked, and refusing every change (see static.go).
 //
 // A task is sent in a PayloadMessage whenever its desired status differs from the one the agent last
 // acknowledged; un-acknowledged payloads are sent again on the next connection.
@@ -20,6 +22,7 @@ package localcp
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -60,6 +63,13 @@ type Config struct {
 	Clock clockwork.Clock
 	// Keys sign every request the server accepts (required): see localauth.
 	Keys localauth.Keys
+	// StaticTasks, when set, returns the static tasks the agent runs now; the API shows them, marked
+	// and unchangeable (see static.go), and stores nothing of them. It is called at most once per
+	// request that shows or looks up tasks, with the request's context, and must be safe for
+	// concurrent use. Nil: there are none.
+	StaticTasks func(ctx context.Context) []StaticTask
+	// StaticTasksDir is ECS_STATIC_TASKS_DIR, named in the answers that refuse to change a static task.
+	StaticTasksDir string
 }
 
 // Server is the embedded control plane. Its methods and handler are safe for concurrent use.
@@ -72,6 +82,8 @@ type Server struct {
 	ops       map[string]opFunc
 	auth      *localauth.Verifier
 	refused   *logger.Summary // refused requests, one line a minute
+	static    func(ctx context.Context) []StaticTask
+	staticDir string
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -106,6 +118,8 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 		conns:     make(map[string]*acsConn),
 		tcsConns:  make(map[*tcsConn]struct{}),
 		metrics:   make(map[string][]tcswire.TaskMetric),
+		static:    cfg.StaticTasks,
+		staticDir: cfg.StaticTasksDir,
 	}
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()

@@ -23,11 +23,12 @@ import (
 var testKeys = localauth.Keys{AccessKeyID: "BKIATESTKEYTESTKEY00", SecretAccessKey: "dGVzdHNlY3JldHRlc3RzZWNyZXR0ZXN0c2VjcmV0"}
 
 type harness struct {
-	t     *testing.T
-	srv   *Server
-	clock *clockwork.FakeClock
-	path  string
-	keys  localauth.Keys
+	t      *testing.T
+	srv    *Server
+	clock  *clockwork.FakeClock
+	path   string
+	keys   localauth.Keys
+	static *fakeStatic // the agent's static tasks: none until a test sets some
 }
 
 func newHarness(t *testing.T) *harness {
@@ -38,7 +39,7 @@ func newHarness(t *testing.T) *harness {
 func newHarnessWithKeys(t *testing.T, keys localauth.Keys) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: clockwork.NewFakeClockAt(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)),
-		path: filepath.Join(t.TempDir(), "localcp.db"), keys: keys}
+		path: filepath.Join(t.TempDir(), "localcp.db"), keys: keys, static: &fakeStatic{}}
 	h.open()
 	t.Cleanup(func() { _ = h.srv.Close() })
 	return h
@@ -46,7 +47,8 @@ func newHarnessWithKeys(t *testing.T, keys localauth.Keys) *harness {
 
 func (h *harness) open() {
 	h.t.Helper()
-	srv, err := New(Config{DBPath: h.path, Region: "local", Clock: h.clock, Keys: h.keys}, nil)
+	srv, err := New(Config{DBPath: h.path, Region: "local", Clock: h.clock, Keys: h.keys,
+		StaticTasks: h.static.tasks, StaticTasksDir: testStaticDir}, nil)
 	require.NoError(h.t, err)
 	h.srv = srv
 }

@@ -15,7 +15,8 @@ import (
 // protection past that time reads as not enabled, as ECS resets protectionEnabled once it lapses.
 //
 // ECS protects only tasks of a service and answers TASK_NOT_VALID for a standalone task; this control
-// plane has no services, so it protects any task it knows.
+// plane has no services, so it protects any task it knows but a static task, which gets
+// TASK_NOT_VALID: its host keeps it running whatever a control plane says.
 
 // The bounds of UpdateTaskProtection's expiresInMinutes, and its default: 1 minute to 48 hours, 2
 // hours when not given.
@@ -72,12 +73,22 @@ func (s *Server) missingTask(cluster, ref string) failure {
 	return failure{Arn: arn, Reason: "MISSING"}
 }
 
-func (s *Server) getTaskProtection(_ *http.Request, req *getTaskProtectionRequest) (any, error) {
+// unprotectable is the failure of a task ref names that is not one of this control plane's: a static
+// task's TASK_NOT_VALID, else MISSING.
+func (s *Server) unprotectable(static []StaticTask, cluster, ref string) failure {
+	if st := findStatic(static, ref); st != nil {
+		return s.staticProtectionFailure(st)
+	}
+	return s.missingTask(cluster, ref)
+}
+
+func (s *Server) getTaskProtection(r *http.Request, req *getTaskProtectionRequest) (any, error) {
 	if len(req.Tasks) > maxGetProtectionTasks {
 		return nil, invalidParameter("Tasks can have at most %d entries.", maxGetProtectionTasks)
 	}
 	out := taskProtectionResponse{ProtectedTasks: []protectedTaskOut{}, Failures: []failure{}}
 	now := s.clock.Now()
+	static := s.staticTasks(r.Context(), clusterName(req.Cluster))
 	err := s.db.View(func(tx *bolt.Tx) error {
 		cl, err := s.cluster(tx, req.Cluster)
 		if err != nil {
@@ -86,7 +97,7 @@ func (s *Server) getTaskProtection(_ *http.Request, req *getTaskProtectionReques
 		for _, ref := range req.Tasks {
 			t, err := s.findTask(tx, cl.Name, ref)
 			if errors.Is(err, errNoRecord) {
-				out.Failures = append(out.Failures, s.missingTask(cl.Name, ref))
+				out.Failures = append(out.Failures, s.unprotectable(static, cl.Name, ref))
 				continue
 			}
 			if err != nil {
@@ -102,7 +113,7 @@ func (s *Server) getTaskProtection(_ *http.Request, req *getTaskProtectionReques
 	return out, nil
 }
 
-func (s *Server) updateTaskProtection(_ *http.Request, req *updateTaskProtectionRequest) (any, error) {
+func (s *Server) updateTaskProtection(r *http.Request, req *updateTaskProtectionRequest) (any, error) {
 	switch {
 	case req.ProtectionEnabled == nil:
 		return nil, invalidParameter("protectionEnabled is required.")
@@ -119,6 +130,7 @@ func (s *Server) updateTaskProtection(_ *http.Request, req *updateTaskProtection
 		return nil, invalidParameter("expiresInMinutes must be between %d and %d.", minProtectionMinutes, maxProtectionMinutes)
 	}
 	out := taskProtectionResponse{ProtectedTasks: []protectedTaskOut{}, Failures: []failure{}}
+	static := s.staticTasks(r.Context(), clusterName(req.Cluster))
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		cl, err := s.cluster(tx, req.Cluster)
 		if err != nil {
@@ -131,7 +143,7 @@ func (s *Server) updateTaskProtection(_ *http.Request, req *updateTaskProtection
 		for _, ref := range req.Tasks {
 			t, err := s.findTask(tx, cl.Name, ref)
 			if errors.Is(err, errNoRecord) {
-				out.Failures = append(out.Failures, s.missingTask(cl.Name, ref))
+				out.Failures = append(out.Failures, s.unprotectable(static, cl.Name, ref))
 				continue
 			}
 			if err != nil {

@@ -1,6 +1,7 @@
 package localcp
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,20 +14,30 @@ type listTagsRequest struct {
 	ResourceArn string `json:"resourceArn"`
 }
 
-// listTagsForResource answers the tags of a task (those RunTask or StartTask gave it) or of a
-// container instance (those it registered with), as ECS does; the task metadata endpoint's
-// /taskWithTags asks it through the agent's ECS client. Other resources, and ARNs this control
-// plane never made, are an InvalidParameterException.
-func (s *Server) listTagsForResource(_ *http.Request, req *listTagsRequest) (any, error) {
+// listTagsForResource answers the tags of a task (those RunTask or StartTask gave it, or a static
+// task's StaticFileTag) or of a container instance (those it registered with), as ECS does; the task
+// metadata endpoint's /taskWithTags asks it through the agent's ECS client. Other resources, and ARNs
+// this control plane never made, are an InvalidParameterException.
+func (s *Server) listTagsForResource(r *http.Request, req *listTagsRequest) (any, error) {
 	if req.ResourceArn == "" {
 		return nil, invalidParameter("resourceArn can not be blank.")
 	}
 	var tags []tag
+	isTask := strings.Contains(req.ResourceArn, ":task/")
+	var static []StaticTask
+	if isTask {
+		static = s.staticTasks(r.Context(), taskCluster(req.ResourceArn))
+	}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		switch {
-		case strings.Contains(req.ResourceArn, ":task/"):
+		case isTask:
 			t := &taskRecord{}
-			if err := get(tx, bucketTasks, req.ResourceArn, t); err != nil {
+			err := get(tx, bucketTasks, req.ResourceArn, t)
+			if st := findStatic(static, req.ResourceArn); errors.Is(err, errNoRecord) && st != nil {
+				tags = staticTags(st)
+				return nil
+			}
+			if err != nil {
 				return err
 			}
 			tags = t.Tags

@@ -51,3 +51,24 @@ func TestListTagsForResource(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribeTasksIncludeTags: DescribeTasks shows a task's tags only when include names TAGS, as
+// ECS does; RunTask's answer has them; another include value is an InvalidParameterException.
+func TestDescribeTasksIncludeTags(t *testing.T) {
+	h := newHarness(t)
+	h.ok("RegisterTaskDefinition", sleepDef)
+	out := h.ok("RunTask", `{"taskDefinition":"sleep","tags":[{"key":"team","value":"infra"}]}`)
+	tags := []any{map[string]any{"key": "team", "value": "infra"}}
+	assert.Equal(t, tags, at(t, out, "tasks", 0, "tags"))
+	arn := at(t, out, "tasks", 0, "taskArn").(string)
+
+	out = h.ok("DescribeTasks", mustJSON(map[string]any{"tasks": []string{arn}, "include": []string{"TAGS"}}))
+	assert.Equal(t, tags, at(t, out, "tasks", 0, "tags"))
+	for _, req := range []map[string]any{{"tasks": []string{arn}}, {"tasks": []string{arn}, "include": []string{}}} {
+		out = h.ok("DescribeTasks", mustJSON(req))
+		assert.NotContains(t, at(t, out, "tasks", 0), "tags", "%v", req)
+		assert.Equal(t, arn, at(t, out, "tasks", 0, "taskArn"))
+	}
+	msg := h.fails("DescribeTasks", mustJSON(map[string]any{"tasks": []string{arn}, "include": []string{"TAGS", "tags"}}), "InvalidParameterException")
+	assert.Equal(t, `include: "tags" is not a valid value; the only one is TAGS.`, msg)
+}

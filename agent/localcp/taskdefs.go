@@ -93,18 +93,19 @@ func validName(s string) bool {
 	return true
 }
 
-func (s *Server) createCluster(_ *http.Request, req *createClusterRequest) (any, error) {
+func (s *Server) createCluster(r *http.Request, req *createClusterRequest) (any, error) {
 	name := clusterName(req.ClusterName)
 	if !validName(name) {
 		return nil, invalidParameter("Cluster name can contain up to 255 letters (uppercase and lowercase), numbers, hyphens, and underscores.")
 	}
 	var out clusterOut
+	static := s.staticTasks(r.Context(), name)
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		rec, err := s.ensureCluster(tx, name)
 		if err != nil {
 			return err
 		}
-		out = s.clusterOut(tx, rec)
+		out = s.clusterOut(tx, rec, static)
 		return nil
 	})
 	if err != nil {
@@ -113,8 +114,10 @@ func (s *Server) createCluster(_ *http.Request, req *createClusterRequest) (any,
 	return map[string]any{"cluster": out}, nil
 }
 
-func (s *Server) clusterOut(tx *bolt.Tx, rec *clusterRecord) clusterOut {
-	out := clusterOut{ClusterArn: rec.Arn, ClusterName: rec.Name, Status: rec.Status}
+// clusterOut renders a cluster with its counts, the static tasks in it (among static) included.
+func (s *Server) clusterOut(tx *bolt.Tx, rec *clusterRecord, static []StaticTask) clusterOut {
+	l := staticLoad(inCluster(static, rec.Name), "")
+	out := clusterOut{ClusterArn: rec.Arn, ClusterName: rec.Name, Status: rec.Status, RunningTasksCount: l.running, PendingTasksCount: l.pending}
 	_ = each(tx, bucketInstances, "", s.badRecord, func(ci *instanceRecord) error {
 		if ci.ClusterName == rec.Name {
 			out.RegisteredContainerInstancesCount++
@@ -136,12 +139,13 @@ func (s *Server) clusterOut(tx *bolt.Tx, rec *clusterRecord) clusterOut {
 	return out
 }
 
-func (s *Server) describeClusters(_ *http.Request, req *describeClustersRequest) (any, error) {
+func (s *Server) describeClusters(r *http.Request, req *describeClustersRequest) (any, error) {
 	names := req.Clusters
 	if len(names) == 0 {
 		names = []string{DefaultCluster}
 	}
 	clusters, failures := []clusterOut{}, []failure{}
+	static := s.allStatic(r.Context())
 	err := s.db.View(func(tx *bolt.Tx) error {
 		for _, n := range names {
 			rec, err := s.cluster(tx, n)
@@ -157,7 +161,7 @@ func (s *Server) describeClusters(_ *http.Request, req *describeClustersRequest)
 			if err != nil {
 				return err
 			}
-			clusters = append(clusters, s.clusterOut(tx, rec))
+			clusters = append(clusters, s.clusterOut(tx, rec, static))
 		}
 		return nil
 	})

@@ -441,9 +441,6 @@ func (s *Server) taskOut(t *taskRecord) taskOut {
 		Tags:                 slices.Clone(t.Tags),
 		EnableExecuteCommand: t.EnableExecuteCommand,
 	}
-	if out.Tags == nil {
-		out.Tags = []tag{}
-	}
 	if t.Overrides != nil {
 		out.Overrides = *t.Overrides
 	}
@@ -513,11 +510,15 @@ type stopTaskRequest struct {
 	Reason  string `json:"reason"`
 }
 
-func (s *Server) stopTask(_ *http.Request, req *stopTaskRequest) (any, error) {
+// stopTask stops a task of this control plane. A static task is refused while it runs (its file
+// decides) and answered as it is once it is stopping.
+func (s *Server) stopTask(r *http.Request, req *stopTaskRequest) (any, error) {
 	if req.Task == "" {
 		return nil, invalidParameter("task can not be blank.")
 	}
+	static := s.staticTasks(r.Context(), clusterName(req.Cluster))
 	var t *taskRecord
+	var stopping *StaticTask
 	changed := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		cl, err := s.cluster(tx, req.Cluster)
@@ -526,6 +527,13 @@ func (s *Server) stopTask(_ *http.Request, req *stopTaskRequest) (any, error) {
 		}
 		t, err = s.findTask(tx, cl.Name, req.Task)
 		if errors.Is(err, errNoRecord) {
+			if st := findStatic(static, req.Task); st != nil {
+				if st.Task.DesiredStatus != task.TaskStopped {
+					return s.staticStopRefused(st)
+				}
+				stopping = st
+				return nil
+			}
 			return invalidParameter("The referenced task was not found.")
 		}
 		if err != nil {
@@ -557,6 +565,9 @@ func (s *Server) stopTask(_ *http.Request, req *stopTaskRequest) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if stopping != nil {
+		return map[string]any{"task": s.staticOut(stopping)}, nil
+	}
 	if changed {
 		s.log.Info("task stop requested", "task", t.Arn, "reason", t.StoppedReason)
 		s.kick(t.ContainerInstanceArn)
@@ -585,12 +596,25 @@ func (s *Server) markStopped(t *taskRecord, now time.Time) {
 type describeTasksRequest struct {
 	Cluster string   `json:"cluster"`
 	Tasks   []string `json:"tasks"`
+	Include []string `json:"include"`
 }
 
-func (s *Server) describeTasks(_ *http.Request, req *describeTasksRequest) (any, error) {
+// includeTags is the one value of DescribeTasks' include: show the tasks' tags.
+const includeTags = "TAGS"
+
+// describeTasks describes tasks of this control plane and the static tasks the agent runs, with
+// their tags when include names TAGS.
+func (s *Server) describeTasks(r *http.Request, req *describeTasksRequest) (any, error) {
 	if len(req.Tasks) == 0 {
 		return nil, invalidParameter("Tasks cannot be empty.")
 	}
+	for _, v := range req.Include {
+		if v != includeTags {
+			return nil, invalidParameter("include: %q is not a valid value; the only one is %s.", v, includeTags)
+		}
+	}
+	withTags := len(req.Include) > 0
+	static := s.staticTasks(r.Context(), clusterName(req.Cluster))
 	tasks, failures := []taskOut{}, []failure{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		cl, err := s.cluster(tx, req.Cluster)
@@ -600,6 +624,10 @@ func (s *Server) describeTasks(_ *http.Request, req *describeTasksRequest) (any,
 		for _, ref := range req.Tasks {
 			t, err := s.findTask(tx, cl.Name, ref)
 			if errors.Is(err, errNoRecord) {
+				if st := findStatic(static, ref); st != nil {
+					tasks = append(tasks, s.staticOut(st))
+					continue
+				}
 				arn := ref
 				if !strings.HasPrefix(arn, "arn:") {
 					arn = s.arn(fmt.Sprintf("task/%s/%s", cl.Name, ref))
@@ -617,6 +645,11 @@ func (s *Server) describeTasks(_ *http.Request, req *describeTasksRequest) (any,
 	if err != nil {
 		return nil, err
 	}
+	if !withTags {
+		for i := range tasks {
+			tasks[i].Tags = nil
+		}
+	}
 	return map[string]any{"tasks": tasks, "failures": failures}, nil
 }
 
@@ -628,7 +661,9 @@ type listTasksRequest struct {
 	StartedBy         string `json:"startedBy"`
 }
 
-func (s *Server) listTasks(_ *http.Request, req *listTasksRequest) (any, error) {
+// listTasks lists the ARNs of the tasks of this control plane and of the static tasks the agent
+// runs that match the filters, oldest first.
+func (s *Server) listTasks(r *http.Request, req *listTasksRequest) (any, error) {
 	desired := task.TaskRunning
 	if req.DesiredStatus != "" {
 		var err error
@@ -636,7 +671,12 @@ func (s *Server) listTasks(_ *http.Request, req *listTasksRequest) (any, error) 
 			return nil, invalidParameter("desiredStatus must be one of RUNNING, PENDING, STOPPED.")
 		}
 	}
-	var tasks []*taskRecord
+	type listed struct {
+		arn     string
+		created time.Time
+	}
+	var tasks []listed
+	static := s.staticTasks(r.Context(), clusterName(req.Cluster))
 	err := s.db.View(func(tx *bolt.Tx) error {
 		cl, err := s.cluster(tx, req.Cluster)
 		if err != nil {
@@ -648,38 +688,43 @@ func (s *Server) listTasks(_ *http.Request, req *listTasksRequest) (any, error) 
 			visit = func(fn func(*taskRecord) error) error { return each(tx, bucketTasks, "", s.badRecord, fn) }
 		}
 		return visit(func(t *taskRecord) error {
-			switch {
-			case t.ClusterName != cl.Name,
-				req.Family != "" && t.Family != req.Family,
-				req.StartedBy != "" && t.StartedBy != req.StartedBy,
-				req.ContainerInstance != "" && lastSegment(t.ContainerInstanceArn) != lastSegment(req.ContainerInstance):
-				return nil
+			if t.ClusterName == cl.Name && req.matches(desired, t.Family, t.StartedBy, t.ContainerInstanceArn, t.DesiredStatus, t.LastStatus) {
+				tasks = append(tasks, listed{t.Arn, t.CreatedAt})
 			}
-			// ECS lists PENDING tasks under desired status RUNNING; PENDING (task.TaskNone here) asks
-			// for tasks not yet running.
-			switch desired {
-			case task.TaskNone:
-				if t.DesiredStatus != task.TaskRunning || t.LastStatus >= task.TaskRunning {
-					return nil
-				}
-			default:
-				if t.DesiredStatus != desired {
-					return nil
-				}
-			}
-			tasks = append(tasks, t)
 			return nil
 		})
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortStableFunc(tasks, func(a, b *taskRecord) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	for _, st := range static {
+		t := st.Task
+		if req.matches(desired, t.Family, StaticStartedBy, st.ContainerInstanceArn, t.DesiredStatus, t.KnownStatus) {
+			tasks = append(tasks, listed{t.Arn, t.CreatedAt})
+		}
+	}
+	slices.SortStableFunc(tasks, func(a, b listed) int { return a.created.Compare(b.created) })
 	arns := make([]string, 0, len(tasks))
 	for _, t := range tasks {
-		arns = append(arns, t.Arn)
+		arns = append(arns, t.arn)
 	}
 	return map[string]any{"taskArns": arns}, nil
+}
+
+// matches reports whether a task of the request's cluster, with this family, startedBy, container
+// instance and statuses, passes the request's other filters, desired being the desiredStatus it asks
+// for. ECS lists PENDING tasks under desired status RUNNING; PENDING (task.TaskNone here) asks for
+// tasks desired RUNNING that do not run yet.
+func (req *listTasksRequest) matches(desired task.TaskStatus, family, startedBy, instance string, desiredStatus, lastStatus task.TaskStatus) bool {
+	switch {
+	case req.Family != "" && family != req.Family,
+		req.StartedBy != "" && startedBy != req.StartedBy,
+		req.ContainerInstance != "" && lastSegment(instance) != lastSegment(req.ContainerInstance):
+		return false
+	case desired == task.TaskNone:
+		return desiredStatus == task.TaskRunning && lastStatus < task.TaskRunning
+	}
+	return desiredStatus == desired
 }
 
 // State changes reported by the agent.
