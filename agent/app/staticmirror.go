@@ -2,16 +2,14 @@ package app
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
-	"regexp"
 	"strings"
 
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/engine"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/state"
+	"github.com/berth-agent/berth/agent/statictasks"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -43,7 +41,7 @@ func staticMirror(tasks func() []*task.Task, instance func(ctx context.Context) 
 	}
 }
 
-// staticFiles maps the stem of the task IDs of each *.json file of dir (see fileStem) to the file's
+// staticFiles maps the stem of the task IDs of each *.json file of dir (statictasks.IDStem) to the file's
 // name; a directory that cannot be read holds none.
 func staticFiles(dir string) map[string]string {
 	files := map[string]string{}
@@ -56,25 +54,14 @@ func staticFiles(dir string) map[string]string {
 	}
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".json") {
-			files[fileStem(e.Name())] = e.Name()
+			files[statictasks.IDStem(e.Name())] = e.Name()
 		}
 	}
 	return files
 }
 
-// unsafeID is what statictasks replaces with "-" in a file's name to make its tasks' IDs.
-var unsafeID = regexp.MustCompile(`[^a-zA-Z0-9-]`)
-
-// fileStem is how the IDs of the tasks of the static task file name start, as agent/statictasks
-// names them (static-<file>-<name hash>-<digest>[-r<N>]): static-, the name without .json and with
-// what an ARN cannot hold replaced by "-", "-" and the first 8 hex digits of the name's SHA-256.
-func fileStem(name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return "static-" + unsafeID.ReplaceAllString(strings.TrimSuffix(name, ".json"), "-") + "-" + hex.EncodeToString(sum[:])[:8]
-}
-
 // arnStem is the ID of a static task's ARN without its definition's digest and restart count: the
-// fileStem of its file.
+// statictasks.IDStem of its file.
 func arnStem(arn string) string {
 	id := arn[strings.LastIndexByte(arn, '/')+1:]
 	if i := strings.LastIndex(id, "-r"); i >= 0 && isDigits(id[i+2:]) {

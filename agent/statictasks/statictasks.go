@@ -663,13 +663,19 @@ func contentKey(data []byte) string {
 
 var unsafeID = regexp.MustCompile(`[^a-zA-Z0-9-]`)
 
+// IDStem is how the IDs of the tasks of the static task file name start:
+// static-<file>-<name hash>, where <file> is the name without .json sanitized for an ARN and <name
+// hash> the first 8 hex digits of the SHA-256 of the exact name, so that names that sanitize alike
+// ("a b.json", "a-b.json") still differ.
+func IDStem(name string) string {
+	return "static-" + unsafeID.ReplaceAllString(strings.TrimSuffix(name, ".json"), "-") + "-" + contentKey([]byte(name))[:8]
+}
+
 // arn names the first task of a file:
-// arn:aws:ecs:<region>:000000000000:task/<cluster>/static-<file>-<name hash>-<digest>, where <file> is
-// the name sanitized for an ARN and <name hash> the first 8 hex digits of the SHA-256 of the exact
-// name, so that names that sanitize alike ("a b.json", "a-b.json") still differ. Restarts of it add -r<N>.
+// arn:aws:ecs:<region>:000000000000:task/<cluster>/<IDStem>-<digest>, the digest being its
+// definition's. Restarts of it add -r<N>.
 func (w *Watcher) arn(name, digest string) string {
-	base := unsafeID.ReplaceAllString(strings.TrimSuffix(name, ".json"), "-")
-	return fmt.Sprintf("%s%s-%s-%s", w.arnPrefix(), base, contentKey([]byte(name))[:8], digest[:12])
+	return strings.TrimSuffix(w.arnPrefix(), "static-") + IDStem(name) + "-" + digest[:12]
 }
 
 // arnPrefix is what every static task ARN of this cluster starts with.
