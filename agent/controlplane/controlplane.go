@@ -49,6 +49,8 @@ type Engine interface {
 	AddTask(ctx context.Context, t *task.Task) error
 	// Tasks returns a copy of every task the engine holds.
 	Tasks() []*task.Task
+	// Task returns a copy of the task the engine holds with this ARN, or nil.
+	Task(arn string) *task.Task
 	// StopTask stops a task the engine holds, with reason.
 	StopTask(ctx context.Context, arn, reason string) error
 }
@@ -403,7 +405,7 @@ func (c *ControlPlane) accept(ctx context.Context, a acstranslate.Accepted) erro
 	c.putCredentials(t.Arn, acswire.RoleTypeTaskApplication, a.RoleCredentials)
 	c.putCredentials(t.Arn, acswire.RoleTypeTaskExecution, a.ExecutionRoleCredentials)
 	if err := c.eng.AddTask(ctx, t); err != nil {
-		if errors.Is(err, task.ErrRefused) {
+		if c.eng.Task(t.Arn) == nil { // refused, or not saved: no TaskRemoved will drop them
 			c.creds.TaskRemoved(t.Arn)
 		}
 		return fmt.Errorf("accept task %s: %w", t.Arn, err)
@@ -423,11 +425,18 @@ func (c *ControlPlane) putCredentials(taskArn, roleType string, creds *acswire.I
 }
 
 // HandleCredentials stores refreshed task role credentials. Malformed ones are logged and
-// acknowledged: resending them cannot make them valid.
+// acknowledged: resending them cannot make them valid. Credentials of a task the engine does not
+// hold (forgotten already, or never here) are not kept, and fail with engine.ErrUnknownTask, as the
+// ECS agent refuses them: nothing would ever drop them.
 func (c *ControlPlane) HandleCredentials(_ context.Context, m acs.Credentials) error {
 	if err := c.storeCredentials(m.TaskArn, m.RoleType, m.Credentials); err != nil {
 		c.log.Warn("task credentials not stored", "task", m.TaskArn, "role_type", m.RoleType, "error", err)
 		return nil
+	}
+	// Asked after the put: a task the engine forgets from now on has them dropped by TaskRemoved.
+	if c.eng.Task(m.TaskArn) == nil {
+		c.creds.TaskRemoved(m.TaskArn)
+		return fmt.Errorf("credentials of task %s (%s): %w", m.TaskArn, m.RoleType, engine.ErrUnknownTask)
 	}
 	c.log.Info("task credentials received", "task", m.TaskArn, "role_type", m.RoleType)
 	return nil

@@ -86,6 +86,20 @@ func (e *fakeEngine) Tasks() []*task.Task {
 	return e.held
 }
 
+// Task returns the task added or held with this ARN, the latest, or nil.
+func (e *fakeEngine) Task(arn string) *task.Task {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, list := range [][]*task.Task{e.held, e.added} {
+		for i := len(list) - 1; i >= 0; i-- {
+			if list[i].Arn == arn {
+				return list[i]
+			}
+		}
+	}
+	return nil
+}
+
 func (e *fakeEngine) StopTask(_ context.Context, arn, reason string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -212,6 +226,60 @@ func TestCredentialsFromACS(t *testing.T) {
 	assert.NotContains(t, err.Error(), "hush", "errors never carry a secret")
 	assert.Error(t, cp.storeCredentials("arn:t3", acswire.RoleTypeTaskApplication, acswire.IAMRoleCredentials{}), "no ID")
 	assert.Equal(t, 1, cp.Credentials().Len())
+}
+
+// Refreshed credentials are kept for a task the engine holds, until it is removed; those of a task
+// it does not hold (forgotten already, or never here) are refused and not kept: nothing would ever
+// drop them.
+func TestCredentialsOfTasksTheEngineDoesNotHold(t *testing.T) {
+	ctx := context.Background()
+	clock := clockwork.NewFakeClock()
+	held := newTask("arn:aws:ecs:us-west-2:123456789012:task/c/held")
+	eng := &fakeEngine{held: []*task.Task{held}}
+	cp := New(Config{Clock: clock}, &fakeControl{fakeECS: newFakeECS()}, eng, state.NewMemory(), logger.Nop())
+	refresh := func(arn, id string) error {
+		return cp.HandleCredentials(ctx, acs.Credentials{MessageID: "m-" + id, TaskArn: arn, RoleType: acswire.RoleTypeTaskApplication,
+			Credentials: *creds(id, clock.Now().Add(time.Hour))})
+	}
+
+	require.NoError(t, refresh(held.Arn, "c1"))
+	assert.Equal(t, 1, cp.Credentials().Len())
+	for i := range 100 {
+		err := refresh(fmt.Sprintf("arn:aws:ecs:us-west-2:123456789012:task/c/gone-%d", i), fmt.Sprintf("g%d", i))
+		require.ErrorIs(t, err, engine.ErrUnknownTask)
+		assert.Contains(t, err.Error(), fmt.Sprintf("gone-%d", i), "the error names the task")
+	}
+	assert.Equal(t, 1, cp.Credentials().Len(), "only the held task's credentials are kept")
+
+	require.NoError(t, refresh(held.Arn, "c2"))
+	_, ok := cp.Credentials().Get("c1")
+	assert.False(t, ok, "a refresh replaces the task's earlier set")
+	cp.TaskRemoved(held.Arn)
+	eng.mu.Lock()
+	eng.held = nil
+	eng.mu.Unlock()
+	assert.ErrorIs(t, refresh(held.Arn, "c3"), engine.ErrUnknownTask, "a refresh arriving after the task was forgotten")
+	assert.Zero(t, cp.Credentials().Len())
+}
+
+// A payload's task the engine does not take (its save fails) leaves no credentials behind; a task
+// the engine holds already keeps its credentials when a later delivery of it fails.
+func TestCredentialsOfATaskNotAcceptedAreDropped(t *testing.T) {
+	ctx := context.Background()
+	clock := clockwork.NewFakeClock()
+	const arn = "arn:aws:ecs:us-west-2:123456789012:task/c/full"
+	eng := &fakeEngine{refuse: arn}
+	cp := New(Config{Clock: clock}, &fakeControl{fakeECS: newFakeECS()}, eng, state.NewMemory(), logger.Nop())
+	payload := acs.Payload{SeqNum: 1, Tasks: []acstranslate.Accepted{{Task: newTask(arn), RoleCredentials: creds("c1", clock.Now().Add(time.Hour)),
+		ExecutionRoleCredentials: creds("e1", clock.Now().Add(time.Hour))}}}
+	require.Error(t, cp.HandlePayload(ctx, payload), "left unacknowledged for ACS to resend")
+	assert.Zero(t, cp.Credentials().Len(), "the task the engine did not save keeps no credentials")
+
+	eng.mu.Lock()
+	eng.held = []*task.Task{newTask(arn)}
+	eng.mu.Unlock()
+	require.Error(t, cp.HandlePayload(ctx, payload))
+	assert.Equal(t, 2, cp.Credentials().Len(), "a held task keeps the credentials its delivery brought")
 }
 
 // 1,000 tasks run, reported and cleaned up leave nothing behind in the reporter, the attachment

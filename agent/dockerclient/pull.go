@@ -42,7 +42,9 @@ const (
 	BehaviorAlways Behavior = "always"
 	// BehaviorOnce skips the pull when this Puller already pulled the image
 	// successfully and it is still present locally. The record is kept in
-	// memory only, so a restarted agent pulls each image once more.
+	// memory only, so a restarted agent pulls each image once more, and holds
+	// the last maxPulledRemembered images pulled: one pulled before those is
+	// pulled once more too.
 	BehaviorOnce Behavior = "once"
 	// BehaviorPreferCached uses a local copy when present and pulls otherwise.
 	BehaviorPreferCached Behavior = "prefer-cached"
@@ -198,10 +200,17 @@ type Puller struct {
 
 	mu      sync.Mutex
 	flights map[string]*flight // pulls in progress, by image and credentials
-	pulled  set.Set[string]    // images this Puller pulled (BehaviorOnce)
-	closed  bool
-	wg      sync.WaitGroup
+	pulled  set.Set[string]    // images this Puller pulled (BehaviorOnce), the last pulledMax of them
+	ring    []string           // pulled in the order remembered; ring[next] is forgotten next once full
+	next    int
+	// pulledMax bounds pulled: images come and go with tasks (a tag per deployment), the agent stays.
+	pulledMax int
+	closed    bool
+	wg        sync.WaitGroup
 }
+
+// maxPulledRemembered is how many pulled images BehaviorOnce remembers.
+const maxPulledRemembered = 4096
 
 // flight is one shared pull.
 type flight struct {
@@ -221,11 +230,12 @@ type flight struct {
 func NewPuller(c *Client, cfg PullConfig) *Puller {
 	cfg = cfg.withDefaults()
 	return &Puller{
-		client:  c,
-		cfg:     cfg,
-		log:     cfg.Logger,
-		sem:     semaphore.NewWeighted(int64(cfg.MaxConcurrent)),
-		flights: map[string]*flight{},
+		client:    c,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		sem:       semaphore.NewWeighted(int64(cfg.MaxConcurrent)),
+		flights:   map[string]*flight{},
+		pulledMax: maxPulledRemembered,
 	}
 }
 
@@ -293,6 +303,22 @@ func (p *Puller) wasPulled(image string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.pulled.Has(image)
+}
+
+// rememberLocked records that image was pulled, forgetting the image remembered longest ago once
+// pulledMax are; the caller holds p.mu.
+func (p *Puller) rememberLocked(image string) {
+	if p.pulled.Has(image) {
+		return
+	}
+	if len(p.ring) < p.pulledMax {
+		p.ring = append(p.ring, image)
+	} else {
+		p.pulled.Remove(p.ring[p.next])
+		p.ring[p.next] = image
+		p.next = (p.next + 1) % len(p.ring)
+	}
+	p.pulled.Add(image)
 }
 
 // credsKey identifies credentials without keeping them in clear.
@@ -441,7 +467,7 @@ func (p *Puller) run(ctx context.Context, f *flight, creds docker.AuthConfigurat
 		delete(p.flights, f.key)
 	}
 	if err == nil {
-		p.pulled.Add(f.image)
+		p.rememberLocked(f.image)
 	}
 	p.mu.Unlock()
 	if err == nil {

@@ -907,3 +907,42 @@ func TestCannotPullContainerErrorUnwraps(t *testing.T) {
 	var pe *PullError
 	assert.ErrorAs(t, err, &pe)
 }
+
+// With ECS_IMAGE_PULL_BEHAVIOR=once the Puller remembers the images it pulled, but only the last
+// pulledMax: tags that come and go with tasks over months do not pile up. An image pulled before
+// those is pulled once more.
+func TestPullOnceRemembersALimitedNumberOfImages(t *testing.T) {
+	f := newFakeDocker(t)
+	cfg := fastPull()
+	cfg.Behavior = BehaviorOnce
+	c := f.client(Config{Pull: cfg})
+	p := c.Puller()
+	p.pulledMax = 3
+	image := func(i int) string { return fmt.Sprintf("127.0.0.1:5000/app:%d", i) }
+	for i := range 10 {
+		f.setImage(image(i), true)
+		_, err := c.PullImage(t.Context(), image(i), nil)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 10, f.pullCount())
+	p.mu.Lock()
+	remembered, ring := p.pulled.Len(), len(p.ring)
+	p.mu.Unlock()
+	assert.Equal(t, 3, remembered, "only the last three images are remembered")
+	assert.Equal(t, 3, ring)
+
+	res, err := c.PullImage(t.Context(), image(9), nil)
+	require.NoError(t, err)
+	assert.True(t, res.Cached, "a remembered image is not pulled again")
+	assert.Equal(t, 10, f.pullCount())
+	_, err = c.PullImage(t.Context(), image(0), nil)
+	require.NoError(t, err)
+	assert.Equal(t, 11, f.pullCount(), "a forgotten image is pulled once more")
+	res, err = c.PullImage(t.Context(), image(0), nil)
+	require.NoError(t, err)
+	assert.True(t, res.Cached, "and remembered again")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	assert.Equal(t, 3, p.pulled.Len())
+	assert.False(t, p.pulled.Has(image(7)), "the oldest remembered image made room")
+}

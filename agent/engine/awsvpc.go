@@ -121,9 +121,10 @@ func (f *awsvpcFeature) RemoveLeftovers(ctx context.Context, known []string) {
 type awsvpcHook struct{ f *awsvpcFeature }
 
 var (
-	_ Preparer  = (*awsvpcHook)(nil)
-	_ StartHook = (*awsvpcHook)(nil)
-	_ StopHook  = (*awsvpcHook)(nil)
+	_ Preparer    = (*awsvpcHook)(nil)
+	_ StartHook   = (*awsvpcHook)(nil)
+	_ StopHook    = (*awsvpcHook)(nil)
+	_ CleanupHook = (*awsvpcHook)(nil)
 )
 
 // Prepare refuses the task when the agent has no task networking.
@@ -154,6 +155,22 @@ func (h *awsvpcHook) BeforeStop(ctx context.Context, r *Run, batch []*task.Conta
 
 // Stopped tears the network down if it is still up: the pause container may have died by itself.
 func (h *awsvpcHook) Stopped(ctx context.Context, r *Run) { h.teardown(ctx, r) }
+
+// Cleanup tears the network down if the stop's teardown failed: the task's addresses and CNI
+// records would otherwise outlive it until the next agent start. The namespace went with the pause
+// container, which CNI DEL tolerates. The task is not changed: it is about to be forgotten.
+func (h *awsvpcHook) Cleanup(ctx context.Context, r *Run) {
+	t := r.Task()
+	v := t.AWSVPC
+	if v == nil || v.TornDown || h.f.cfg.Network == nil {
+		return
+	}
+	if err := h.f.cfg.Network.Teardown(ctx, h.taskNetwork(t, v.NetNS)); err != nil {
+		r.Log().Warn("tearing down the task network failed again; it is retried at the next agent start", "error", err)
+		return
+	}
+	r.Log().Info("task network torn down at cleanup")
+}
 
 // taskNetwork describes the task's networking for the CNI plugins.
 func (h *awsvpcHook) taskNetwork(t *task.Task, netns string) ecscni.TaskNetwork {

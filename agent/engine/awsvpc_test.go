@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sync"
 	"testing"
@@ -45,6 +46,46 @@ func TestAWSVPCPauseContainer(t *testing.T) {
 	assert.Equal(t, []string{"setup awsvpc /proc/100/ns/net", "teardown awsvpc /proc/100/ns/net"}, network.log(),
 		"the network is torn down once, before the pause container stops")
 	assert.True(t, stopped.AWSVPC.TornDown)
+}
+
+// A teardown that fails at the stop is tried once more at the cleanup, before the task is forgotten:
+// its addresses and CNI records do not wait for the next agent start. A task torn down at its stop
+// is not torn down again.
+func TestAWSVPCTeardownRetriedAtCleanup(t *testing.T) {
+	cfg := testConfig()
+	network := &fakeNetwork{}
+	cfg.AWSVPC = AWSVPCConfig{Network: network, PauseImage: "berth/pause"}
+	h := newHarness(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for _, tt := range []struct {
+		arn       string
+		failures  int
+		teardowns int
+	}{
+		{arn: "arn:aws:ecs:local:000000000000:task/test-cluster/teardown-fails", failures: 2, teardowns: 3},
+		{arn: "arn:aws:ecs:local:000000000000:task/test-cluster/teardown-works", failures: 0, teardowns: 1},
+	} {
+		network.mu.Lock()
+		network.calls, network.failTeardowns = nil, tt.failures
+		network.mu.Unlock()
+		tk := newTask(tt.arn, ctr("app"))
+		tk.NetworkMode = task.NetworkAWSVPC
+		h.add(tk)
+		h.waitStatus(tt.arn, task.TaskRunning)
+		require.NoError(t, h.engine.StopTask(ctx, tt.arn, "done"))
+		stopped := h.waitStatus(tt.arn, task.TaskStopped)
+		assert.Equal(t, tt.failures == 0, stopped.AWSVPC.TornDown, tt.arn)
+		n, err := h.engine.CleanupStopped(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		id := CNITaskID(tt.arn)
+		want := []string{"setup " + id + " /proc/100/ns/net"}
+		for range tt.teardowns {
+			want = append(want, "teardown "+id+" /proc/100/ns/net")
+		}
+		assert.Equal(t, want, network.log(), "%s: at the stop (BeforeStop, Stopped), then at the cleanup if still up", tt.arn)
+	}
 }
 
 func TestAWSVPCRefusedWithoutTaskNetworking(t *testing.T) {
@@ -123,8 +164,9 @@ func TestAWSVPCWaitsForTheENI(t *testing.T) {
 
 // fakeNetwork stands in for the CNI plugins: it records calls and hands out one address.
 type fakeNetwork struct {
-	mu    sync.Mutex
-	calls []string
+	mu            sync.Mutex
+	calls         []string
+	failTeardowns int // Teardown fails this many times first
 }
 
 func (n *fakeNetwork) Setup(_ context.Context, tn ecscni.TaskNetwork) (ecscni.Result, error) {
@@ -138,6 +180,10 @@ func (n *fakeNetwork) Teardown(_ context.Context, tn ecscni.TaskNetwork) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.calls = append(n.calls, "teardown "+tn.TaskID+" "+tn.NetNS)
+	if n.failTeardowns > 0 {
+		n.failTeardowns--
+		return errors.New("plugin bridge: failed to delete the veth")
+	}
 	return nil
 }
 

@@ -41,7 +41,8 @@ import (
 // The built-ins, in order, and their points:
 //
 //	awsvpc           prepare (refused without task networking), after start (CNI ADD on the pause
-//	                 container), at stop (CNI DEL), recovery (networking of unknown tasks)
+//	                 container), at stop (CNI DEL), at cleanup (CNI DEL again if the stop's failed),
+//	                 recovery (networking of unknown tasks)
 //	secrets          before create (environment files, secrets, log driver secret options but those of
 //	                 awsfirelens, which are the FireLens router's)
 //	task cgroup      before create (the cgroup parent), at cleanup, recovery (cgroups of unknown tasks)

@@ -17,9 +17,9 @@
 //
 // Faults do not outlive their task, nor an agent restart (as with the ECS agent, whose faults are
 // an experiment's and end with it): the Injector is an engine feature whose stop hook removes a
-// task's faults before its containers stop, and at agent start RemoveLeftovers sweeps the host's
-// namespace and those of the restored tasks that allow faults of every chain and tc tree of the
-// shapes above. In the host's namespace that also removes a chain of the same name the operator
+// task's faults before its containers stop (its cleanup hook, any a request started meanwhile), and
+// at agent start RemoveLeftovers sweeps the host's namespace and those of the restored tasks that
+// allow faults of every chain and tc tree of the shapes above. In the host's namespace that also removes a chain of the same name the operator
 // made (ingress-tcp-22); Berth makes no other chain of these names.
 package faultinject
 
@@ -77,9 +77,17 @@ type Injector struct {
 	hostNetNS string
 
 	mu       sync.Mutex
-	locks    map[string]*sync.Mutex // by namespace ("" : the agent's own)
+	locks    map[string]*nsLock // by namespace ("" : the agent's own), while a request holds or waits for it
 	started  map[string]*startedFaults
 	restored map[string]string // ARN → namespace of the restored awsvpc tasks, until RemoveLeftovers
+}
+
+// nsLock serialises the requests that change one namespace; users counts the requests holding or
+// waiting for it, guarded by Injector.mu, so that it is dropped with the last one: a namespace goes
+// with its task, and so must its lock.
+type nsLock struct {
+	mu    sync.Mutex
+	users int
 }
 
 // startedFaults are the faults the agent started for one task, which its stop removes.
@@ -103,7 +111,7 @@ func New(cfg Config) *Injector {
 		cfg.HostInterface = defaultRouteInterface
 	}
 	return &Injector{log: cfg.Logger, run: runInNetns, hostIface: cfg.HostInterface, hostNetNS: cfg.HostNetNS,
-		locks: map[string]*sync.Mutex{}, started: map[string]*startedFaults{}, restored: map[string]string{}}
+		locks: map[string]*nsLock{}, started: map[string]*startedFaults{}, restored: map[string]string{}}
 }
 
 // target is where a task's faults go.
@@ -136,17 +144,26 @@ func (inj *Injector) targetOf(t *task.Task) (target, error) {
 	return target{}, fmt.Errorf("task %s: %w: faults need networkMode awsvpc or host, not %s", t.Arn, errdefs.ErrInvalidArgument, t.NetworkMode)
 }
 
-// lock locks the namespace netns and returns its unlock.
+// lock locks the namespace netns and returns its unlock, which forgets the lock once no request
+// holds or waits for it.
 func (inj *Injector) lock(netns string) func() {
 	inj.mu.Lock()
 	l, ok := inj.locks[netns]
 	if !ok {
-		l = &sync.Mutex{}
+		l = &nsLock{}
 		inj.locks[netns] = l
 	}
+	l.users++
 	inj.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		inj.mu.Lock()
+		defer inj.mu.Unlock()
+		if l.users--; l.users == 0 {
+			delete(inj.locks, netns)
+		}
+	}
 }
 
 // record notes (on) or forgets a fault started for a task.

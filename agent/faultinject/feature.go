@@ -26,13 +26,17 @@ func (inj *Injector) TaskHook(t *task.Task) engine.TaskHook {
 	return &taskHook{inj: inj}
 }
 
-// taskHook removes a task's faults as it stops.
+// taskHook removes a task's faults as it stops, and at its cleanup what a request that raced the
+// stop started after that.
 type taskHook struct {
 	inj  *Injector
 	done bool
 }
 
-var _ engine.StopHook = (*taskHook)(nil)
+var (
+	_ engine.StopHook    = (*taskHook)(nil)
+	_ engine.CleanupHook = (*taskHook)(nil)
+)
 
 // BeforeStop removes the task's faults before its first containers stop (an awsvpc task's
 // namespace goes with its pause container, which stops last).
@@ -46,6 +50,23 @@ func (h *taskHook) BeforeStop(ctx context.Context, r *engine.Run, _ []*task.Cont
 
 // Stopped does nothing more: BeforeStop removed the faults.
 func (h *taskHook) Stopped(context.Context, *engine.Run) {}
+
+// Cleanup removes the faults a request started after BeforeStop (it passed the task endpoint's checks
+// before the stop began), so that nothing of them outlives the task: not a fault in the host's
+// namespace, nor the record of one.
+func (h *taskHook) Cleanup(ctx context.Context, r *engine.Run) {
+	h.inj.removeLateFaults(ctx, r.Task(), r.Log())
+}
+
+// removeLateFaults removes the faults the agent started for the task since removeTaskFaults, if any.
+func (inj *Injector) removeLateFaults(ctx context.Context, t *task.Task, log *logger.Logger) {
+	inj.mu.Lock()
+	_, late := inj.started[t.Arn]
+	inj.mu.Unlock()
+	if late {
+		inj.removeTaskFaults(ctx, t, log)
+	}
+}
 
 // removeTaskFaults removes what the agent started for the task: in an awsvpc task's own namespace,
 // every fault (a sweep; nothing once the namespace is torn down, which took them); in the host's,

@@ -300,6 +300,11 @@ func (w *Watcher) Scan(ctx context.Context) {
 			delete(w.invalid, name)
 		}
 	}
+	for name := range w.restarts {
+		if !seen.Has(name) {
+			delete(w.restarts, name) // a file that comes back starts over, like a changed one
+		}
+	}
 	for name := range w.parsed {
 		if !seen.Has(name) {
 			delete(w.parsed, name)

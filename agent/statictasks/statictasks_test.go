@@ -758,3 +758,33 @@ func TestWatcherFollowsAtMost40Links(t *testing.T) {
 		})
 	}
 }
+
+// Files come and go: the watcher's bookkeeping of a file (its task, its restarts, its last read, its
+// reported invalid version) goes with the file, however many files have been there.
+func TestWatcherForgetsRemovedFiles(t *testing.T) {
+	dir := t.TempDir()
+	r := &fakeRunner{}
+	clock := clockwork.NewFakeClockAt(time.Unix(1000, 0))
+	w := New(Config{Dir: dir, Cluster: "default", Clock: clock}, r, logger.Nop())
+	const n = 50
+	for i := range n {
+		name := filepath.Join(dir, fmt.Sprintf("web-%d.json", i))
+		require.NoError(t, os.WriteFile(name, []byte(webDef), 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("bad-%d.json", i)), []byte("{"), 0o600))
+		w.Scan(context.Background())
+		arn := r.calls[len(r.calls)-1].arn
+		r.tasks[arn].KnownStatus = task.TaskStopped // it stopped by itself: the next scans restart it
+		w.Scan(context.Background())
+		clock.Advance(time.Second)
+		w.Scan(context.Background())
+		require.Equal(t, arn+"-r1", r.calls[len(r.calls)-1].arn, "file %d's task was restarted", i)
+		require.NoError(t, os.Remove(name))
+		require.NoError(t, os.Remove(filepath.Join(dir, fmt.Sprintf("bad-%d.json", i))))
+		w.Scan(context.Background())
+		assert.Equal(t, call{op: "stop", arn: arn + "-r1", reason: ReasonRemoved}, r.calls[len(r.calls)-1])
+	}
+	assert.Zero(t, len(w.running))
+	assert.Zero(t, len(w.restarts), "the restart bookkeeping of removed files is dropped")
+	assert.Zero(t, len(w.parsed))
+	assert.Zero(t, len(w.invalid))
+}
