@@ -5,6 +5,13 @@ PKG := github.com/berth-agent/berth
 BIN := bin/berth
 RUN_DIR := $(CURDIR)/.run
 CNI_PLUGINS_DIR := $(RUN_DIR)/cni-plugins
+# The Go tools the targets run, pinned, fetched through the Go module proxy like any module and
+# built once into a directory of their version (make tools).
+TOOLS_DIR := $(RUN_DIR)/tools
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(TOOLS_DIR)/staticcheck@$(STATICCHECK_VERSION)/staticcheck
+NFPM_VERSION := v2.45.2
+NFPM := $(TOOLS_DIR)/nfpm@$(NFPM_VERSION)/nfpm
 GIT_HASH := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 # The version bin/berth reports and the packages carry: a release tag vX.Y.Z on HEAD, else the Version
 # of agent/version/version.go, else 0.0.0-dev. `make packages BERTH_VERSION=1.2.3` overrides it.
@@ -15,7 +22,7 @@ PACKAGES_DIR := bin/packages
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision images exec-deps cni-plugins ec2-metadata-mock jsclients packages packages-test lint fmt vet staticcheck clean bench fuzz soak
+.PHONY: all build run test unit integration provision images exec-deps cni-plugins ec2-metadata-mock jsclients tools packages packages-test lint fmt vet staticcheck clean bench fuzz soak
 
 all: build
 
@@ -25,6 +32,14 @@ build:
 
 provision:
 	BERTH_RUN_DIR=$(RUN_DIR) bash scripts/provision.sh
+
+tools: $(STATICCHECK) $(NFPM)
+
+$(STATICCHECK):
+	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+$(NFPM):
+	GOBIN=$(dir $@) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
 # Test images (FROM scratch + static binaries from misc/), pushed to the local registry; the pause
 # image is also saved to .run/images/pause.tar. Skips what is unchanged.
@@ -66,13 +81,10 @@ jsclients:
 
 # The .deb and the .rpm (packaging/nfpm.yaml) in bin/packages: the binary, the systemd unit
 # (misc/berth.service), the CNI plugins, the pause image, /etc/ecs/ecs.config and the agent's directories.
-# nfpm is pinned and fetched through the Go module proxy like any module.
-NFPM := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
-
-packages: build images cni-plugins
+packages: build images cni-plugins $(NFPM)
 	rm -rf $(PACKAGES_DIR) && mkdir -p $(PACKAGES_DIR)
 	for format in deb rpm; do \
-		BERTH_VERSION=$(BERTH_VERSION) BERTH_ARCH=$$($(GO) env GOARCH) $(GO) run $(NFPM) package \
+		BERTH_VERSION=$(BERTH_VERSION) BERTH_ARCH=$$($(GO) env GOARCH) $(NFPM) package \
 			--config packaging/nfpm.yaml --packager $$format --target $(PACKAGES_DIR)/ || exit 1; \
 	done
 
@@ -81,16 +93,12 @@ packages: build images cni-plugins
 packages-test: packages
 	bash scripts/packages-test.sh $(PACKAGES_DIR) $(BERTH_VERSION)
 
-# Every test: provisioning, the package test, the state files' damage sweeps in full (without -race,
-# whose children cost twenty times more: under it they run a sample), then unit and integration tests
-# (with the fuzz seed corpora) under -race. Packages run one at a time (-p 1): one integration test restarts the Docker Engine.
-# -p 1 also builds one package at a time, so every test binary is compiled first, as many at once as
-# there are CPUs, and run with /bin/true: the run below then only links them.
-test: images exec-deps cni-plugins ec2-metadata-mock jsclients lint packages-test
-	$(GO) test -count=1 -run 'DamageSweep' ./agent/state/ ./agent/localcp/
-	$(GO) test -race -count=1 -tags integration -exec /bin/true ./... > /dev/null
-	BERTH_CNI_PLUGINS=$(CNI_PLUGINS_DIR) BERTH_PAUSE_TARBALL=$(RUN_DIR)/images/pause.tar BERTH_EXEC_DEPS=$(EXEC_DEPS_DIR) \
-		$(GO) test -race -count=1 -tags integration -p 1 -timeout 20m ./...
+# Every test: provisioning, lint, the package test, the state files' damage sweeps in full (without
+# -race, whose children cost twenty times more: under it they run a sample), then unit and
+# integration tests (with the fuzz seed corpora) under -race, in parallel where they can be, with the
+# time of each phase printed (scripts/test.sh).
+test:
+	MAKE=$(MAKE) GO=$(GO) BERTH_RUN_DIR=$(RUN_DIR) bash scripts/test.sh
 
 # Berth against the bare Docker Engine, side by side in one run; prints ratios. One section alone:
 # go run ./scripts/bench -only ecs (pull, engine, memory, awsvpc, cp, ecs, endpoint; see scripts/bench/main.go).
@@ -129,12 +137,9 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
 
-# Pinned, fetched through the Go module proxy like any module.
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-
-staticcheck:
-	$(GO) run $(STATICCHECK) ./...
-	$(GO) run $(STATICCHECK) -tags integration ./...
+staticcheck: $(STATICCHECK)
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags integration ./...
 
 clean:
 	rm -rf bin

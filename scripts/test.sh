@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# make test: every phase of Berth's test run, in parallel where one does not need another, with how
+# long each took printed as it ends and in a table at the end. Exit 1 when any phase failed.
+#
+#   provision ─┐                         ┌─ images, exec-deps ─┐
+#   modules ───┼─ tools, CNI plugins ────┤                     ├─ lane A: agent/cmd/berth, agent/hostnat ─┐
+#   npm ───────┘  test binaries (-race) ─┘                     ├─ lane B: every other package ───────────┼─ exclusive
+#                                                             └─ lint, packages-test, damage sweeps ────┘
+#
+# Lane A holds the tests that run the agent on its fixed ports and own the task endpoint's NAT;
+# lane B everything else; each runs its packages one at a time. The tests that restart the Docker
+# Engine (TestIntegrationDockerRestart, the one-minute soak) would pull it from under the others,
+# so they run alone at the end. Lint, the package test and the state files' damage sweeps (without
+# -race) use the CPU the lanes leave while they wait on the Engine.
+#
+# Setup phases log to .run/test-logs/<phase>.log (its tail is printed when one fails); the test
+# lanes print their lines as they come, prefixed with the lane.
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+MAKE=${MAKE:-make}
+GO=${GO:-go}
+run_dir=${BERTH_RUN_DIR:-$PWD/.run}
+logs=$run_dir/test-logs
+rm -rf "$logs" && mkdir -p "$logs"
+
+declare -A pid started took status
+order=()
+failed=0
+t0=$(date +%s%N)
+
+elapsed() { printf '%d.%d' $((($2 - $1) / 1000000000)) $(((($2 - $1) / 100000000) % 10)); }
+
+# start NAME CMD...: runs CMD in the background, its output in NAME's log.
+start() {
+	local name=$1
+	shift
+	order+=("$name")
+	started[$name]=$(date +%s%N)
+	("$@") >"$logs/$name.log" 2>&1 &
+	pid[$name]=$!
+	printf 'test: %-14s started at %ss\n' "$name" "$(elapsed "$t0" "${started[$name]}")"
+}
+
+# stream NAME CMD...: start, with CMD's lines also printed as they come, prefixed with NAME.
+stream() {
+	local name=$1
+	shift
+	order+=("$name")
+	started[$name]=$(date +%s%N)
+	( ("$@") 2>&1 | tee "$logs/$name.log" | sed -u "s/^/[$name] /"; exit "${PIPESTATUS[0]}" ) &
+	pid[$name]=$!
+	printf 'test: %-14s started at %ss\n' "$name" "$(elapsed "$t0" "${started[$name]}")"
+}
+
+# finish NAME...: waits for each phase; prints its time, and its log's tail when it failed.
+finish() {
+	local name rc
+	for name in "$@"; do
+		[ -n "${status[$name]:-}" ] && continue
+		wait "${pid[$name]}"
+		rc=$?
+		took[$name]=$(elapsed "${started[$name]}" "$(date +%s%N)")
+		if [ "$rc" -eq 0 ]; then
+			status[$name]=ok
+		else
+			status[$name]="FAILED (exit $rc)"
+			failed=1
+			printf 'test: %s failed; the end of %s:\n' "$name" "$logs/$name.log"
+			tail -n 60 "$logs/$name.log" | sed "s/^/[$name] /"
+		fi
+		printf 'test: %-14s %s in %ss\n' "$name" "${status[$name]}" "${took[$name]}"
+	done
+}
+
+# A phase that cannot start because one before it failed.
+skip() {
+	order+=("$1")
+	status[$1]="not run"
+	took[$1]=-
+}
+
+summary() {
+	printf '\ntest: phase          time (s)  result\n'
+	local name
+	for name in "${order[@]}"; do
+		printf 'test: %-14s %8s  %s\n' "$name" "${took[$name]}" "${status[$name]}"
+	done
+	printf 'test: total          %8s  %s\n' "$(elapsed "$t0" "$(date +%s%N)")" "$([ "$failed" -eq 0 ] && echo ok || echo FAILED)"
+}
+
+export AWS_EC2_METADATA_DISABLED=true
+
+start provision "$MAKE" --no-print-directory provision
+start modules "$GO" mod download
+start npm "$MAKE" --no-print-directory jsclients
+finish modules
+if [ "${status[modules]}" = ok ]; then
+	start tools "$MAKE" --no-print-directory tools ec2-metadata-mock cni-plugins
+	start test-binaries "$GO" test -race -count=1 -tags integration -exec /bin/true ./...
+else
+	skip tools
+	skip test-binaries
+fi
+finish provision
+if [ "${status[provision]}" = ok ] && [ "${status[modules]}" = ok ]; then
+	start images "$MAKE" --no-print-directory images exec-deps
+else
+	skip images
+fi
+finish npm tools test-binaries images
+
+if [ "$failed" -ne 0 ]; then
+	summary
+	exit 1
+fi
+
+lane_a=(./agent/cmd/berth ./agent/hostnat)
+mapfile -t lane_b < <("$GO" list ./... | grep -v -x -e github.com/berth-agent/berth/agent/cmd/berth -e github.com/berth-agent/berth/agent/hostnat)
+exclusive='^(TestIntegrationDockerRestart|TestIntegrationSoakShort)$'
+integration_env=(env BERTH_CNI_PLUGINS="$run_dir/cni-plugins" BERTH_PAUSE_TARBALL="$run_dir/images/pause.tar" BERTH_EXEC_DEPS="$run_dir/exec-deps")
+
+stream lane-a "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 20m -skip "$exclusive" "${lane_a[@]}"
+stream lane-b "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 20m -skip "$exclusive" "${lane_b[@]}"
+start lint "$MAKE" --no-print-directory lint
+start packages-test "$MAKE" --no-print-directory packages-test
+start damage-sweeps "$GO" test -count=1 -run DamageSweep ./agent/state/ ./agent/localcp/
+finish lint packages-test damage-sweeps lane-a lane-b
+stream exclusive "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 10m -run "$exclusive" ./agent/cmd/berth ./scripts/soak
+finish exclusive
+
+summary
+exit "$failed"
