@@ -18,11 +18,11 @@ const (
 
 // fakeHost is a temporary directory laid out as a host's /proc and cgroup mounts.
 type fakeHost struct {
-	t    *testing.T
+	t    testing.TB
 	root string
 }
 
-func newFakeHost(t *testing.T) *fakeHost {
+func newFakeHost(t testing.TB) *fakeHost {
 	h := &fakeHost{t: t, root: t.TempDir()}
 	h.write("proc/meminfo", "MemTotal:        2048 kB\nMemFree:         1024 kB\n")
 	h.write("proc/stat", procStatFixture)
@@ -174,7 +174,7 @@ total_rss 1855488
 }
 
 // newV1Host returns a v1 host with the fake container running as testPID.
-func newV1Host(t *testing.T) *fakeHost {
+func newV1Host(t testing.TB) *fakeHost {
 	h := newFakeHost(t)
 	h.mountInfo(v1MountInfo...)
 	h.process(testPID, v1CgroupFile, netDevFixture)
@@ -221,7 +221,7 @@ pgmajfault 8
 }
 
 // newV2Host returns a v2 host with the fake container running as testPID.
-func newV2Host(t *testing.T) *fakeHost {
+func newV2Host(t testing.TB) *fakeHost {
 	h := newFakeHost(t)
 	h.mountInfo("22 1 254:0 / / rw,relatime - ext4 /dev/vda rw",
 		"25 22 0:20 / ROOT/sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot")

@@ -400,3 +400,19 @@ func TestSample(t *testing.T) {
 	assert.Zero(t, first.PreCPUTotal)
 	assert.Nil(t, first.JSON)
 }
+
+// BenchmarkDockerJSON marshals a detailed v1 reading with its previous one.
+func BenchmarkDockerJSON(b *testing.B) {
+	h := newV1Host(b)
+	r := h.reader()
+	hd, err := r.Open(testPID, testID, OpenOptions{Networks: true})
+	require.NoError(b, err)
+	b.Cleanup(func() { hd.Close() })
+	cur, err := r.Read(hd, true)
+	require.NoError(b, err)
+	pre := cur
+	b.ReportAllocs()
+	for b.Loop() {
+		DockerJSON(testID, "web", cur, &pre)
+	}
+}
