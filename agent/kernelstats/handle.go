@@ -113,10 +113,10 @@ type file struct {
 const maxFileSize = 1 << 20
 
 // Handle is one container's counter files, resolved by Reader.Open. It is safe for concurrent
-// use; reads of one Handle take turns. Its files stay open until Close — up to 6 for reads without
-// detail (cgroup v1; 5 on v2) and about 20 more once it has been read with detail — and so does
-// the container's network namespace, which its net/dev holds: close a Handle once its reads fail
-// with ErrGone.
+// use; reads of one Handle take turns. Its files stay open until Close — 6 for reads without
+// detail (cgroup v1; 5 on v2), and 10 more once it has been read with detail (18 with the CFQ
+// blkio files; 6 on v2) — and so does the container's network namespace, which its net/dev
+// holds: close a Handle once its reads fail with ErrGone.
 type Handle struct {
 	id  string
 	pid int
