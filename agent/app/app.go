@@ -122,10 +122,10 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	}
 	defer servers.close()
 	_ = nat.Ensure(ctx) // before any task starts; the keeper logs the outcome
-	// One stats stream per container, shared by the task endpoint's /stats and the telemetry source.
-	// An awsvpc task's containers show its namespace's interfaces but the task bridge, as the ECS
-	// agent shows only the ENI.
-	stats := dockerstats.New(client, dockerstats.Config{Logger: log.With("component", "container_stats"),
+	// Containers' stats, read from their cgroups and network namespaces when the task endpoint's
+	// /stats or the telemetry source asks. An awsvpc task's containers show its namespace's
+	// interfaces but the task bridge, as the ECS agent shows only the ENI.
+	stats := dockerstats.New(client, newKernelStats(log), dockerstats.Config{Logger: log.With("component", "container_stats"),
 		NetNSIgnore: []string{ecscni.TaskBridgeIfName}})
 	defer stats.Close()
 	var sampleEvery time.Duration // the telemetry source's default: about once a second

@@ -21,6 +21,7 @@ import (
 	"github.com/berth-agent/berth/agent/faultinject"
 	"github.com/berth-agent/berth/agent/hostnat"
 	"github.com/berth-agent/berth/agent/introspection"
+	"github.com/berth-agent/berth/agent/kernelstats"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
 	"github.com/berth-agent/berth/agent/logger"
@@ -30,6 +31,17 @@ import (
 	"github.com/berth-agent/berth/agent/taskmetrics"
 	"github.com/berth-agent/berth/agent/tasksecrets"
 )
+
+// newKernelStats returns the reader of containers' counters from this host's cgroups, or nil, with
+// a warning, when they cannot be found: container stats are then unavailable, and the agent runs on.
+func newKernelStats(log *logger.Logger) dockerstats.Kernel {
+	r, err := kernelstats.New(kernelstats.Config{})
+	if err != nil {
+		log.Warn("container stats unavailable: cannot read this host's cgroups", "error", err)
+		return nil
+	}
+	return dockerstats.FromKernel(r)
+}
 
 // newHostNAT returns the keeper of the NAT that makes the task endpoint reachable from bridge
 // containers (and, with ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST, from the host's own) at

@@ -21,9 +21,7 @@
 // inactivity watchdog, one overall deadline, shared pulls of one image, a
 // bound on concurrent pulls, ECS pull behaviours and progress logging.
 // Events (events.go) re-subscribes after a dropped stream and tells the
-// consumer with a synthetic event. ContainerStats (stats.go) streams a
-// container's stats and ends, with ErrNotRunning, when the container stops.
-// Exec (exec.go) runs an attached command in a container (ErrNotRunning when
+// consumer with a synthetic event. Exec (exec.go) runs an attached command in a container (ErrNotRunning when
 // it is not running) and returns its exit code; ContainerLogs (logs.go) reads
 // a container's timestamped output lines (ErrLogsNotReadable when its log
 // driver cannot be read back).
@@ -62,7 +60,6 @@ type Timeouts struct {
 	Version     time.Duration // version (30 s)
 	LoadImage   time.Duration // load image (10 m)
 	RemoveImage time.Duration // remove image (3 m)
-	Stats       time.Duration // the wait for a stats stream's headers, and its longest silence (30 s)
 }
 
 // DefaultTimeouts returns the ECS agent's time limits.
@@ -77,7 +74,6 @@ func DefaultTimeouts() Timeouts {
 		Version:     30 * time.Second,
 		LoadImage:   10 * time.Minute,
 		RemoveImage: 3 * time.Minute,
-		Stats:       30 * time.Second,
 	}
 }
 
@@ -88,7 +84,6 @@ func (t Timeouts) withDefaults() Timeouts {
 		{&t.Create, &d.Create}, {&t.Start, &d.Start}, {&t.Inspect, &d.Inspect},
 		{&t.Remove, &d.Remove}, {&t.StopMargin, &d.StopMargin}, {&t.List, &d.List},
 		{&t.Version, &d.Version}, {&t.LoadImage, &d.LoadImage}, {&t.RemoveImage, &d.RemoveImage},
-		{&t.Stats, &d.Stats},
 	} {
 		if *f.v <= 0 {
 			*f.v = *f.def

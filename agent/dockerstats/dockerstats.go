@@ -1,74 +1,100 @@
-// Package dockerstats serves Docker's stats of containers from one stats stream per container,
-// shared by every reader, so that the task metadata endpoint's /stats and /task/stats answer from
-// memory instead of asking Docker on every request.
+// Package dockerstats serves containers' stats in the Docker Engine's stats shape, read from the
+// kernel (agent/kernelstats: the container's cgroup and network namespace) when someone asks, for
+// the task metadata endpoint's /stats and /task/stats and for telemetry. Nothing is read while
+// nobody asks, and the Docker Engine serves no stats stream.
 //
-// The first Stats call for a container starts its stream (dockerclient's ContainerStats) and waits
-// for its first sample, which the Engine sends at its next collection tick (it collects every
-// second); later calls get the latest sample at once. A sample served carries network_rate_stats,
-// as ECS's task metadata v4 does, computed from it and the sample before (so not the first, nor any
-// of a container without networks).
+// A container is resolved once, by inspecting it (its init process, name and network mode), into a
+// kernelstats.Handle kept while it is read; each ask reads the kernel again unless the latest
+// reading is younger than Config.MinInterval, so any number of readers cost at most one reading per
+// container per MinInterval. A reading carries the one before it as Docker's precpu_stats and
+// preread, and, as ECS's task metadata v4, network_rate_stats computed from the two.
 //
-//	first Stats ─► starting ──first sample──► serving ──stream dropped──► reopening (backoff)
-//	                                            ▲                              │
-//	                                            └───────── next sample ────────┘
+//	first ask ─inspect─► handle ─read─► reading ◄─read (older than MinInterval)── later asks
+//	                        │
+//	                        └─ process gone (stopped, or restarted: inspect again) ─► stopped ─ StoppedTTL ─► forgotten
+//	any entry ── nobody asked for IdleTimeout, or Close ─► forgotten (handle closed)
 //
-//	any state ── container gone or not running ─► stopped ── StoppedTTL ─► removed
-//	any state ── nobody read for IdleTimeout, or Close ───────────────────► removed
-//
-// While a dropped stream reopens, the latest sample is still served; once a reopening fails, its
-// error is, until a sample arrives. A stopped entry answers its error at once until it is removed;
-// the next Stats call after that starts a new entry. An entry holds one sample, so memory is
-// bounded by the containers read within IdleTimeout.
+// A stopped entry answers its error at once until StoppedTTL passes, without asking Docker again.
+// Memory is bounded by the containers asked for within IdleTimeout.
 package dockerstats
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
+	"strings"
 	"sync"
 	"time"
 
+	docker "github.com/fsouza/go-dockerclient"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/errdefs"
+	"github.com/berth-agent/berth/agent/kernelstats"
 	"github.com/berth-agent/berth/agent/logger"
-	"github.com/berth-agent/berth/agent/retry"
 )
 
-// Docker is the part of the Docker client the cache uses.
+// Docker is the part of the Docker client the cache uses: a container is inspected once, to find
+// its init process, name and network mode.
 type Docker interface {
-	// ContainerStats calls fn with each sample of the container's stats stream until ctx ends or the
-	// stream does; it never returns nil. A non-retriable error (errdefs.IsRetriable) means the
-	// container is gone or not running.
-	ContainerStats(ctx context.Context, id string, fn func(dockerclient.StatsSample) error) error
+	// InspectContainer returns the container; a missing one is an errdefs.ErrNotFound.
+	InspectContainer(ctx context.Context, id string) (*docker.Container, error)
 }
 
 var _ Docker = (*dockerclient.Client)(nil)
 
-var (
-	// ErrClosed: the cache was closed. An errdefs.ErrFailedPrecondition.
-	ErrClosed = errdefs.New(errdefs.ErrFailedPrecondition, "container stats cache closed")
-	// ErrNoSample: no sample of the container arrived within Config.FirstSampleWait (or before its
-	// stream closed). An errdefs.ErrUnavailable; a later call may succeed.
-	ErrNoSample = errdefs.New(errdefs.ErrUnavailable, "no stats sample yet")
-)
+// Kernel opens containers' counters; FromKernel(kernelstats.Reader) is the real one.
+type Kernel interface {
+	// Open resolves the container id whose init process is pid (see kernelstats.Reader.Open).
+	Open(pid int, id string, opts kernelstats.OpenOptions) (Handle, error)
+}
+
+// Handle reads one container's counters (see kernelstats.Reader.Read); a read fails with
+// kernelstats.ErrGone once its process is gone.
+type Handle interface {
+	Read(detail bool) (kernelstats.Reading, error)
+	Close() error
+}
+
+// FromKernel is the Kernel reading through r.
+func FromKernel(r *kernelstats.Reader) Kernel { return readerKernel{r} }
+
+type readerKernel struct{ r *kernelstats.Reader }
+
+func (k readerKernel) Open(pid int, id string, opts kernelstats.OpenOptions) (Handle, error) {
+	h, err := k.r.Open(pid, id, opts)
+	if err != nil {
+		return nil, err
+	}
+	return readerHandle{k.r, h}, nil
+}
+
+type readerHandle struct {
+	r *kernelstats.Reader
+	h *kernelstats.Handle
+}
+
+func (h readerHandle) Read(detail bool) (kernelstats.Reading, error) { return h.r.Read(h.h, detail) }
+func (h readerHandle) Close() error                                  { return h.h.Close() }
+
+// ErrClosed: the cache was closed. An errdefs.ErrFailedPrecondition.
+var ErrClosed = errdefs.New(errdefs.ErrFailedPrecondition, "container stats cache closed")
 
 // Config configures a Cache; zero fields take the defaults in parentheses.
 type Config struct {
-	// IdleTimeout closes the stream of a container no Stats call asked for this long (60 s).
+	// MinInterval is the age below which the latest reading of a container is served as it is
+	// (900 ms: telemetry asks once a second, and a tick that comes a little early must still get
+	// a new reading).
+	MinInterval time.Duration
+	// IdleTimeout forgets a container nobody asked for this long, closing its handle (60 s).
 	IdleTimeout time.Duration
-	// FirstSampleWait bounds how long a Stats call waits for a container's first sample (1 s).
-	FirstSampleWait time.Duration
-	// StoppedTTL is how long a container found gone or not running is remembered: Stats calls
-	// meanwhile fail at once, without asking Docker (10 s).
+	// StoppedTTL is how long a container found gone or not running is remembered: asks meanwhile
+	// fail at once, without asking Docker (10 s).
 	StoppedTTL time.Duration
-	// BackoffMin and BackoffMax bound the wait before reopening a dropped stream (250 ms, 10 s).
-	BackoffMin time.Duration
-	BackoffMax time.Duration
-	// Clock times idleness, waits and backoff; nil is the wall clock.
+	// Clock times readings, idleness and stopped entries; nil is the wall clock.
 	Clock clockwork.Clock
 	// Logger receives the cache's records; nil discards them.
 	Logger *logger.Logger
@@ -76,9 +102,6 @@ type Config struct {
 	// networks besides the loopback (Berth's task bridge, which the ECS agent leaves out too, being a
 	// veth).
 	NetNSIgnore []string
-	// ProcRoot is where /proc is mounted ("/proc"): a task's namespace /proc/PID/ns/net is read as
-	// ProcRoot/PID/net/dev.
-	ProcRoot string
 }
 
 func (c Config) withDefaults() Config {
@@ -86,169 +109,129 @@ func (c Config) withDefaults() Config {
 		v   *time.Duration
 		def time.Duration
 	}{
-		{&c.IdleTimeout, time.Minute}, {&c.FirstSampleWait, time.Second}, {&c.StoppedTTL, 10 * time.Second},
-		{&c.BackoffMin, 250 * time.Millisecond}, {&c.BackoffMax, 10 * time.Second},
+		{&c.MinInterval, 900 * time.Millisecond}, {&c.IdleTimeout, time.Minute}, {&c.StoppedTTL, 10 * time.Second},
 	} {
 		if *f.v <= 0 {
 			*f.v = f.def
 		}
 	}
-	c.BackoffMax = max(c.BackoffMax, c.BackoffMin)
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Logger == nil {
 		c.Logger = logger.Nop()
 	}
-	if c.ProcRoot == "" {
-		c.ProcRoot = "/proc"
-	}
 	return c
 }
 
-// Cache holds the latest stats sample of each container read recently; it is safe for concurrent
-// use. Close it to end its streams.
+// Cache holds the latest readings of the containers asked for recently; it is safe for concurrent
+// use. Close it to close their handles.
 type Cache struct {
-	docker  Docker
-	cfg     Config
-	log     *logger.Logger
-	netSkip map[string]bool // Config.NetNSIgnore
+	docker Docker
+	kernel Kernel
+	cfg    Config
+	log    *logger.Logger
 
-	ctx    context.Context // parent of every entry's streams; Close cancels it
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the entries' goroutines
-
-	mu      sync.Mutex // guards closed, entries and each entry's timer; taken before an entry's mu
+	mu      sync.Mutex // guards closed, entries and sweeper; taken before an entry's mu
 	closed  bool
 	entries map[string]*entry
+	sweeper clockwork.Timer // the next sweep of idle entries while there are entries; nil when none
 }
 
-// New returns a Cache reading stats from docker; it starts nothing until the first Stats call.
-func New(docker Docker, cfg Config) *Cache {
+// New returns a Cache reading through kernel, inspecting containers with docker. A nil kernel (the
+// host's cgroups could not be found) makes every ask fail with an errdefs.ErrUnavailable saying so.
+func New(docker Docker, kernel Kernel, cfg Config) *Cache {
 	cfg = cfg.withDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	skip := make(map[string]bool, len(cfg.NetNSIgnore))
-	for _, name := range cfg.NetNSIgnore {
-		skip[name] = true
-	}
-	return &Cache{docker: docker, cfg: cfg, log: cfg.Logger, netSkip: skip, ctx: ctx, cancel: cancel,
-		entries: map[string]*entry{}}
+	return &Cache{docker: docker, kernel: kernel, cfg: cfg, log: cfg.Logger, entries: map[string]*entry{}}
 }
 
-// entry is one container's stream and latest sample.
+// entry is one container's handle and latest readings.
 type entry struct {
-	id     string
-	cancel context.CancelFunc // ends the entry's streams
-	timer  clockwork.Timer    // the idle check while live, the removal once stopped; guarded by Cache.mu
+	id string
 
 	mu       sync.Mutex
-	sample   dockerclient.StatsSample // the latest sample, its JSON as served; JSON nil until the first, and once stopped
-	last     point                    // the latest sample's read time and network totals
-	err      error                    // why there is no sample: the latest failure, or the end once done
-	done     bool                     // stopped, idle or closed: the entry's goroutines are ending
-	expires  time.Time                // when a stopped entry is forgotten
-	lastRead time.Time                // when Stats last asked for the entry
-	netDev   string                   // the task namespace's net/dev its networks are read from; "": Docker's
-	changed  chan struct{}            // closed and replaced whenever sample or err changes
-}
-
-// point is what the network rate of the next sample is computed from.
-type point struct {
-	read   time.Time
-	hasNet bool
-	rx, tx uint64 // totals over every interface
+	h        Handle              // nil until resolved, and once gone
+	name     string              // the container's name, without Docker's leading "/"
+	netns    string              // the awsvpc namespace the handle was opened for ("" for none)
+	cur, pre kernelstats.Reading // the latest reading and the one before; cur.Read zero before the first
+	detailed time.Time           // the last Stats ask: readings are read with detail for IdleTimeout after
+	raw      json.RawMessage     // cur's Docker JSON, made on the first ask for it
+	err      error               // why the container has no reading: it is gone or not running
+	errUntil time.Time           // when err is forgotten
+	lastAsk  time.Time
+	forgot   bool // removed from the cache: a reader holding it must not use its handle
 }
 
 // Stats returns Docker's stats object of container dockerID, as ECS's task metadata v4 serves it:
-// the latest sample of the container's stream, with network_rate_stats once two samples with
-// networks were seen. The first call for a container starts its stream and waits for a sample, up
-// to Config.FirstSampleWait (then ErrNoSample) or until ctx ends; later calls answer at once. A
-// missing container is an errdefs.ErrNotFound, one not running a dockerclient.ErrNotRunning, a
-// failure to reach Docker its error (retriable). The caller must not modify the result: every
-// reader of a sample shares it.
+// a reading no older than Config.MinInterval, with precpu_stats and preread from the reading
+// before it (Docker's zero values on the first) and network_rate_stats once two readings with
+// networks were taken. A missing container is an errdefs.ErrNotFound, one not running a
+// dockerclient.ErrNotRunning, a failure to reach Docker its error (retriable). The caller must not
+// modify the result: every reader of a reading shares it.
 //
-// netns, when not empty, is the network namespace of the container's awsvpc task, /proc/PID/ns/net:
-// from the next sample on, the container's networks (and so its network_rate_stats) are the
-// namespace's interfaces, read when each sample arrives, instead of Docker's, which has none. A
-// namespace of another form, or one that cannot be read, leaves Docker's.
+// netns, when not empty, is the network namespace of the container's awsvpc task: its interfaces,
+// but the loopback and Config.NetNSIgnore, are the container's networks (Docker's stats of it have
+// none, its network being its pause container's).
 func (c *Cache) Stats(ctx context.Context, dockerID, netns string) (json.RawMessage, error) {
-	s, err := c.Sample(ctx, dockerID, netns)
-	return s.JSON, err
-}
-
-// inNetNS returns s with the networks of e's task namespace, when e has one and it can be read.
-func (c *Cache) inNetNS(e *entry, s dockerclient.StatsSample) dockerclient.StatsSample {
+	e, err := c.get(dockerID)
+	if err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
-	dev := e.netDev
-	e.mu.Unlock()
-	if dev == "" {
-		return s
+	defer e.mu.Unlock()
+	e.detailed = c.cfg.Clock.Now()
+	if err := c.refresh(ctx, e, netns); err != nil {
+		return nil, err
 	}
-	b, err := os.ReadFile(dev)
-	if err == nil {
-		var nets map[string]dockerclient.NetworkStats
-		if nets, err = parseNetDev(b, c.netSkip); err == nil {
-			s.Networks = nets
-			s.JSON = withNetworks(s.JSON, nets)
-			return s
+	if e.raw == nil {
+		var pre *kernelstats.Reading
+		if !e.pre.Read.IsZero() {
+			pre = &e.pre
 		}
+		e.raw = withNetworkRate(kernelstats.DockerJSON(e.id, e.name, e.cur, pre), e.pre, e.cur)
 	}
-	c.log.Debug("task network namespace counters unavailable", "docker_id", e.id, "path", dev, "error", err)
-	return s
+	return e.raw, nil
 }
 
-// Sample is Stats with the sample's counters, decoded once where the stream is read: what telemetry
-// reads every second, without decoding the JSON again. The same rules, netns and sharing apply.
+// Sample is Stats' reading in decoded form, for telemetry, which asks every
+// second for every running container: unless someone also asks Stats for the container, its
+// readings skip what only the JSON shows. The same rules and netns apply.
 func (c *Cache) Sample(ctx context.Context, dockerID, netns string) (dockerclient.StatsSample, error) {
 	e, err := c.get(dockerID)
 	if err != nil {
 		return dockerclient.StatsSample{}, err
 	}
-	if netns != "" {
-		if dev, ok := netDevOf(c.cfg.ProcRoot, netns); ok {
-			e.mu.Lock()
-			e.netDev = dev
-			e.mu.Unlock()
-		}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := c.refresh(ctx, e, netns); err != nil {
+		return dockerclient.StatsSample{}, err
 	}
-	sample, changed, err := e.read()
-	if sample.JSON != nil || err != nil {
-		return sample, err
+	var pre *kernelstats.Reading
+	if !e.pre.Read.IsZero() {
+		pre = &e.pre
 	}
-	timer := c.cfg.Clock.NewTimer(c.cfg.FirstSampleWait)
-	defer timer.Stop()
-	for {
-		select {
-		case <-changed:
-		case <-timer.Chan():
-			return dockerclient.StatsSample{}, fmt.Errorf("stats of container %q: %w within %v", dockerID, ErrNoSample, c.cfg.FirstSampleWait)
-		case <-ctx.Done():
-			return dockerclient.StatsSample{}, fmt.Errorf("stats of container %q: %w", dockerID, context.Cause(ctx))
-		}
-		if sample, changed, err = e.read(); sample.JSON != nil || err != nil {
-			return sample, err
-		}
-	}
+	return kernelstats.Sample(e.cur, pre), nil
 }
 
-// Close ends every stream and waits for them; Stats calls waiting for a first sample and every
-// later call fail with ErrClosed. It is idempotent.
+// Close closes every handle; every later ask fails with ErrClosed. It waits for the asks being
+// answered, and is idempotent.
 func (c *Cache) Close() {
 	c.mu.Lock()
-	if !c.closed {
-		c.closed = true
-		for id, e := range c.entries {
-			e.timer.Stop()
-			e.end(fmt.Errorf("stats of container %q: %w", id, ErrClosed))
-			delete(c.entries, id)
-		}
+	entries := c.entries
+	c.closed, c.entries = true, map[string]*entry{}
+	if c.sweeper != nil {
+		c.sweeper.Stop()
+		c.sweeper = nil
 	}
 	c.mu.Unlock()
-	c.cancel()
-	c.wg.Wait()
+	for _, e := range entries {
+		e.mu.Lock()
+		e.forget()
+		e.mu.Unlock()
+	}
 }
 
-// get returns dockerID's entry, starting one when there is none, and records the read.
+// get returns dockerID's entry, adding one when there is none, and records the ask.
 func (c *Cache) get(dockerID string) (*entry, error) {
 	now := c.cfg.Clock.Now()
 	c.mu.Lock()
@@ -257,210 +240,187 @@ func (c *Cache) get(dockerID string) (*entry, error) {
 		return nil, fmt.Errorf("stats of container %q: %w", dockerID, ErrClosed)
 	}
 	e := c.entries[dockerID]
-	if e != nil && e.expired(now) {
-		c.remove(e)
-		e = nil
-	}
 	if e == nil {
-		e = c.start(dockerID, now)
+		e = &entry{id: dockerID}
+		c.entries[dockerID] = e
+		if c.sweeper == nil {
+			c.sweeper = c.cfg.Clock.AfterFunc(c.cfg.IdleTimeout, c.sweep)
+		}
 	}
-	e.mu.Lock()
-	e.lastRead = now
-	e.mu.Unlock()
+	e.lastAsk = now // read under c.mu only (by sweep), so e.mu is not needed
 	return e, nil
 }
 
-// start adds an entry for dockerID and starts its stream; the caller holds c.mu.
-func (c *Cache) start(dockerID string, now time.Time) *entry {
-	ctx, cancel := context.WithCancel(c.ctx)
-	e := &entry{id: dockerID, cancel: cancel, lastRead: now, changed: make(chan struct{})}
-	e.timer = c.cfg.Clock.AfterFunc(c.cfg.IdleTimeout, func() { c.checkIdle(e) })
-	c.entries[dockerID] = e
-	c.wg.Add(1)
-	go c.stream(ctx, e)
-	c.log.Debug("container stats stream started", "docker_id", dockerID)
-	return e
-}
-
-// remove forgets e if it is still dockerID's entry; the caller holds c.mu.
-func (c *Cache) remove(e *entry) {
-	if c.entries[e.id] == e {
-		delete(c.entries, e.id)
-	}
-}
-
-// checkIdle ends e when nobody asked for it for IdleTimeout, else checks again when that may be so.
-func (c *Cache) checkIdle(e *entry) {
+// sweep forgets the entries nobody asked for within IdleTimeout, closing their handles (a handle
+// holds its container's network namespace), and comes back while entries are left. An entry whose
+// ask is still being answered (an inspect that outlived IdleTimeout) is left to a later sweep.
+func (c *Cache) sweep() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e.mu.Lock()
-	idle, done := c.cfg.Clock.Since(e.lastRead), e.done
-	e.mu.Unlock()
-	if done {
+	c.sweeper = nil
+	if c.closed {
 		return
 	}
-	if idle < c.cfg.IdleTimeout {
-		e.timer.Reset(c.cfg.IdleTimeout - idle)
-		return
+	now := c.cfg.Clock.Now()
+	defer func() {
+		if len(c.entries) > 0 {
+			c.sweeper = c.cfg.Clock.AfterFunc(c.cfg.IdleTimeout/2, c.sweep)
+		}
+	}()
+	for id, e := range c.entries {
+		if now.Sub(e.lastAsk) >= c.cfg.IdleTimeout && e.mu.TryLock() {
+			e.forget()
+			e.mu.Unlock()
+			delete(c.entries, id)
+			c.log.Debug("container stats forgotten: idle", "docker_id", id)
+		}
 	}
-	c.remove(e)
-	e.end(fmt.Errorf("stats of container %q: %w: its stream closed after %v unread", e.id, ErrNoSample, c.cfg.IdleTimeout))
-	c.log.Debug("container stats stream closed: idle", "docker_id", e.id, "idle", idle)
 }
 
-// stopped ends e with err, a sign that its container is gone or not running, and keeps it as a
-// record of that for StoppedTTL.
-func (c *Cache) stopped(e *entry, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e.mu.Lock()
-	if e.done {
-		e.mu.Unlock()
-		return
-	}
-	e.done = true
-	e.sample, e.err = dockerclient.StatsSample{}, err
-	e.expires = c.cfg.Clock.Now().Add(c.cfg.StoppedTTL)
-	e.broadcast()
-	e.mu.Unlock()
-	e.cancel()
-	if c.entries[e.id] == e {
-		e.timer.Stop()
-		e.timer = c.cfg.Clock.AfterFunc(c.cfg.StoppedTTL, func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			c.remove(e)
-		})
-	}
-	c.log.Debug("container stats stream ended", "docker_id", e.id, "error", err)
+// forget closes e's handle for good: a reader that got e before it was removed from the cache
+// gets ErrClosed. The caller holds e.mu.
+func (e *entry) forget() {
+	e.forgot = true
+	e.close()
 }
 
-// stream runs e's stats stream until ctx ends or the container is gone, reopening it with backoff
-// when it drops.
-func (c *Cache) stream(ctx context.Context, e *entry) {
-	defer c.wg.Done()
-	backoff := retry.NewExponentialBackoff(c.cfg.BackoffMin, c.cfg.BackoffMax, 0.2, 2)
-	failures := 0
-	for {
-		got := false
-		err := c.docker.ContainerStats(ctx, e.id, func(s dockerclient.StatsSample) error {
-			got = true
-			e.offer(c.inNetNS(e, s))
-			return nil
-		})
-		if ctx.Err() != nil {
-			return
+// close closes e's handle; the caller holds e.mu.
+func (e *entry) close() {
+	if e.h != nil {
+		_ = e.h.Close()
+		e.h = nil
+	}
+}
+
+// refresh makes e.cur a reading no older than MinInterval, with detail when Stats asked within
+// IdleTimeout, resolving the container when needed; the caller holds e.mu.
+func (c *Cache) refresh(ctx context.Context, e *entry, netns string) error {
+	now := c.cfg.Clock.Now()
+	detail := !e.detailed.IsZero() && now.Sub(e.detailed) < c.cfg.IdleTimeout
+	if e.forgot {
+		return fmt.Errorf("stats of container %q: %w", e.id, ErrClosed)
+	}
+	if e.err != nil {
+		if now.Before(e.errUntil) {
+			return e.err
 		}
-		if !errdefs.IsRetriable(err) {
-			c.stopped(e, err)
-			return
-		}
-		if got {
-			// The latest sample stays served while the stream reopens.
-			backoff.Reset()
-			failures = 0
-			c.log.Debug("container stats stream dropped; reopening", "docker_id", e.id, "error", err)
-		} else {
-			e.fail(err)
-			if failures++; failures == 1 {
-				c.log.Warn("cannot open container stats stream; retrying", "docker_id", e.id, "error", err)
+		e.err = nil
+	}
+	fresh := !e.cur.Read.IsZero() && now.Sub(e.cur.Read) < c.cfg.MinInterval
+	if fresh && (e.cur.Detail || !detail) && netns == e.netns {
+		return nil
+	}
+	if c.kernel == nil {
+		return fmt.Errorf("stats of container %q: %w", e.id, errUnsupported)
+	}
+	// A handle opened for another namespace (the task's awsvpc network was set up since) is
+	// opened again; so is one whose process is gone, once: the container may have restarted.
+	if e.h != nil && netns != e.netns {
+		e.close()
+	}
+	for attempt := 0; ; attempt++ {
+		if e.h == nil {
+			if err := c.resolve(ctx, e, netns); err != nil {
+				return c.fail(e, err, now)
 			}
 		}
-		if retry.Sleep(ctx, c.cfg.Clock, backoff.Duration()) != nil {
-			return
+		r, err := e.h.Read(detail)
+		if err == nil {
+			// The reading before becomes precpu_stats only when it has what this one has: none
+			// after one without detail (Docker's zero values, as on a stream's first sample), and no
+			// network rate across a change of networks.
+			if (r.Detail && !e.cur.Detail) || (r.Networks == nil) != (e.cur.Networks == nil) {
+				e.cur = kernelstats.Reading{}
+			}
+			e.pre, e.cur, e.raw = e.cur, r, nil
+			return nil
 		}
-	}
-}
-
-// read returns the latest sample, a channel closed when it changes, and why there is no sample.
-func (e *entry) read() (dockerclient.StatsSample, <-chan struct{}, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.sample, e.changed, e.err
-}
-
-// expired reports whether e is a stopped entry to forget.
-func (e *entry) expired(now time.Time) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return !e.expires.IsZero() && !now.Before(e.expires)
-}
-
-// offer makes s the latest sample, unless it was read no later than the latest one: a rate needs
-// time between two samples, and an older sample must not replace a newer one.
-func (e *entry) offer(s dockerclient.StatsSample) {
-	cur := point{read: s.Read, hasNet: s.Networks != nil}
-	for _, n := range s.Networks {
-		cur.rx += n.RxBytes
-		cur.tx += n.TxBytes
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.done || (!e.last.read.IsZero() && !s.Read.After(e.last.read)) {
-		return
-	}
-	s.JSON = withNetworkRate(s.JSON, e.last, cur)
-	e.sample = s
-	e.last = cur
-	e.err = nil
-	e.broadcast()
-}
-
-// fail records err as why there is no sample while the stream is reopened.
-func (e *entry) fail(err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.done {
-		return
-	}
-	e.sample, e.err = dockerclient.StatsSample{}, err
-	e.broadcast()
-}
-
-// end marks e done for an idle close or Close: readers keep the latest sample, if any, else get
-// err. The caller holds the Cache's mu.
-func (e *entry) end(err error) {
-	e.mu.Lock()
-	if !e.done {
-		e.done = true
-		if e.sample.JSON == nil {
-			e.err = err
+		e.close()
+		if !errors.Is(err, kernelstats.ErrGone) || attempt > 0 {
+			return c.fail(e, fmt.Errorf("stats of container %q: %w", e.id, err), now)
 		}
-		e.broadcast()
+		// Its counters start again with the next process: no predecessor across the two.
+		e.cur = kernelstats.Reading{}
 	}
-	e.mu.Unlock()
-	e.cancel()
 }
 
-// broadcast wakes the readers waiting for a change; the caller holds e.mu.
-func (e *entry) broadcast() {
-	close(e.changed)
-	e.changed = make(chan struct{})
+// fail records err as e's answer for StoppedTTL when it says the container is gone or not
+// running, and returns it.
+func (c *Cache) fail(e *entry, err error, now time.Time) error {
+	if errdefs.IsNotFound(err) || errors.Is(err, dockerclient.ErrNotRunning) {
+		e.err, e.errUntil = err, now.Add(c.cfg.StoppedTTL)
+		e.pre, e.cur, e.raw = kernelstats.Reading{}, kernelstats.Reading{}, nil
+		c.log.Debug("container stats: container not running", "docker_id", e.id, "error", err)
+	}
+	return err
 }
+
+// resolve inspects e's container and opens a handle on its init process; the caller holds e.mu.
+func (c *Cache) resolve(ctx context.Context, e *entry, netns string) error {
+	ctr, err := c.docker.InspectContainer(ctx, e.id)
+	if err != nil {
+		return err
+	}
+	if !ctr.State.Running || ctr.State.Pid <= 0 {
+		return fmt.Errorf("stats of container %q: %w", e.id, dockerclient.ErrNotRunning)
+	}
+	opts := kernelstats.OpenOptions{Networks: hasOwnNetwork(ctr.HostConfig)}
+	if netns != "" {
+		opts = kernelstats.OpenOptions{Networks: true, IgnoreInterfaces: c.cfg.NetNSIgnore}
+	}
+	h, err := c.kernel.Open(ctr.State.Pid, ctr.ID, opts)
+	if err != nil {
+		return fmt.Errorf("stats of container %q: %w", e.id, err)
+	}
+	e.h, e.name, e.netns = h, strings.TrimPrefix(ctr.Name, "/"), netns
+	return nil
+}
+
+// hasOwnNetwork reports whether a container of this host config has networks Docker's stats show:
+// not in network mode host or none, nor sharing another container's namespace.
+func hasOwnNetwork(hc *docker.HostConfig) bool {
+	if hc == nil {
+		return true
+	}
+	mode := hc.NetworkMode
+	return mode != "host" && mode != "none" && !strings.HasPrefix(mode, "container:")
+}
+
+// errUnsupported is the answer when the host's cgroups cannot be read (New's kernel was nil). An
+// errdefs.ErrUnavailable.
+var errUnsupported = errdefs.New(errdefs.ErrUnavailable, "container stats unavailable: the host's cgroup hierarchies were not found")
 
 // networkRate is ECS's network_rate_stats: bytes per second over every interface between two
-// samples.
+// readings.
 type networkRate struct {
 	RxBytesPerSec float64 `json:"rx_bytes_per_sec"`
 	TxBytesPerSec float64 `json:"tx_bytes_per_sec"`
 }
 
+// totals sums the received and sent bytes of every interface of r.
+func totals(r kernelstats.Reading) (rx, tx uint64) {
+	for _, n := range r.Networks {
+		rx += n.RxBytes
+		tx += n.TxBytes
+	}
+	return rx, tx
+}
+
 // withNetworkRate returns the stats object raw with network_rate_stats added, computed from the
-// totals of the sample before (prev) and of this one (cur). raw is returned as it is when there is
-// no rate to tell: no sample before, no networks (network mode host or none), or totals that went
-// down (the container's network was set up anew).
-func withNetworkRate(raw json.RawMessage, prev, cur point) json.RawMessage {
-	if prev.read.IsZero() || !prev.hasNet || !cur.hasNet || cur.rx < prev.rx || cur.tx < prev.tx {
+// reading before (prev) and this one (cur). raw is returned as it is when there is no rate to tell:
+// no reading before, no networks (network mode host or none), or totals that went down (the
+// container's network was set up anew).
+func withNetworkRate(raw []byte, prev, cur kernelstats.Reading) json.RawMessage {
+	if prev.Read.IsZero() || prev.Networks == nil || cur.Networks == nil {
 		return raw
 	}
-	secs := cur.read.Sub(prev.read).Seconds()
-	if secs <= 0 {
+	prx, ptx := totals(prev)
+	crx, ctx := totals(cur)
+	secs := cur.Read.Sub(prev.Read).Seconds()
+	if crx < prx || ctx < ptx || secs <= 0 {
 		return raw
 	}
-	rate, err := json.Marshal(networkRate{
-		RxBytesPerSec: float64(cur.rx-prev.rx) / secs,
-		TxBytesPerSec: float64(cur.tx-prev.tx) / secs,
-	})
+	rate, err := json.Marshal(networkRate{RxBytesPerSec: float64(crx-prx) / secs, TxBytesPerSec: float64(ctx-ptx) / secs})
 	obj := bytes.TrimSpace(raw)
 	if err != nil || len(obj) < 2 || obj[0] != '{' || obj[len(obj)-1] != '}' {
 		return raw

@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"sync"
@@ -19,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/kernelstats"
 )
 
 // itImage is built and pushed by `make images` (scripts/build-images.sh).
@@ -30,12 +34,20 @@ const itPrefix = "berth-dockerstats-it-"
 // countingDocker counts the Docker calls the cache makes.
 type countingDocker struct {
 	Docker
-	streams atomic.Int32
+	inspects atomic.Int32
 }
 
-func (d *countingDocker) ContainerStats(ctx context.Context, id string, fn func(dockerclient.StatsSample) error) error {
-	d.streams.Add(1)
-	return d.Docker.ContainerStats(ctx, id, fn)
+func (d *countingDocker) InspectContainer(ctx context.Context, id string) (*docker.Container, error) {
+	d.inspects.Add(1)
+	return d.Docker.InspectContainer(ctx, id)
+}
+
+// itKernel is the host's real kernel reader.
+func itKernel(t *testing.T) Kernel {
+	t.Helper()
+	r, err := kernelstats.New(kernelstats.Config{})
+	require.NoError(t, err, "this host's cgroups")
+	return FromKernel(r)
 }
 
 // itEngine returns a client of the real Docker Engine with the test image, failing the test when
@@ -128,7 +140,7 @@ func readTogether(t *testing.T, cache *Cache, id string, n int) ([]json.RawMessa
 	return answers, latency
 }
 
-// checkFields checks that a served sample has Docker's fields, networks when the network mode
+// checkFields checks that a served reading has Docker's fields, networks when the network mode
 // gives the container its own, and its ID.
 func checkFields(t *testing.T, raw json.RawMessage, id, mode string) {
 	t.Helper()
@@ -149,51 +161,67 @@ func summary(latency []time.Duration) string {
 	return fmt.Sprintf("p50 %v, max %v", s[len(s)/2], s[len(s)-1])
 }
 
-func TestIntegrationOneStreamServesManyReaders(t *testing.T) {
+// dockerOwn returns the Engine's own one-shot stats object of container id.
+func dockerOwn(t *testing.T, id string) map[string]json.RawMessage {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", "/var/run/docker.sock")
+	}}}
+	resp, err := client.Get("http://docker/containers/" + id + "/stats?stream=false")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	return fieldsOf(t, body)
+}
+
+func TestIntegrationReadingsServeManyReaders(t *testing.T) {
 	client := itEngine(t)
 	const readers = 50
 	for _, mode := range []string{"bridge", "host"} {
 		t.Run(mode, func(t *testing.T) {
 			id := runSleeper(t, client, mode)
 			d := &countingDocker{Docker: client}
-			// The first sample comes at the Engine's next collection tick: it collects every second,
-			// so the wait for it may pass 1 s by the time of a collection. A longer FirstSampleWait
-			// than the default keeps that from failing the readers waiting for it; their wait is
-			// checked below.
-			cache := New(d, Config{FirstSampleWait: 3 * time.Second})
+			cache := New(d, itKernel(t), Config{})
 			t.Cleanup(cache.Close)
 
-			// 50 readers at once before the container has any sample: they share its first.
+			// 50 readers at once: one inspect, one reading, answered within a few milliseconds
+			// (no wait for an Engine's collection tick).
 			answers, latency := readTogether(t, cache, id, readers)
+			own := dockerOwn(t, id)
 			for i := range readers {
 				checkFields(t, answers[i], id, mode)
-				assert.Equal(t, string(answers[0]), string(answers[i]), "one first sample for all")
-				assert.LessOrEqual(t, latency[i], 1500*time.Millisecond, "the Engine's tick (1 s) and a collection")
+				assert.Equal(t, string(answers[0]), string(answers[i]), "one reading for all")
+				assert.LessOrEqual(t, latency[i], 500*time.Millisecond)
 			}
-			t.Logf("%d readers before the first sample: %s", readers, summary(latency))
-
-			// 50 readers at once while the stream runs: each answered from memory within 1 s.
-			answers, latency = readTogether(t, cache, id, readers)
-			for i := range readers {
-				checkFields(t, answers[i], id, mode)
-				assert.LessOrEqual(t, latency[i], time.Second)
+			t.Logf("%d readers at once: %s", readers, summary(latency))
+			ours := fieldsOf(t, answers[0])
+			for f := range own {
+				assert.Contains(t, ours, f, "a member of Docker's own stats object")
 			}
-			t.Logf("%d readers of a running stream: %s", readers, summary(latency))
+			for f := range ours {
+				if f != "network_rate_stats" {
+					assert.Contains(t, own, f, "a member Docker's own stats object lacks")
+				}
+			}
 
-			// Later samples replace the first; with networks, they carry network_rate_stats.
-			first := string(fieldsOf(t, answers[0])["read"])
+			// A reading a second later carries the first as precpu_stats and, with networks,
+			// network_rate_stats.
+			first := string(ours["read"])
 			var later map[string]json.RawMessage
 			require.Eventually(t, func() bool {
 				raw, err := cache.Stats(t.Context(), id, "")
 				require.NoError(t, err)
 				later = fieldsOf(t, raw)
 				return string(later["read"]) != first
-			}, 5*time.Second, 50*time.Millisecond, "a later sample of the stream")
+			}, 5*time.Second, 50*time.Millisecond, "a later reading")
+			assert.Equal(t, first, string(later["preread"]))
 			var precpu struct {
 				System uint64 `json:"system_cpu_usage"`
 			}
 			require.NoError(t, json.Unmarshal(later["precpu_stats"], &precpu))
-			assert.NotZero(t, precpu.System, "precpu_stats is the sample before's cpu_stats")
+			assert.NotZero(t, precpu.System, "precpu_stats is the reading before's cpu_stats")
 			if mode == "host" {
 				assert.NotContains(t, later, "network_rate_stats")
 			} else {
@@ -227,16 +255,16 @@ func TestIntegrationOneStreamServesManyReaders(t *testing.T) {
 			wg.Wait()
 			t.Logf("%d reads in %v: slowest %v, process CPU %v", readers*20, time.Since(wall0).Round(time.Millisecond),
 				time.Duration(slowest.Load()), cpuTime(t)-cpu0)
-			assert.Equal(t, int32(1), d.streams.Load(), "one stream for every reader")
+			assert.Equal(t, int32(1), d.inspects.Load(), "one inspect for every reader and reading")
 		})
 	}
 }
 
-func TestIntegrationStoppedContainerEndsItsStream(t *testing.T) {
+func TestIntegrationStoppedContainer(t *testing.T) {
 	client := itEngine(t)
 	id := runSleeper(t, client, "bridge")
 	d := &countingDocker{Docker: client}
-	cache := New(d, Config{StoppedTTL: time.Hour})
+	cache := New(d, itKernel(t), Config{StoppedTTL: time.Hour})
 	t.Cleanup(cache.Close)
 	_, err := cache.Stats(ctxWithin(t, 5*time.Second), id, "")
 	require.NoError(t, err)
@@ -247,15 +275,16 @@ func TestIntegrationStoppedContainerEndsItsStream(t *testing.T) {
 		return err != nil
 	}, 10*time.Second, 50*time.Millisecond, "stats of the stopped container to fail")
 	assert.ErrorIs(t, err, dockerclient.ErrNotRunning)
-	assert.Equal(t, int32(1), d.streams.Load())
+	inspects := d.inspects.Load()
+	_, err = cache.Stats(t.Context(), id, "")
+	assert.ErrorIs(t, err, dockerclient.ErrNotRunning)
+	assert.Equal(t, inspects, d.inspects.Load(), "a stopped container is remembered: Docker is not asked again")
 
-	// A container already stopped when first asked about: its stream's first sample says so.
-	fresh := New(client, Config{FirstSampleWait: 3 * time.Second})
+	// A container already stopped when first asked about.
+	fresh := New(client, itKernel(t), Config{})
 	t.Cleanup(fresh.Close)
-	t0 := time.Now()
 	_, err = fresh.Stats(ctxWithin(t, 5*time.Second), id, "")
 	assert.ErrorIs(t, err, dockerclient.ErrNotRunning)
-	t.Logf("a stopped container's first read failed in %v", time.Since(t0))
 
 	// A container that was never there.
 	_, err = cache.Stats(ctxWithin(t, 5*time.Second), "berth-dockerstats-it-nosuch", "")

@@ -5,155 +5,139 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	docker "github.com/fsouza/go-dockerclient"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/berth-agent/berth/agent/dockerclient"
+	"github.com/berth-agent/berth/agent/kernelstats"
 )
 
-// fakeDocker is a Docker whose streams the test drives: every ContainerStats call is handed to the
-// test on opened, then delivers what the test sends and returns what the test ends it with.
+// fakeDocker answers inspects from its containers, by ID, and counts them.
 type fakeDocker struct {
-	opened chan *fakeStream
-
-	mu      sync.Mutex
-	streams map[string]int // ContainerStats calls by container
+	mu       sync.Mutex
+	byID     map[string]*docker.Container
+	inspects map[string]int
 }
 
 var _ Docker = (*fakeDocker)(nil)
 
-func newFakeDocker() *fakeDocker {
-	return &fakeDocker{opened: make(chan *fakeStream, 100), streams: map[string]int{}}
-}
-
-// fakeStream is one ContainerStats call.
-type fakeStream struct {
-	id      string
-	ctx     context.Context
-	samples chan delivery
-	ends    chan error
-	done    chan struct{} // closed when the call returned
-}
-
-type delivery struct {
-	s         dockerclient.StatsSample
-	delivered chan struct{}
-}
-
-func (f *fakeDocker) ContainerStats(ctx context.Context, id string, fn func(dockerclient.StatsSample) error) error {
-	f.mu.Lock()
-	f.streams[id]++
-	f.mu.Unlock()
-	st := &fakeStream{id: id, ctx: ctx, samples: make(chan delivery), ends: make(chan error), done: make(chan struct{})}
-	defer close(st.done)
-	f.opened <- st
-	for {
-		select {
-		case d := <-st.samples:
-			err := fn(d.s)
-			close(d.delivered)
-			if err != nil {
-				return err
-			}
-		case err := <-st.ends:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// streamCount returns how many streams of id were opened.
-func (f *fakeDocker) streamCount(id string) int {
+func (f *fakeDocker) InspectContainer(_ context.Context, id string) (*docker.Container, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.streams[id]
-}
-
-// nextStream returns the next stream opened, failing the test if none opens within 5 s.
-func (f *fakeDocker) nextStream(t *testing.T) *fakeStream {
-	t.Helper()
-	select {
-	case st := <-f.opened:
-		return st
-	case <-time.After(5 * time.Second):
-		t.Fatal("no stats stream was opened")
-		return nil
+	f.inspects[id]++
+	c, ok := f.byID[id]
+	if !ok {
+		return nil, &dockerclient.NotFoundError{Kind: "container", Name: id, Err: errors.New("no such container")}
 	}
+	cp := *c
+	return &cp, nil
 }
 
-// send delivers s and returns once the cache has taken it.
-func (st *fakeStream) send(t *testing.T, s dockerclient.StatsSample) {
-	t.Helper()
-	d := delivery{s: s, delivered: make(chan struct{})}
-	select {
-	case st.samples <- d:
-	case <-st.done:
-		t.Fatal("the stream ended before the sample was sent")
-	case <-time.After(5 * time.Second):
-		t.Fatal("the cache does not read the stream")
+// run makes container id running as pid in network mode mode.
+func (f *fakeDocker) run(id string, pid int, mode string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.byID[id] = &docker.Container{ID: id, Name: "/name-" + id, State: docker.State{Running: pid > 0, Pid: pid},
+		HostConfig: &docker.HostConfig{NetworkMode: mode}}
+}
+
+func (f *fakeDocker) inspected(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.inspects[id]
+}
+
+// fakeKernel hands out handles whose readings grow by fixed steps on each read: CPU by 10 ms,
+// received bytes by 1000 and sent bytes by 500 on eth0 when the handle reads networks.
+type fakeKernel struct {
+	clock clockwork.Clock
+
+	mu      sync.Mutex
+	gone    map[int]bool // pids whose process is gone
+	opened  []*fakeHandle
+	refused error // Open's answer when set
+}
+
+var _ Kernel = (*fakeKernel)(nil)
+
+func (k *fakeKernel) Open(pid int, id string, opts kernelstats.OpenOptions) (Handle, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.refused != nil {
+		return nil, k.refused
 	}
-	waitClosed(t, d.delivered, "the sample to be taken")
+	h := &fakeHandle{k: k, pid: pid, id: id, opts: opts}
+	k.opened = append(k.opened, h)
+	return h, nil
 }
 
-// end makes the stream return err.
-func (st *fakeStream) end(t *testing.T, err error) {
-	t.Helper()
-	select {
-	case st.ends <- err:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the stream does not end")
+// handles returns the handles opened, in order.
+func (k *fakeKernel) handles() []*fakeHandle {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]*fakeHandle(nil), k.opened...)
+}
+
+func (k *fakeKernel) kill(pid int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.gone[pid] = true
+}
+
+type fakeHandle struct {
+	k    *fakeKernel
+	pid  int
+	id   string
+	opts kernelstats.OpenOptions
+
+	// guarded by k.mu
+	reads   []bool // the detail of each read
+	closed  bool
+	counter uint64
+}
+
+func (h *fakeHandle) Read(detail bool) (kernelstats.Reading, error) {
+	h.k.mu.Lock()
+	defer h.k.mu.Unlock()
+	if h.closed {
+		return kernelstats.Reading{}, fmt.Errorf("read of closed handle of %s", h.id)
 	}
-	waitClosed(t, st.done, "the stream to end")
-}
-
-// ended reports whether the stream has returned.
-func (st *fakeStream) ended() bool {
-	select {
-	case <-st.done:
-		return true
-	default:
-		return false
+	if h.k.gone[h.pid] {
+		return kernelstats.Reading{}, fmt.Errorf("read /proc/%d/net/dev: %w", h.pid, kernelstats.ErrGone)
 	}
-}
-
-// waitClosed waits up to 5 s for ch to be closed.
-func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
+	h.reads = append(h.reads, detail)
+	h.counter++
+	r := kernelstats.Reading{Read: h.k.clock.Now(), Detail: detail}
+	r.CPU.CPUUsage.TotalUsage = h.counter * uint64(10*time.Millisecond)
+	r.Memory.Usage = 1 << 20
+	if detail {
+		r.CPU.SystemUsage = h.counter * uint64(time.Second)
+		r.CPU.OnlineCPUs = 2
+		r.Pids.Current = 1
 	}
-}
-
-// sample returns a stats sample read at read with one interface's totals (rx < 0: no networks).
-func sample(id string, read time.Time, rx, tx int64) dockerclient.StatsSample {
-	s := dockerclient.StatsSample{Read: read}
-	nets := ""
-	if rx >= 0 {
-		s.Networks = map[string]dockerclient.NetworkStats{"eth0": {RxBytes: uint64(rx), TxBytes: uint64(tx)}}
-		nets = fmt.Sprintf(`,"networks":{"eth0":{"rx_bytes":%d,"tx_bytes":%d}}`, rx, tx)
+	if h.opts.Networks {
+		r.Networks = map[string]dockerclient.NetworkStats{"eth0": {RxBytes: 1000 * h.counter, TxBytes: 500 * h.counter}}
 	}
-	s.JSON = []byte(fmt.Sprintf(`{"read":%q,"id":%q,"memory_stats":{"usage":4096}%s}`, read.UTC().Format(time.RFC3339Nano), id, nets))
-	return s
+	return r, nil
 }
 
-// notRunning is the error dockerclient gives for a container that stopped.
-func notRunning(id string) error {
-	return fmt.Errorf("stats of container %q: %w", id, dockerclient.ErrNotRunning)
+func (h *fakeHandle) Close() error {
+	h.k.mu.Lock()
+	defer h.k.mu.Unlock()
+	h.closed = true
+	return nil
 }
 
-// errAs is errors.As for a test's checks.
-func errAs[T error](err error) bool {
-	var target T
-	return errors.As(err, &target)
+func (h *fakeHandle) details() []bool {
+	h.k.mu.Lock()
+	defer h.k.mu.Unlock()
+	return append([]bool(nil), h.reads...)
 }
 
-// requireEventually waits up to 5 s for cond.
-func requireEventually(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	require.Eventually(t, cond, 5*time.Second, time.Millisecond, what)
+func (h *fakeHandle) isClosed() bool {
+	h.k.mu.Lock()
+	defer h.k.mu.Unlock()
+	return h.closed
 }

@@ -56,7 +56,7 @@ func DockerJSON(id, name string, cur Reading, pre *Reading) []byte {
 }
 
 // Sample returns cur (and the sample before it, pre; nil for none) in the decoded form the rest of
-// Berth uses, with every counter filled and JSON left nil. The sample shares cur's Networks map.
+// Berth uses, with every counter filled. The sample shares cur's Networks map.
 func Sample(cur Reading, pre *Reading) dockerclient.StatsSample {
 	s := dockerclient.StatsSample{Read: cur.Read, CPUTotal: time.Duration(cur.CPU.CPUUsage.TotalUsage),
 		MemoryUsage: cur.Memory.Usage, MemoryCache: cur.Memory.Cache, Networks: cur.Networks}

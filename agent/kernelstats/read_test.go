@@ -398,7 +398,6 @@ func TestSample(t *testing.T) {
 	first := Sample(cur, nil)
 	assert.True(t, first.PreRead.IsZero())
 	assert.Zero(t, first.PreCPUTotal)
-	assert.Nil(t, first.JSON)
 }
 
 // BenchmarkDockerJSON marshals a detailed v1 reading with its previous one.

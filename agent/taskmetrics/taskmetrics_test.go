@@ -22,6 +22,49 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // statsJSON is a Docker stats object read at t0+sec: cpuNs of CPU time so far, a second after the
 // previous reading with prevCPUNs.
+// parseStats decodes the counters of a Docker stats object the way the kernel reader fills them.
+func parseStats(raw json.RawMessage) (dockerclient.StatsSample, error) {
+	type cpu struct {
+		CPUUsage struct {
+			TotalUsage uint64 `json:"total_usage"`
+		} `json:"cpu_usage"`
+	}
+	var f struct {
+		Read        time.Time `json:"read"`
+		PreRead     time.Time `json:"preread"`
+		CPUStats    cpu       `json:"cpu_stats"`
+		PreCPUStats cpu       `json:"precpu_stats"`
+		MemoryStats struct {
+			Usage uint64 `json:"usage"`
+			Stats struct {
+				Cache uint64 `json:"cache"`
+			} `json:"stats"`
+		} `json:"memory_stats"`
+		Networks   map[string]dockerclient.NetworkStats `json:"networks"`
+		BlkioStats struct {
+			IOServiceBytesRecursive []struct {
+				Op    string `json:"op"`
+				Value uint64 `json:"value"`
+			} `json:"io_service_bytes_recursive"`
+		} `json:"blkio_stats"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return dockerclient.StatsSample{}, err
+	}
+	s := dockerclient.StatsSample{Read: f.Read, PreRead: f.PreRead,
+		CPUTotal: time.Duration(f.CPUStats.CPUUsage.TotalUsage), PreCPUTotal: time.Duration(f.PreCPUStats.CPUUsage.TotalUsage),
+		MemoryUsage: f.MemoryStats.Usage, MemoryCache: f.MemoryStats.Stats.Cache, Networks: f.Networks}
+	for _, e := range f.BlkioStats.IOServiceBytesRecursive {
+		switch e.Op {
+		case "read", "Read":
+			s.StorageRead += e.Value
+		case "write", "Write":
+			s.StorageWrite += e.Value
+		}
+	}
+	return s, nil
+}
+
 func statsJSON(sec int, cpuNs, prevCPUNs, usage, cache uint64, withNet bool) json.RawMessage {
 	nets := ""
 	if withNet {
@@ -50,7 +93,7 @@ func TestConvert(t *testing.T) {
 		{"first sample of a stream: no CPU percent", statsJSON(1, 1_000_000_000, 0, 5<<20, 0, false), 5 << 20, 0, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			sample, err := dockerclient.ParseStats(tt.raw)
+			sample, err := parseStats(tt.raw)
 			require.NoError(t, err)
 			s, f := Convert(sample)
 			assert.Equal(t, tt.mem, s.MemoryBytes)
@@ -109,7 +152,7 @@ func (f *fakeStats) Sample(_ context.Context, id, netns string) (dockerclient.St
 	if !ok {
 		return dockerclient.StatsSample{}, fmt.Errorf("no such container %q", id)
 	}
-	return dockerclient.ParseStats(raw)
+	return parseStats(raw)
 }
 
 func (f *fakeStats) set(id string, raw json.RawMessage) {
