@@ -7,12 +7,18 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sync"
 	"time"
 
 	docker "github.com/fsouza/go-dockerclient"
 	"golang.org/x/sync/errgroup"
 )
+
+// teardownWave is how many tasks the bench stops, and how many containers it removes, at once. The
+// Docker Engine 20.10 of Debian 12 can deadlock in libnetwork when many bridge endpoints are torn
+// down together (getSvcRecords against processEndpointDelete: moby/moby#46661, fixed by
+// moby/libnetwork#2679 after 20.10.24), and a deadlocked Engine answers nobody on the host until it
+// is restarted. Launches stay all at once: that is what the rows time.
+const teardownWave = 10
 
 // benchRun is what the sections that drive the berth binary share: the containers of one run carry
 // labelBenchRun=runID, on the agent's side and the bare side, and only those are removed.
@@ -99,7 +105,8 @@ func (r *benchRun) bareRound(ctx context.Context, n int) (time.Duration, error) 
 	return took, err
 }
 
-// removeContainers removes every container of this run and waits until Docker lists none.
+// removeContainers removes every container of this run, teardownWave at a time, and waits until
+// Docker lists none.
 func (r *benchRun) removeContainers(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
@@ -112,15 +119,15 @@ func (r *benchRun) removeContainers(ctx context.Context) error {
 		if len(list) == 0 {
 			return nil
 		}
-		var wg sync.WaitGroup
+		var g errgroup.Group
+		g.SetLimit(teardownWave)
 		for _, c := range list {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			g.Go(func() error {
 				_ = r.dc.RemoveContainer(docker.RemoveContainerOptions{ID: c.ID, Force: true, RemoveVolumes: true, Context: ctx})
-			}()
+				return nil
+			})
 		}
-		wg.Wait()
+		_ = g.Wait()
 		if ctx.Err() != nil {
 			return fmt.Errorf("%d bench containers not removed: %w", len(list), ctx.Err())
 		}

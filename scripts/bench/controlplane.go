@@ -272,8 +272,8 @@ func (c *cpRun) stopTasks(ctx context.Context, arns []string) error {
 }
 
 // parallelRound runs n tasks at once through the control plane and returns the time from the first
-// RunTask call until DescribeTasks showed all of them RUNNING; then stops them and removes their
-// containers.
+// RunTask call until DescribeTasks showed all of them RUNNING; then stops them, teardownWave at a
+// time, and removes their containers.
 func (c *cpRun) parallelRound(ctx context.Context, n int) (time.Duration, error) {
 	start := time.Now()
 	arns, err := c.runTasks(ctx, n)
@@ -284,11 +284,13 @@ func (c *cpRun) parallelRound(ctx context.Context, n int) (time.Duration, error)
 	if err != nil {
 		return 0, err
 	}
-	if err := c.stopTasks(ctx, arns); err != nil {
-		return 0, err
-	}
-	if _, err := c.waitStatus(ctx, arns, "STOPPED", 100*time.Millisecond); err != nil {
-		return 0, err
+	for wave := range slices.Chunk(arns, teardownWave) {
+		if err := c.stopTasks(ctx, wave); err != nil {
+			return 0, err
+		}
+		if _, err := c.waitStatus(ctx, wave, "STOPPED", 100*time.Millisecond); err != nil {
+			return 0, err
+		}
 	}
 	return running.Sub(start), c.removeContainers(ctx)
 }

@@ -116,7 +116,7 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 	}
 	defer func() {
 		if opts.keep {
-			fmt.Printf("  kept %s (agent log berth.log, bench timeline bench.log)\n", dir)
+			fmt.Printf("  kept %s (agent logs steady/berth.log and berth.log, bench timeline bench.log)\n", dir)
 			return
 		}
 		_ = os.RemoveAll(dir)
@@ -136,8 +136,38 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 		return err
 	}
 	defer timeline.Close()
-	r := &ecsRun{benchRun: benchRun{dc: b.dc, runID: newRunID(), family: ecsFamily, timeline: timeline}, cp: cp, hz: hz, bin: bin}
-	r.cluster = "berth-bench-ecs-" + r.runID
+	base := ecsRun{benchRun: benchRun{dc: b.dc, runID: newRunID(), family: ecsFamily, timeline: timeline}, cp: cp, hz: hz, bin: bin}
+	// Whatever happens, remove every container of this run, bounded in time.
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer ccancel()
+		if cerr := base.removeContainers(cctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleanup: %w", cerr))
+		}
+	}()
+
+	// The steady state has an agent of its own, so that neither part weighs on the other: its 200
+	// tasks do not raise the resident memory the launch rounds read, and the rounds' stopped tasks,
+	// kept for ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION, do not lengthen the /v1/tasks it times.
+	steady := base
+	steady.cluster = "berth-bench-ecs-" + base.runID + "-steady"
+	if err := steady.withAgent(ctx, filepath.Join(dir, "steady"), opts, func(ctx context.Context) error {
+		return steady.steadyState(ctx, opts.steady, opts.window)
+	}); err != nil {
+		return err
+	}
+	launch := base
+	launch.cluster = "berth-bench-ecs-" + base.runID
+	return launch.withAgent(ctx, dir, opts, func(ctx context.Context) error { return launch.launchRounds(ctx, opts.sizes) })
+}
+
+// withAgent runs a berth process for r.cluster, its log and state under dir, waits until it is
+// connected, runs a warm-up task on it and one bare container, then calls fn; then stops the agent
+// and removes this run's containers.
+func (r *ecsRun) withAgent(ctx context.Context, dir string, opts ecsOptions, fn func(ctx context.Context) error) (err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	dataDir, dataWhere := filepath.Join(dir, "data"), "on disk"
 	if opts.dataTmpfs {
 		d, err := os.MkdirTemp("/dev/shm", "berth-bench-ecs-data")
@@ -147,12 +177,10 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 		defer os.RemoveAll(d)
 		dataDir, dataWhere = d, "ON TMPFS (diagnostic: no fsync cost)"
 	}
-	r.env = agentEnv(dir, dataDir, r.cluster, cp.Endpoint, opts.logLevel)
-	if err := checkMode(ctx, bin, r.env, "ecs"); err != nil {
+	r.env = agentEnv(dir, dataDir, r.cluster, r.cp.Endpoint, opts.logLevel)
+	if err := checkMode(ctx, r.bin, r.env, "ecs"); err != nil {
 		return err
 	}
-	// From here on the agent may have created containers: remove every one of this run, whatever
-	// happens, bounded in time.
 	defer func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer ccancel()
@@ -160,7 +188,8 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 			err = errors.Join(err, fmt.Errorf("cleanup: %w", cerr))
 		}
 	}()
-	r.agent, err = startBerth(ctx, bin, dir, r.env)
+	sessions, _, _ := r.cp.Relay.Counts()
+	r.agent, err = startBerth(ctx, r.bin, dir, r.env)
 	if err != nil {
 		return err
 	}
@@ -174,18 +203,17 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 	}()
 	ctx, unwatch := r.agent.watch(ctx)
 	defer unwatch()
-	if err := r.waitReady(ctx); err != nil {
+	if err := r.waitReady(ctx, sessions); err != nil {
 		return err
 	}
 	def := map[string]any{"family": ecsFamily, "containerDefinitions": []map[string]any{{
 		"name": "c", "image": testImage, "memory": 16, "essential": true, "command": []string{"sleep"}, "stopTimeout": 5,
 		"dockerLabels": map[string]string{labelBenchRun: r.runID}}}}
-	if err := cp.Call(ctx, "RegisterTaskDefinition", def, nil); err != nil {
+	if err := r.cp.Call(ctx, "RegisterTaskDefinition", def, nil); err != nil {
 		return err
 	}
-
 	where := "on tmpfs"
-	if cp.Tmpfs == "" {
+	if r.cp.Tmpfs == "" {
 		where = "on disk (no /dev/shm)"
 	}
 	fmt.Printf("ecs: berth in ecs mode (pid %d, ECS_DATADIR %s) against a stand-in ECS endpoint on 127.0.0.1 (localcp, state %s,\n",
@@ -199,14 +227,13 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 	if _, err := r.bareRound(ctx, 1); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	// The steady state comes first, while the agent keeps only the warm-up task stopped: with
-	// the rounds' stopped tasks kept for ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION, /v1/tasks would list
-	// hundreds more than the tasks running.
-	if err := r.steadyState(ctx, opts.steady, opts.window); err != nil {
-		return err
-	}
+	return fn(ctx)
+}
+
+// launchRounds times the launches of every size against the bare Engine and prints the rows.
+func (r *ecsRun) launchRounds(ctx context.Context, sizes []ecsSize) error {
 	var results []*ecsResult
-	for _, s := range opts.sizes {
+	for _, s := range sizes {
 		res := &ecsResult{size: s}
 		berth := func() error { return r.berthRound(ctx, s.tasks, res) }
 		bare := func() error {
@@ -222,6 +249,10 @@ func (b *bench) runECS(ctx context.Context, opts ecsOptions) (err error) {
 			}
 			for _, side := range sides {
 				if err := side(); err != nil {
+					if len(results) > 0 {
+						fmt.Println("ecs launch: the sizes measured before the failure")
+						r.print(results)
+					}
 					return fmt.Errorf("round %d with %d tasks: %w", i+1, s.tasks, err)
 				}
 			}
@@ -257,7 +288,7 @@ func (r *ecsRun) idleCPU(ctx context.Context, window time.Duration) (float64, er
 }
 
 // waitReady waits until the agent registered with the stand-in and holds an ACS session open.
-func (r *ecsRun) waitReady(ctx context.Context) error {
+func (r *ecsRun) waitReady(ctx context.Context, sessionsBefore int) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, time.Minute, errors.New("berth did not register and connect to ACS within a minute"))
 	defer cancel()
 	for {
@@ -274,7 +305,17 @@ func (r *ecsRun) waitReady(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return r.cp.Relay.WaitSession(ctx)
+	// A session opened after this agent started is this agent's: the relay keeps the newest.
+	for {
+		if sessions, _, _ := r.cp.Relay.Counts(); sessions > sessionsBefore {
+			return r.cp.Relay.WaitSession(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ACS: %w", context.Cause(ctx))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // launchedTasks are tasks the agent was given in one PayloadMessage and ran.
@@ -333,18 +374,24 @@ func (r *ecsRun) launch(ctx context.Context, n int) (*launchedTasks, error) {
 	return l, nil
 }
 
-// stopTasks stops the tasks and waits until the control plane accepted STOPPED for every one.
+// stopTasks stops the tasks, teardownWave at a time, each wave once the control plane accepted
+// STOPPED for every task of the one before.
 func (r *ecsRun) stopTasks(ctx context.Context, l *launchedTasks) error {
-	for _, arn := range l.arns {
-		if err := r.cp.Call(ctx, "StopTask", map[string]any{"cluster": r.cluster, "task": arn, "reason": "bench round done"}, nil); err != nil {
+	for i := 0; i < len(l.arns); i += teardownWave {
+		arns, ids := l.arns[i:min(i+teardownWave, len(l.arns))], l.ids[i:min(i+teardownWave, len(l.ids))]
+		for _, arn := range arns {
+			if err := r.cp.Call(ctx, "StopTask", map[string]any{"cluster": r.cluster, "task": arn, "reason": "bench round done"}, nil); err != nil {
+				return err
+			}
+		}
+		wctx, cancel := context.WithTimeoutCause(ctx, 2*time.Minute, errors.New("2 min"))
+		_, err := r.cp.States.Wait(wctx, ids, "STOPPED")
+		cancel()
+		if err != nil {
 			return err
 		}
 	}
-	bound := 2*time.Minute + time.Duration(len(l.arns))*500*time.Millisecond
-	wctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("%s", bound))
-	defer cancel()
-	_, err := r.cp.States.Wait(wctx, l.ids, "STOPPED")
-	return err
+	return nil
 }
 
 // berthRound runs n tasks through the agent, stops them and removes their containers. res, if
@@ -469,6 +516,6 @@ func (r *ecsRun) print(results []*ecsResult) {
 	}
 	sessions, received, sent := r.cp.Relay.Counts()
 	opened, open := r.cp.Telemetry.Sessions()
-	fmt.Printf("  ACS: %d session(s); %d PayloadMessages from localcp, %d to the agent. TCS: %d session(s) opened, %d open\n",
+	fmt.Printf("  over the section's two agent processes: ACS: %d session(s); %d PayloadMessages from localcp, %d to the agents. TCS: %d session(s) opened, %d open\n",
 		sessions, received, sent, opened, open)
 }

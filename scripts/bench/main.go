@@ -21,7 +21,10 @@
 //	        credentials, no IMDS) against a stand-in ECS endpoint on loopback: agent/localcp served in
 //	        this process behind a front that records each accepted SubmitTaskStateChange, relays ACS,
 //	        merging the payloads of the RunTask calls (at most 10 tasks each) into one PayloadMessage,
-//	        and relays TCS, counting the metrics the agent publishes.
+//	        and relays TCS, counting the metrics the agent publishes. Idle and latency run on a berth
+//	        process of their own, before the launch rounds' fresh one, so that neither part's tasks
+//	        weigh on the other's figures. Tasks are stopped, and containers removed, 10 at a time:
+//	        Docker 20.10's libnetwork can deadlock when many endpoints are torn down at once.
 //	        Idle (-ecs-steady, -idle-window): with 50 tasks running and the agent connected to ACS and
 //	        TCS, the agent's CPU over a 30 s window (goal <= 3 ms/s), and dockerd's over that window and
 //	        over the next one while the bench holds one Docker stats stream open per container, as the
