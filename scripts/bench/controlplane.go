@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -22,98 +25,274 @@ import (
 	"github.com/berth-agent/berth/scripts/internal/ecsstandin"
 )
 
-// ecsCall sends one ECS JSON 1.1 operation to a control plane and decodes the answer.
-func ecsCall(endpoint string, keys localauth.Keys, op string, in, out any) error {
-	return ecsstandin.Call(context.Background(), endpoint, keys, op, in, out)
+// The cp section's agent runs in local mode with ECS_CLUSTER unset, so its tasks are in ECS's
+// default cluster; its task definitions carry the run's label, and only their containers are removed.
+const (
+	localCluster = "default"
+	cpFamily     = "cpbench"
+	// cpParallel tasks at once, cpParallelRounds rounds per side: the parallel rows.
+	cpParallel       = 20
+	cpParallelRounds = 6
+	cpDeadline       = 20 * time.Minute
+)
+
+// controlPlane measures the control plane's overhead with the real agent in local mode: one task at
+// a time, RunTask returned until DescribeTasks says RUNNING, against the engine alone on the same
+// one-container task in the same run; then cpParallel tasks at once, from the first RunTask call
+// until DescribeTasks shows all of them RUNNING, against the bare Engine API at the same
+// concurrency; then the state changes per second the reporter delivers to the embedded control
+// plane. Any error ends the bench with exit 1 after cleaning up.
+func (b *bench) controlPlane(ctx context.Context, rounds int) {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeoutCause(ctx, cpDeadline, fmt.Errorf("the cp section took longer than %s", cpDeadline))
+	defer cancel()
+	if err := b.runCP(ctx, rounds); err != nil {
+		fail("cp: %v", err)
+	}
+	b.stateChangeRate(ctx)
 }
 
-// controlPlane measures the control plane's overhead: the real agent in local mode, a task run with
-// RunTask, timed from RunTask returning until DescribeTasks says RUNNING, against the engine alone on
-// the same one-container task in the same run; then the state changes per second the reporter
-// delivers to the embedded control plane.
-func (b *bench) controlPlane(ctx context.Context, rounds int) {
+// cpRun is one run of the cp section: the agent's embedded control plane, called as the AWS CLI
+// does, signed with the keys the agent wrote in its data directory.
+type cpRun struct {
+	benchRun
+	endpoint string
+	keys     localauth.Keys
+}
+
+func (c *cpRun) call(ctx context.Context, op string, in, out any) error {
+	return ecsstandin.Call(ctx, c.endpoint, c.keys, op, in, out)
+}
+
+func (b *bench) runCP(ctx context.Context, rounds int) (err error) {
 	engineOnly := median(b.berthRoundSequential(ctx, rounds))
 
 	dir, err := os.MkdirTemp("", "berth-bench-cp")
 	if err != nil {
-		fail("%v", err)
+		return err
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "berth")
-	if err := agentproc.Build(context.Background(), bin); err != nil {
-		fail("%v", err)
+	if err := agentproc.Build(ctx, bin); err != nil {
+		return err
 	}
-	cpAddr, introAddr := freeLoopback(), freeLoopback()
-	agent := exec.Command(bin, "agent")
-	agent.Env = append(os.Environ(), "ECS_ENV_FILE=/dev/null", "ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
-		"ECS_INTROSPECTION_ADDR="+introAddr, "ECS_LOCAL_CONTROL_PLANE_ADDR="+cpAddr, "ECS_CLUSTER="+benchCluster, "ECS_LOCAL_CONTROL_PLANE=true",
-		"ECS_DATADIR="+filepath.Join(dir, "data"), "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached", "ECS_LOGLEVEL=warn")
-	if err := agent.Start(); err != nil {
-		fail("start berth: %v", err)
+	dataDir := filepath.Join(dir, "data")
+	env := localAgentEnv(dir, dataDir, "warn")
+	if err := checkMode(ctx, bin, env, "local"); err != nil {
+		return err
+	}
+	c := &cpRun{benchRun: benchRun{dc: b.dc, runID: newRunID(), cluster: localCluster, family: cpFamily, timeline: io.Discard},
+		endpoint: "http://" + envValue(env, "ECS_LOCAL_CONTROL_PLANE_ADDR")}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer ccancel()
+		if cerr := c.removeContainers(cctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleanup: %w", cerr))
+		}
+	}()
+	agent, err := startBerth(ctx, bin, dir, env)
+	if err != nil {
+		return err
 	}
 	defer func() {
-		_ = agent.Process.Signal(syscall.SIGTERM)
-		_ = agent.Wait()
-		b.removeBenchContainers()
+		if serr := agent.stop(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, agent.tail(30))
+		}
 	}()
-	endpoint := "http://" + cpAddr
-	deadline := time.Now().Add(30 * time.Second)
-	var keys localauth.Keys
+	ctx, unwatch := agent.watch(ctx)
+	defer unwatch()
+	if err := c.waitRegistered(ctx, dataDir); err != nil {
+		return err
+	}
+	def := map[string]any{"family": cpFamily, "containerDefinitions": []map[string]any{{"name": "c", "image": testImage, "memory": 16,
+		"command": []string{"sleep"}, "dockerLabels": map[string]string{labelBenchRun: c.runID}}}}
+	if err := c.call(ctx, "RegisterTaskDefinition", def, nil); err != nil {
+		return err
+	}
+	var viaCP []time.Duration
+	var ran []string
+	for range rounds {
+		arns, err := c.runTasks(ctx, 1)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if _, err := c.waitStatus(ctx, arns, "RUNNING", 5*time.Millisecond); err != nil {
+			return err
+		}
+		viaCP = append(viaCP, time.Since(start))
+		if err := c.stopTasks(ctx, arns); err != nil {
+			return err
+		}
+		ran = append(ran, arns...)
+	}
+	// The parallel rows start with every task of the sequential ones stopped and removed.
+	if _, err := c.waitStatus(ctx, ran, "STOPPED", 100*time.Millisecond); err != nil {
+		return err
+	}
+	if err := c.removeContainers(ctx); err != nil {
+		return err
+	}
+	cp := median(viaCP)
+	fmt.Printf("control plane: berth in local mode (pid %d, ECS_CLUSTER unset), %d one-container tasks, one at a time\n", agent.pid(), rounds)
+	fmt.Printf("  engine alone (accepted -> RUNNING)              median %8s\n", engineOnly.Round(time.Millisecond))
+	fmt.Printf("  RunTask returned -> DescribeTasks RUNNING       median %8s   (payload over ACS, engine, report back)\n", cp.Round(time.Millisecond))
+	fmt.Printf("  control-plane overhead %s (ratio %.2f)\n", (cp - engineOnly).Round(time.Millisecond), float64(cp)/float64(engineOnly))
+
+	var viaAgent, bare []time.Duration
+	berthSide := func() error {
+		d, err := c.parallelRound(ctx, cpParallel)
+		viaAgent = append(viaAgent, d)
+		return err
+	}
+	bareSide := func() error {
+		d, err := c.bareRound(ctx, cpParallel)
+		bare = append(bare, d)
+		return err
+	}
+	for i := range cpParallelRounds {
+		// Alternate which side goes first, so that neither always meets a warmer Engine.
+		sides := []func() error{berthSide, bareSide}
+		if i%2 == 1 {
+			sides = []func() error{bareSide, berthSide}
+		}
+		for _, side := range sides {
+			if err := side(); err != nil {
+				return fmt.Errorf("round %d with %d tasks: %w", i+1, cpParallel, err)
+			}
+		}
+	}
+	mb, mk := median(viaAgent), median(bare)
+	fmt.Printf("control plane, %d tasks at once: RunTask through the agent's embedded control plane (calls of 10), from the first call\n", cpParallel)
+	fmt.Printf("  until DescribeTasks shows all %d RUNNING, vs creating+starting+inspecting %d containers at once through the Engine API;\n", cpParallel, cpParallel)
+	fmt.Printf("  %d rounds each, alternating which side goes first\n", cpParallelRounds)
+	fmt.Printf("  %-30s median %8s  (min %s, max %s)\n", "bare Docker Engine API", mk.Round(time.Millisecond),
+		slices.Min(bare).Round(time.Millisecond), slices.Max(bare).Round(time.Millisecond))
+	fmt.Printf("  %-30s median %8s  (min %s, max %s)\n", "berth, embedded control plane", mb.Round(time.Millisecond),
+		slices.Min(viaAgent).Round(time.Millisecond), slices.Max(viaAgent).Round(time.Millisecond))
+	fmt.Printf("  ratio berth/bare (median) %.3f   goal <= 1.05\n", float64(mb)/float64(mk))
+	return nil
+}
+
+// waitRegistered waits until the agent wrote its keys and registered with its control plane.
+func (c *cpRun) waitRegistered(ctx context.Context, dataDir string) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, 30*time.Second, errors.New("30 s"))
+	defer cancel()
 	for {
 		var list struct {
 			ContainerInstanceArns []string `json:"containerInstanceArns"`
 		}
-		keys, err = localauth.Load(localauth.Path(filepath.Join(dir, "data")))
-		if err == nil && ecsCall(endpoint, keys, "ListContainerInstances", map[string]any{"cluster": benchCluster}, &list) == nil && len(list.ContainerInstanceArns) > 0 {
-			break
+		keys, err := localauth.Load(localauth.Path(dataDir))
+		if err == nil {
+			c.keys = keys
+			err = c.call(ctx, "ListContainerInstances", map[string]any{"cluster": c.cluster}, &list)
 		}
-		if time.Now().After(deadline) {
-			fail("the agent did not register with its control plane")
+		if err == nil && len(list.ContainerInstanceArns) > 0 {
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the agent did not register with its control plane: %w (last error: %v)", context.Cause(ctx), err)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	def := map[string]any{"family": "cpbench", "containerDefinitions": []map[string]any{{"name": "c", "image": testImage, "memory": 16, "command": []string{"sleep"}}}}
-	if err := ecsCall(endpoint, keys, "RegisterTaskDefinition", def, nil); err != nil {
-		fail("%v", err)
-	}
-	var viaCP []time.Duration
-	for range rounds {
+}
+
+// runTasks starts n tasks of cpFamily, at most 10 per RunTask call as in ECS.
+func (c *cpRun) runTasks(ctx context.Context, n int) ([]string, error) {
+	var arns []string
+	for len(arns) < n {
 		var ran struct {
 			Tasks []struct {
 				TaskArn string `json:"taskArn"`
 			} `json:"tasks"`
+			Failures []struct {
+				Reason string `json:"reason"`
+			} `json:"failures"`
 		}
-		if err := ecsCall(endpoint, keys, "RunTask", map[string]any{"cluster": benchCluster, "taskDefinition": "cpbench"}, &ran); err != nil || len(ran.Tasks) != 1 {
-			fail("run task: %v", err)
+		count := min(10, n-len(arns))
+		if err := c.call(ctx, "RunTask", map[string]any{"cluster": c.cluster, "taskDefinition": cpFamily, "count": count}, &ran); err != nil {
+			return nil, err
 		}
-		start := time.Now()
-		arn := ran.Tasks[0].TaskArn
-		for {
+		if len(ran.Tasks) != count {
+			return nil, fmt.Errorf("RunTask started %d of %d tasks: %+v", len(ran.Tasks), count, ran.Failures)
+		}
+		for _, t := range ran.Tasks {
+			arns = append(arns, t.TaskArn)
+		}
+	}
+	return arns, nil
+}
+
+// waitStatus polls DescribeTasks every poll until it shows every task of arns in status, within
+// 3 minutes, and returns when it did.
+func (c *cpRun) waitStatus(ctx context.Context, arns []string, status string, poll time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, 3*time.Minute, errors.New("3 min"))
+	defer cancel()
+	for {
+		ok := 0
+		for batch := range slices.Chunk(arns, 100) { // DescribeTasks takes at most 100 tasks, as in ECS
 			var d struct {
 				Tasks []struct {
 					LastStatus string `json:"lastStatus"`
 				} `json:"tasks"`
 			}
-			if err := ecsCall(endpoint, keys, "DescribeTasks", map[string]any{"cluster": benchCluster, "tasks": []string{arn}}, &d); err != nil {
-				fail("%v", err)
+			if err := c.call(ctx, "DescribeTasks", map[string]any{"cluster": c.cluster, "tasks": batch}, &d); err != nil {
+				return time.Time{}, err
 			}
-			if len(d.Tasks) == 1 && d.Tasks[0].LastStatus == "RUNNING" {
-				break
+			for _, t := range d.Tasks {
+				if t.LastStatus == status {
+					ok++
+				}
 			}
-			if time.Since(start) > time.Minute {
-				fail("task %s did not run within a minute", arn)
-			}
-			time.Sleep(5 * time.Millisecond)
 		}
-		viaCP = append(viaCP, time.Since(start))
-		_ = ecsCall(endpoint, keys, "StopTask", map[string]any{"cluster": benchCluster, "task": arn}, nil)
+		if ok == len(arns) {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("DescribeTasks shows %d of %d tasks %s: %w", ok, len(arns), status, context.Cause(ctx))
+		case <-time.After(poll):
+		}
 	}
-	cp := median(viaCP)
-	fmt.Printf("control plane: %d one-container tasks, one at a time\n", rounds)
-	fmt.Printf("  engine alone (accepted -> RUNNING)              median %8s\n", engineOnly.Round(time.Millisecond))
-	fmt.Printf("  RunTask returned -> DescribeTasks RUNNING       median %8s   (payload over ACS, engine, report back)\n", cp.Round(time.Millisecond))
-	fmt.Printf("  control-plane overhead %s (ratio %.2f)\n", (cp - engineOnly).Round(time.Millisecond), float64(cp)/float64(engineOnly))
-	b.stateChangeRate(ctx)
+}
+
+// stopTasks asks the control plane to stop each task; it does not wait.
+func (c *cpRun) stopTasks(ctx context.Context, arns []string) error {
+	for _, arn := range arns {
+		if err := c.call(ctx, "StopTask", map[string]any{"cluster": c.cluster, "task": arn, "reason": "bench round done"}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parallelRound runs n tasks at once through the control plane and returns the time from the first
+// RunTask call until DescribeTasks showed all of them RUNNING; then stops them, teardownWave at a
+// time, and removes their containers.
+func (c *cpRun) parallelRound(ctx context.Context, n int) (time.Duration, error) {
+	start := time.Now()
+	arns, err := c.runTasks(ctx, n)
+	if err != nil {
+		return 0, err
+	}
+	running, err := c.waitStatus(ctx, arns, "RUNNING", 10*time.Millisecond)
+	if err != nil {
+		return 0, err
+	}
+	for wave := range slices.Chunk(arns, teardownWave) {
+		if err := c.stopTasks(ctx, wave); err != nil {
+			return 0, err
+		}
+		if _, err := c.waitStatus(ctx, wave, "STOPPED", 100*time.Millisecond); err != nil {
+			return 0, err
+		}
+	}
+	return running.Sub(start), c.removeContainers(ctx)
 }
 
 // berthRoundSequential is the engine-only time to RUNNING of one task at a time.
@@ -158,7 +337,7 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 		fail("register: %v", err)
 	}
 	def := map[string]any{"family": "ratebench", "containerDefinitions": []map[string]any{{"name": "c", "image": testImage, "memory": 16}}}
-	if err := ecsCall(endpoint, ecsstandin.Keys, "RegisterTaskDefinition", def, nil); err != nil {
+	if err := ecsstandin.Call(ctx, endpoint, ecsstandin.Keys, "RegisterTaskDefinition", def, nil); err != nil {
 		fail("%v", err)
 	}
 	var arns []string
@@ -168,7 +347,7 @@ func (b *bench) stateChangeRate(ctx context.Context) {
 				TaskArn string `json:"taskArn"`
 			} `json:"tasks"`
 		}
-		if err := ecsCall(endpoint, ecsstandin.Keys, "RunTask", map[string]any{"cluster": benchCluster, "taskDefinition": "ratebench", "count": 10}, &ran); err != nil {
+		if err := ecsstandin.Call(ctx, endpoint, ecsstandin.Keys, "RunTask", map[string]any{"cluster": benchCluster, "taskDefinition": "ratebench", "count": 10}, &ran); err != nil {
 			fail("%v", err)
 		}
 		for _, t := range ran.Tasks {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -26,16 +27,24 @@ type berthProcess struct {
 	waitErr error
 }
 
-// agentEnv is the complete environment of the agent in ecs mode: nothing is inherited but PATH and
-// DOCKER_HOST, so no AWS or ECS setting of the caller's shell, and no proxy, reaches it.
+// agentEnv is the complete environment of the agent in ecs mode: localAgentEnv, with the cluster, the
+// stand-in's endpoint and its test credentials.
 func agentEnv(dir, dataDir, cluster, endpoint, logLevel string) []string {
+	env := append(localAgentEnv(dir, dataDir, logLevel), "ECS_CLUSTER="+cluster, "ECS_BACKEND_HOST="+endpoint)
+	return append(env, ecsstandin.AgentCredentialsEnv()...)
+}
+
+// localAgentEnv is the complete environment of the agent in local mode: nothing is inherited but PATH
+// and DOCKER_HOST, so no AWS or ECS setting of the caller's shell, and no proxy, reaches it. Every
+// listener but the task endpoint's (fixed at 127.0.0.1:51679, where the containers' NAT points) is on
+// a free loopback port. The defaults allow 200 tasks at once: no ECS_* limit is set lower.
+func localAgentEnv(dir, dataDir, logLevel string) []string {
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + dir,
-		"ECS_CLUSTER=" + cluster,
-		"ECS_BACKEND_HOST=" + endpoint,
 		"AWS_CONFIG_FILE=" + filepath.Join(dir, "aws-config-none"),
 		"AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(dir, "aws-credentials-none"),
+		"AWS_EC2_METADATA_DISABLED=true",
 		"ECS_ENV_FILE=/dev/null",
 		"ECS_AGENT_CONFIG_FILE_PATH=/dev/null",
 		"ECS_DATADIR=" + dataDir,
@@ -46,15 +55,24 @@ func agentEnv(dir, dataDir, cluster, endpoint, logLevel string) []string {
 		"ECS_INTROSPECTION_ADDR=" + freeLoopback(),
 		"ECS_IMAGE_PULL_BEHAVIOR=prefer-cached",
 	}
-	env = append(env, ecsstandin.AgentCredentialsEnv()...)
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
 		env = append(env, "DOCKER_HOST="+h)
 	}
 	return env
 }
 
-// checkECSMode asks `berth config` which mode the environment selects and fails unless it is ecs.
-func checkECSMode(ctx context.Context, bin string, env []string) error {
+// envValue returns the value of key in env, or "".
+func envValue(env []string, key string) string {
+	for _, kv := range slices.Backward(env) {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// checkMode asks `berth config` which mode the environment selects and fails unless it is want.
+func checkMode(ctx context.Context, bin string, env []string, want string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "config")
@@ -72,14 +90,42 @@ func checkECSMode(ctx context.Context, bin string, env []string) error {
 	if err := json.Unmarshal(out, &eff); err != nil {
 		return fmt.Errorf("berth config printed no JSON: %w", err)
 	}
-	if eff.Mode != "ecs" {
-		return fmt.Errorf("berth config selects mode %q, not ecs, with ECS_CLUSTER, AWS_DEFAULT_REGION and ECS_BACKEND_HOST set: %s", eff.Mode, eff.ModeReason)
+	if eff.Mode != want {
+		return fmt.Errorf("berth config selects mode %q, not %s: %s", eff.Mode, want, eff.ModeReason)
 	}
 	return nil
 }
 
-// startBerth runs `berth agent` with env; its stdout and stderr go to a file beside its log.
-func startBerth(bin, dir string, env []string) (*berthProcess, error) {
+// taskEndpointAddr is where every agent serves its task endpoint, one agent per host.
+const taskEndpointAddr = "127.0.0.1:51679"
+
+// waitTaskEndpointFree waits, up to 10 minutes, until no process listens on taskEndpointAddr: on a
+// shared machine another agent (a test's) may hold it for a while, and ours would exit at once.
+func waitTaskEndpointFree(ctx context.Context) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, 10*time.Minute, errors.New("10 min"))
+	defer cancel()
+	for said := false; ; said = true {
+		ln, err := net.Listen("tcp", taskEndpointAddr)
+		if err == nil {
+			return ln.Close()
+		}
+		if !said {
+			fmt.Printf("  waiting for %s, the task endpoint's address, held by another process (%v)\n", taskEndpointAddr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s stayed in use (another agent runs on this host): %w", taskEndpointAddr, context.Cause(ctx))
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// startBerth runs `berth agent` with env, once the task endpoint's address is free; its stdout and
+// stderr go to a file beside its log.
+func startBerth(ctx context.Context, bin, dir string, env []string) (*berthProcess, error) {
+	if err := waitTaskEndpointFree(ctx); err != nil {
+		return nil, err
+	}
 	p := &berthProcess{outFile: filepath.Join(dir, "berth.out"), exited: make(chan struct{})}
 	out, err := os.Create(p.outFile)
 	if err != nil {

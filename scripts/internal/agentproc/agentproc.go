@@ -1,5 +1,6 @@
 // Package agentproc builds the berth binary for the scripts (bench, soak) and reads what the kernel
-// says of the agent's process: CPU time and resident memory.
+// says of a process — the agent's, the Docker Engine's: CPU time and resident memory — and which
+// processes run a given program.
 package agentproc
 
 import (
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -78,4 +80,26 @@ func ResidentMiB(pid int) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// Processes returns the IDs, in increasing order, of the processes whose command name (comm, at
+// most 15 bytes) match accepts. Processes that exit while /proc is read are left out.
+func Processes(match func(comm string) bool) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !e.IsDir() {
+			continue
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err == nil && match(strings.TrimSuffix(string(comm), "\n")) {
+			pids = append(pids, pid)
+		}
+	}
+	slices.Sort(pids)
+	return pids, nil
 }

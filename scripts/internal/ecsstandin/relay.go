@@ -64,15 +64,11 @@ func newRelay(upstream string) *Relay {
 
 var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
 
-type acsFrame struct {
-	Type    string          `json:"type"`
-	Message json.RawMessage `json:"message"`
-}
-
-// serve relays one agent ACS session until either side closes it.
-func (r *Relay) serve(w http.ResponseWriter, req *http.Request) {
-	// The agent's Host and signature headers go along, so a control plane checking signatures sees
-	// the request as the agent signed it.
+// relayUpgrade opens the control plane's websocket at upstream for the agent's upgrade request req,
+// then upgrades the agent's connection. The agent's Host and signature headers go along, so a control
+// plane checking signatures sees the request as the agent signed it. When the control plane refuses,
+// the agent gets its status; ok is false when there is no session.
+func relayUpgrade(w http.ResponseWriter, req *http.Request, upstream string) (sess *relaySession, ok bool) {
 	hdr := http.Header{}
 	hdr.Set("Host", req.Host)
 	for _, k := range []string{"Authorization", "X-Amz-Date", "X-Amz-Security-Token", "X-Amz-Content-Sha256"} {
@@ -80,21 +76,34 @@ func (r *Relay) serve(w http.ResponseWriter, req *http.Request) {
 			hdr.Set(k, v)
 		}
 	}
-	cp, resp, err := websocket.DefaultDialer.DialContext(req.Context(), r.upstream+"?"+req.URL.RawQuery, hdr)
+	cp, resp, err := websocket.DefaultDialer.DialContext(req.Context(), upstream, hdr)
 	if err != nil {
 		code := http.StatusBadGateway
 		if resp != nil {
 			code = resp.StatusCode
 		}
 		http.Error(w, "relay: "+err.Error(), code)
-		return
+		return nil, false
 	}
 	agent, err := upgrader.Upgrade(w, req, nil)
 	if err != nil {
 		_ = cp.Close()
+		return nil, false
+	}
+	return &relaySession{agent: agent, cp: cp}, true
+}
+
+type acsFrame struct {
+	Type    string          `json:"type"`
+	Message json.RawMessage `json:"message"`
+}
+
+// serve relays one agent ACS session until either side closes it.
+func (r *Relay) serve(w http.ResponseWriter, req *http.Request) {
+	sess, ok := relayUpgrade(w, req, r.upstream+"?"+req.URL.RawQuery)
+	if !ok {
 		return
 	}
-	sess := &relaySession{agent: agent, cp: cp}
 	r.mu.Lock()
 	if old := r.sess; old != nil {
 		old.close()

@@ -5,12 +5,14 @@
 //     asks, hands over every state-change submission with what became of it (Options.Observe);
 //   - relays the ACS websocket (Relay), so that payloads can be held and merged (the bench) or the
 //     session cut (the soak);
+//   - relays the TCS websocket (Telemetry), noting its sessions and the metrics the agent publishes;
 //   - can drop the agent's connections for a while (Disrupt): the ACS websocket is closed and
-//     refused, and ECS API calls lose their connection before or after the control plane saw them.
+//     refused, TCS upgrades are refused, and ECS API calls lose their connection before or after
+//     the control plane saw them.
 //
 // DiscoverPollEndpoint is answered from the request's Host, so the agent, pointed at the front by
-// ECS_BACKEND_HOST, opens its ACS websocket on the front too. The scripts' own calls (Call) go to the
-// control plane directly, never disrupted.
+// ECS_BACKEND_HOST, opens its ACS and TCS websockets on the front too. The scripts' own calls (Call)
+// go to the control plane directly, never disrupted.
 //
 // Every localcp.Config and every localcp.Call of the scripts is made in one place each here
 // (NewControlPlane, Call), with the test credentials AccessKeyID and SecretAccessKey, which the agent
@@ -31,6 +33,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/localcp"
@@ -94,15 +98,16 @@ type Options struct {
 
 // StandIn is the control plane and its front. Close stops both.
 type StandIn struct {
-	cp       *localcp.Server
-	back     *http.Server // localcp itself, reached by the relay and by Call
-	front    *http.Server // what the agent talks to
-	backURL  string
-	Endpoint string // http://127.0.0.1:port of the front: the agent's ECS_BACKEND_HOST
-	Tmpfs    string // the directory of localcp's state on tmpfs, or "" when it is on disk
-	Relay    *Relay
-	States   *StateLog
-	observe  func(Submission)
+	cp        *localcp.Server
+	back      *http.Server // localcp itself, reached by the relay and by Call
+	front     *http.Server // what the agent talks to
+	backURL   string
+	Endpoint  string // http://127.0.0.1:port of the front: the agent's ECS_BACKEND_HOST
+	Tmpfs     string // the directory of localcp's state on tmpfs, or "" when it is on disk
+	Relay     *Relay
+	Telemetry *Telemetry
+	States    *StateLog
+	observe   func(Submission)
 
 	mu           sync.Mutex
 	disruptUntil time.Time
@@ -139,14 +144,15 @@ func Start(dir string, opts Options) (s *StandIn, err error) {
 		return nil, err
 	}
 	s = &StandIn{
-		cp:       cp,
-		Tmpfs:    tmpfs,
-		back:     &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 10 * time.Second},
-		backURL:  "http://" + backLn.Addr().String(),
-		Endpoint: "http://" + frontLn.Addr().String(),
-		Relay:    newRelay("ws://" + backLn.Addr().String() + "/ws"),
-		States:   newStateLog(),
-		observe:  opts.Observe,
+		cp:        cp,
+		Tmpfs:     tmpfs,
+		back:      &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 10 * time.Second},
+		backURL:   "http://" + backLn.Addr().String(),
+		Endpoint:  "http://" + frontLn.Addr().String(),
+		Relay:     newRelay("ws://" + backLn.Addr().String() + "/ws"),
+		Telemetry: newTelemetry("ws://" + backLn.Addr().String()),
+		States:    newStateLog(),
+		observe:   opts.Observe,
 	}
 	s.front = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.back.Serve(backLn) }()
@@ -183,7 +189,7 @@ func (s *StandIn) disrupted() bool {
 	return time.Now().Before(s.disruptUntil)
 }
 
-// ServeHTTP relays ACS and passes the ECS API to localcp, noting state-change submissions.
+// ServeHTTP relays ACS and TCS and passes the ECS API to localcp, noting state-change submissions.
 func (s *StandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	disrupted := s.disrupted()
 	if strings.Trim(r.URL.Path, "/") == "ws" {
@@ -195,6 +201,15 @@ func (s *StandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.Relay.serve(w, r)
+		return
+	}
+	if websocket.IsWebSocketUpgrade(r) {
+		if disrupted {
+			s.countDrop()
+			hangUp(w)
+			return
+		}
+		s.Telemetry.serve(w, r)
 		return
 	}
 	if disrupted && rand.IntN(2) == 0 {
@@ -258,12 +273,13 @@ func hangUp(w http.ResponseWriter) {
 	_ = conn.Close()
 }
 
-// Close stops the front (and with it the relayed ACS sessions), then localcp.
+// Close stops the front (and with it the relayed ACS and TCS sessions), then localcp.
 func (s *StandIn) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.front.Shutdown(ctx)
 	s.Relay.close()
+	s.Telemetry.close()
 	_ = s.cp.Close()
 	_ = s.back.Shutdown(ctx)
 	if s.Tmpfs != "" {
