@@ -169,6 +169,7 @@ func Run(ctx context.Context, res *config.Result, opts Options, console io.Write
 	if err := servers.serve(gctx, g, eng, stats, tel, m, cp, ecs, creds, ec2, nat, faults, cfg); err != nil {
 		return err
 	}
+	defer publishRunFile(cfg, servers, log)()
 	g.Go(func() error { nat.Run(gctx); return nil })
 	g.Go(func() error { tel.WatchRuntime(gctx); return nil })
 	if cfg.BridgeBlockIMDS {

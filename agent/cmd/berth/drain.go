@@ -15,15 +15,15 @@ import (
 )
 
 // drain sets the running agent's container instance to DRAINING, so the control plane places no new
-// task on it. The instance ARN comes from the agent's /v1/metadata.
-func drain(ctx context.Context, cfg *config.Config, out io.Writer) error {
+// task on it. The instance ARN comes from the agent's /v1/metadata; where says how the agent was found.
+func drain(ctx context.Context, cfg *config.Config, where agentLookup, out io.Writer) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.IntrospectionURL()+"/v1/metadata", nil)
 	if err != nil {
 		return err
 	}
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
-		return fmt.Errorf("is the agent running? %w", err)
+		return fmt.Errorf("is the agent running?%s %w", where.hint(), err)
 	}
 	defer resp.Body.Close()
 	var meta introspection.Metadata
@@ -34,6 +34,9 @@ func drain(ctx context.Context, cfg *config.Config, out io.Writer) error {
 		return fmt.Errorf("the agent has not registered a container instance yet")
 	}
 	client, _, _, err := app.NewECSClient(ctx, cfg, logger.Nop())
+	if err != nil && cfg.Mode == config.ModeLocal {
+		return noLocalKeys(cfg, where, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -15,20 +15,11 @@ import (
 	"github.com/berth-agent/berth/agent/errdefs"
 )
 
-const execUsage = `usage: berth exec [flags] TASK [CONTAINER] -- COMMAND [ARG...]
-
-Runs COMMAND in a container of one of the running agent's tasks, through the Docker Engine, with
+// execAbout is what `berth exec -h` says of it.
+const execAbout = `Runs COMMAND in a container of one of the running agent's tasks, through the Docker Engine, with
 this terminal (a TTY when stdin is one) or these pipes; berth exits with the command's status, or
-125 when it could not run it. TASK is a task ARN, ID or unique ID prefix (berth ps lists them);
-CONTAINER defaults to the task's only container, else its first essential one.
-
-flags:
-  -u USER   run as USER (name or UID, [:group])
-  -w DIR    run in DIR
-  -e K=V    set an environment variable (repeatable)
-  -t        give the command a TTY even when stdin is not a terminal
-  -T        give it no TTY even when stdin is a terminal
-`
+125 when it could not run it. TASK is a task ARN, ID or unique ID prefix ("berth ps" lists them);
+CONTAINER defaults to the task's only container, else its first essential one.`
 
 // execRequest is what `berth exec` was asked to run.
 type execRequest struct {
@@ -37,64 +28,56 @@ type execRequest struct {
 	forceTTY, noTTY bool
 }
 
-// parseExec parses `berth exec`'s arguments: berth's flags (the configuration's too) and TASK
-// [CONTAINER], then "--" and the command. It returns the request and the configuration flags given.
-func parseExec(args []string, stderr io.Writer) (execRequest, func() map[string]string, error) {
+// parseExec parses the arguments of c, `berth exec`: berth's flags (the configuration's too) and
+// TASK [CONTAINER], then "--" and the command. It returns the request and the configuration flags
+// given. -h prints the usage to stdout.
+func parseExec(c command, args []string, stdout, stderr io.Writer) (execRequest, func() map[string]string, error) {
 	var req execRequest
-	fs := flag.NewFlagSet("berth exec", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, execUsage) }
-	given := config.RegisterFlags(fs)
-	fs.StringVar(&req.cfg.User, "u", "", "run as this user")
-	fs.StringVar(&req.cfg.WorkingDir, "w", "", "run in this directory")
-	fs.Func("e", "set an environment variable K=V (repeatable)", func(v string) error {
-		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
-			return fmt.Errorf("want K=V, got %q", v)
-		}
-		req.cfg.Env = append(req.cfg.Env, v)
-		return nil
-	})
-	fs.BoolVar(&req.forceTTY, "t", false, "give the command a TTY")
-	fs.BoolVar(&req.noTTY, "T", false, "give the command no TTY")
+	f := newFlags(c, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&req.cfg.User, "u", "", "run as `USER` (a name or UID, [:group])")
+		fs.StringVar(&req.cfg.WorkingDir, "w", "", "run in `DIR`")
+		fs.Func("e", "set an environment variable `K=V` (repeatable)", func(v string) error {
+			if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+				return fmt.Errorf("want K=V, got %q", v)
+			}
+			req.cfg.Env = append(req.cfg.Env, v)
+			return nil
+		})
+		fs.BoolVar(&req.forceTTY, "t", false, "give the command a TTY even when stdin is not a terminal")
+		fs.BoolVar(&req.noTTY, "T", false, "give the command no TTY even when stdin is a terminal")
+	}, true)
 	dash := slices.Index(args, "--")
 	if dash < 0 {
-		if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
-			fs.Usage()
+		if slices.ContainsFunc(args, isHelpFlag) {
+			f.usage(stdout)
 			return req, nil, exitCode(0)
 		}
-		fmt.Fprintf(stderr, "berth exec: no command: give it after --\n\n%s", execUsage)
-		return req, nil, exitCode(2)
+		return req, nil, f.usageError("no command: give it after --")
 	}
-	pos, err := parseInterspersed(fs, args[:dash])
+	pos, err := f.parse(args[:dash], stdout)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return req, nil, exitCode(0)
-		}
-		return req, nil, exitCode(2)
+		return req, nil, err
 	}
 	req.cfg.Cmd = args[dash+1:]
 	switch {
 	case len(pos) == 0 || len(pos) > 2:
-		fmt.Fprintf(stderr, "berth exec: want TASK [CONTAINER] before --, got %d argument(s)\n\n%s", len(pos), execUsage)
-		return req, nil, exitCode(2)
+		return req, nil, f.usageError("want TASK [CONTAINER] before --, got %d argument(s)", len(pos))
 	case len(req.cfg.Cmd) == 0:
-		fmt.Fprintf(stderr, "berth exec: no command after --\n\n%s", execUsage)
-		return req, nil, exitCode(2)
+		return req, nil, f.usageError("no command after --")
 	case req.forceTTY && req.noTTY:
-		fmt.Fprintf(stderr, "berth exec: -t and -T contradict each other\n")
-		return req, nil, exitCode(2)
+		return req, nil, f.usageError("-t and -T contradict each other")
 	}
 	req.task = pos[0]
 	if len(pos) == 2 {
 		req.container = pos[1]
 	}
-	return req, given, nil
+	return req, f.given, nil
 }
 
-// runExec runs `berth exec`: the command's exit status, 125 when berth could not run it, 2 for a
+// runExec runs c, `berth exec`: the command's exit status, 125 when berth could not run it, 2 for a
 // bad command line.
-func runExec(ctx context.Context, args, environ []string, stdin *os.File, stdout, stderr io.Writer) int {
-	req, given, err := parseExec(args, stderr)
+func runExec(ctx context.Context, c command, args, environ []string, stdin *os.File, stdout, stderr io.Writer) int {
+	req, given, err := parseExec(c, args, stdout, stderr)
 	if code, ok := flagExit(err); ok {
 		return code
 	}
@@ -105,13 +88,14 @@ func runExec(ctx context.Context, args, environ []string, stdin *os.File, stdout
 		}
 		return exitFailed
 	}
+	where := locateAgent(res, environ, stderr)
 	docker, err := dockerclient.NewClient(dockerclient.Config{Endpoint: res.Config.DockerHost})
 	if err != nil {
 		fmt.Fprintf(stderr, "berth exec: %v\n", err)
 		return exitFailed
 	}
 	defer docker.Close()
-	code, err := execIn(ctx, res.Config, docker, req, stdin, stdout, stderr)
+	code, err := execIn(ctx, res.Config, where, docker, req, stdin, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "berth exec: %v\n", err)
 		return exitFailed
@@ -126,10 +110,11 @@ type execer interface {
 
 var _ execer = (*dockerclient.Client)(nil)
 
-// execIn resolves req's task and container from the agent and runs the command in it, with stdin
-// and a terminal when stdin is one (or -t), and returns the command's exit code.
-func execIn(ctx context.Context, cfg *config.Config, docker execer, req execRequest, stdin *os.File, stdout, stderr io.Writer) (int, error) {
-	tasks, err := fetchTasks(ctx, cfg)
+// execIn resolves req's task and container from the agent (found as where says) and runs the
+// command in it, with stdin and a terminal when stdin is one (or -t), and returns the command's
+// exit code.
+func execIn(ctx context.Context, cfg *config.Config, where agentLookup, docker execer, req execRequest, stdin *os.File, stdout, stderr io.Writer) (int, error) {
+	tasks, err := fetchTasks(ctx, cfg, where)
 	if err != nil {
 		return 0, err
 	}

@@ -126,16 +126,23 @@ func TestParseExec(t *testing.T) {
 		{name: "-t and -T", args: []string{"-t", "-T", "a", "--", "sh"}, wantCode: 2, wantErr: "contradict"},
 		{name: "bad -e", args: []string{"-e", "NOEQUALS", "a", "--", "sh"}, wantCode: 2, wantErr: `want K=V, got "NOEQUALS"`},
 		{name: "unknown flag", args: []string{"-x", "a", "--", "sh"}, wantCode: 2, wantErr: "flag provided but not defined: -x"},
-		{name: "help", args: []string{"-h"}, wantCode: 0, wantErr: "usage: berth exec"},
+		{name: "help", args: []string{"-h"}, wantCode: 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			got, _, err := parseExec(tt.args, &stderr)
-			if tt.wantCode >= 0 {
+			var stdout, stderr bytes.Buffer
+			got, _, err := parseExec(mustCommand(t, "exec"), tt.args, &stdout, &stderr)
+			if tt.wantCode == 0 {
+				assert.Equal(t, exitCode(0), err)
+				assert.Contains(t, stdout.String(), "usage: berth exec [flags] TASK [CONTAINER] -- COMMAND [ARG...]\n", "help goes to stdout")
+				assert.Empty(t, stderr.String())
+				return
+			}
+			if tt.wantCode > 0 {
 				code, ok := flagExit(err)
 				require.True(t, ok, "an exit code, got %v", err)
 				assert.Equal(t, tt.wantCode, code)
 				assert.Contains(t, stderr.String(), tt.wantErr)
+				assert.Empty(t, stdout.String())
 				return
 			}
 			require.NoError(t, err, stderr.String())
@@ -190,7 +197,7 @@ func TestExecIn(t *testing.T) {
 	f := &fakeExecer{code: 3}
 	var stdout, stderr bytes.Buffer
 	req := execRequest{task: "0a1b2", cfg: dockerclient.ExecConfig{Cmd: []string{"/testapp", "cat"}, User: "u", Env: []string{"A=1"}}}
-	code, err := execIn(t.Context(), cfg, f, req, stdin, &stdout, &stderr)
+	code, err := execIn(t.Context(), cfg, agentLookup{}, f, req, stdin, &stdout, &stderr)
 	require.NoError(t, err)
 	assert.Equal(t, 3, code, "the command's exit code")
 	assert.Equal(t, "web0", f.id, "the first essential container's Docker ID")
@@ -200,7 +207,7 @@ func TestExecIn(t *testing.T) {
 	assert.Equal(t, "piped\n", stdout.String(), "stdin and stdout handed to the command")
 
 	req.forceTTY = true
-	_, err = execIn(t.Context(), cfg, f, req, stdin, &stdout, &stderr)
+	_, err = execIn(t.Context(), cfg, agentLookup{}, f, req, stdin, &stdout, &stderr)
 	require.NoError(t, err)
 	assert.True(t, f.cfg.TTY, "-t forces a TTY")
 	assert.Nil(t, f.cfg.Resize, "no terminal to take sizes from")
@@ -220,7 +227,7 @@ func TestExecIn(t *testing.T) {
 	} {
 		t.Run(tt.want, func(t *testing.T) {
 			f := &fakeExecer{err: tt.execErr}
-			_, err := execIn(t.Context(), cfg, f, execRequest{task: tt.task, container: tt.container, cfg: dockerclient.ExecConfig{Cmd: []string{"x"}}}, stdin, io.Discard, io.Discard)
+			_, err := execIn(t.Context(), cfg, agentLookup{}, f, execRequest{task: tt.task, container: tt.container, cfg: dockerclient.ExecConfig{Cmd: []string{"x"}}}, stdin, io.Discard, io.Discard)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
 		})
@@ -232,7 +239,7 @@ func TestExecInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	f := &fakeExecer{err: context.Canceled}
 	f.onExec = cancel // the signal comes while the command runs
-	_, err := execIn(ctx, cfg, f, execRequest{task: "0a1bf", cfg: dockerclient.ExecConfig{Cmd: []string{"x"}}}, nil, io.Discard, io.Discard)
+	_, err := execIn(ctx, cfg, agentLookup{}, f, execRequest{task: "0a1bf", cfg: dockerclient.ExecConfig{Cmd: []string{"x"}}}, nil, io.Discard, io.Discard)
 	assert.EqualError(t, err, "interrupted; the command may still be running in container only of task 0a1bffff0000")
 }
 
@@ -242,7 +249,7 @@ func TestExecAgentNotRunning(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	var stderr bytes.Buffer
-	code := runExec(t.Context(), []string{"web", "--", "sh"}, testEnviron(t, "", "", "ECS_INTROSPECTION_ADDR="+addr), nil, io.Discard, &stderr)
+	code := runExec(t.Context(), mustCommand(t, "exec"), []string{"web", "--", "sh"}, testEnviron(t, "", "", "ECS_INTROSPECTION_ADDR="+addr), nil, io.Discard, &stderr)
 	assert.Equal(t, exitFailed, code, "berth's own failure, told apart from the command's statuses")
 	assert.Contains(t, stderr.String(), "berth exec: is the agent running? its introspection API at "+addr+" does not answer")
 }

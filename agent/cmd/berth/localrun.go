@@ -21,17 +21,36 @@ import (
 // localAPI calls the embedded control plane's ECS JSON 1.1 API, as the AWS CLI does, signed with the
 // keys the agent wrote in its data directory.
 type localAPI struct {
-	addr string
-	keys localauth.Keys
-	http *http.Client
+	addr  string
+	keys  localauth.Keys
+	http  *http.Client
+	where agentLookup // how the agent was found, for errors
 }
 
-func newLocalAPI(cfg *config.Config) (localAPI, error) {
+// newLocalAPI returns the client of the embedded control plane of the agent cfg names, found as
+// where says.
+func newLocalAPI(cfg *config.Config, where agentLookup) (localAPI, error) {
 	keys, err := localauth.Load(localauth.Path(cfg.DataDir))
 	if err != nil {
-		return localAPI{}, fmt.Errorf("has the agent started in local mode with ECS_DATADIR=%s? %w", cfg.DataDir, err)
+		return localAPI{}, noLocalKeys(cfg, where, err)
 	}
-	return localAPI{addr: cfg.LocalControlPlaneAddr, keys: keys, http: &http.Client{Timeout: 30 * time.Second}}, nil
+	return localAPI{addr: cfg.LocalControlPlaneAddr, keys: keys, http: &http.Client{Timeout: 30 * time.Second}, where: where}, nil
+}
+
+// noLocalKeys is the error for the embedded control plane's keys not read (err) from cfg's data
+// directory: where the command looked, and what to do.
+func noLocalKeys(cfg *config.Config, where agentLookup, err error) error {
+	switch {
+	case cfg.Mode == config.ModeECS:
+		return fmt.Errorf("the agent runs in ecs mode (%s), with no embedded control plane: run tasks through Amazon ECS (aws ecs run-task)%s: %w",
+			cfg.ModeReason, where.hint(), err)
+	case where.path == "":
+		return fmt.Errorf("has the agent started in local mode with ECS_DATADIR=%s? %w", cfg.DataDir, err)
+	case where.pid != 0:
+		return fmt.Errorf("the running agent (pid %d, from %s) has its data directory in %s: %w", where.pid, where.path, cfg.DataDir, err)
+	}
+	return fmt.Errorf("no running agent found in %s (%s), nor in the default data directory %s: %w; %s",
+		where.path, where.why, cfg.DataDir, err, fixDataDir)
 }
 
 func (a localAPI) call(ctx context.Context, op string, in, out any) error {
@@ -40,7 +59,7 @@ func (a localAPI) call(ctx context.Context, op string, in, out any) error {
 		if errors.As(err, &apiErr) {
 			return err
 		}
-		return fmt.Errorf("is the agent running in local mode? %w", err)
+		return fmt.Errorf("is the agent running in local mode?%s %w", a.where.hint(), err)
 	}
 	return nil
 }
@@ -61,7 +80,7 @@ type describedTask struct {
 
 // runTaskFile registers the task definition in file with the embedded control plane, runs it, and
 // follows it until it is RUNNING (nil) or STOPPED (an error with the reason), printing each change.
-func runTaskFile(ctx context.Context, cfg *config.Config, file string, out io.Writer, wait time.Duration) error {
+func runTaskFile(ctx context.Context, cfg *config.Config, where agentLookup, file string, out io.Writer, wait time.Duration) error {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return err
@@ -74,7 +93,7 @@ func runTaskFile(ctx context.Context, cfg *config.Config, file string, out io.Wr
 	if err != nil {
 		return err
 	}
-	api, err := newLocalAPI(cfg)
+	api, err := newLocalAPI(cfg, where)
 	if err != nil {
 		return err
 	}
@@ -111,8 +130,8 @@ func runTaskFile(ctx context.Context, cfg *config.Config, file string, out io.Wr
 }
 
 // stopTask asks the embedded control plane to stop a task (its ARN or ID) and follows it to STOPPED.
-func stopTask(ctx context.Context, cfg *config.Config, taskID string, out io.Writer, wait time.Duration) error {
-	api, err := newLocalAPI(cfg)
+func stopTask(ctx context.Context, cfg *config.Config, where agentLookup, taskID string, out io.Writer, wait time.Duration) error {
+	api, err := newLocalAPI(cfg, where)
 	if err != nil {
 		return err
 	}

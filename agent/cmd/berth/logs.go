@@ -17,19 +17,12 @@ import (
 	"github.com/berth-agent/berth/agent/introspection"
 )
 
-const logsUsage = `usage: berth logs [flags] TASK [CONTAINER]
-
-Prints a task's container output through the Docker Engine's log API (log drivers json-file, local
+// logsAbout is what `berth logs -h` says of it.
+const logsAbout = `Prints a task's container output through the Docker Engine's log API (log drivers json-file, local
 and journald, and others the Engine keeps a local copy of): stdout to stdout, stderr to stderr.
 Without CONTAINER, every container of the task, each line prefixed with its container's name, in
-time order (with -f, as the lines come). TASK is a task ARN, ID or unique ID prefix.
-
-flags:
-  -f          follow the output until the task's containers stop (or Ctrl-C)
-  --since D   only output since D: a duration (10m, 1h30m) back from now, or an RFC 3339 time
-  --tail N    start with each container's last N lines
-  -t          show the Engine's timestamp of each line
-`
+time order (with -f, as the lines come). TASK is a task ARN, ID or unique ID prefix. Exits 1 when
+the output of a container cannot be shown, saying where it goes instead.`
 
 // logsRequest is what `berth logs` was asked to show.
 type logsRequest struct {
@@ -55,51 +48,45 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-// parseLogs parses `berth logs`'s arguments, flags anywhere. It returns the request and the
-// configuration flags given.
-func parseLogs(args []string, now time.Time, stderr io.Writer) (logsRequest, func() map[string]string, error) {
+// parseLogs parses the arguments of c, `berth logs`, flags anywhere. It returns the request and
+// the configuration flags given. -h prints the usage to stdout.
+func parseLogs(c command, args []string, now time.Time, stdout, stderr io.Writer) (logsRequest, func() map[string]string, error) {
 	var req logsRequest
-	fs := flag.NewFlagSet("berth logs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, logsUsage) }
-	given := config.RegisterFlags(fs)
-	fs.BoolVar(&req.follow, "f", false, "follow the output")
-	fs.Func("since", "only output since a duration back from now or an RFC 3339 time", func(v string) error {
-		t, err := parseSince(v, now)
-		req.since = t
-		return err
-	})
-	fs.Func("tail", "start with each container's last N lines", func(v string) error {
-		var n int
-		if _, err := fmt.Sscan(v, &n); err != nil || n < 0 || fmt.Sprint(n) != v {
-			return fmt.Errorf("want a number of lines, got %q", v)
-		}
-		req.tail = n
-		return nil
-	})
-	fs.BoolVar(&req.timestamps, "t", false, "show timestamps")
-	pos, err := parseInterspersed(fs, args)
+	f := newFlags(c, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&req.follow, "f", false, "follow the output until the task's containers stop (or Ctrl-C)")
+		fs.Func("since", "only output since `D`: a duration (10m, 1h30m) back from now, or an RFC 3339 time", func(v string) error {
+			t, err := parseSince(v, now)
+			req.since = t
+			return err
+		})
+		fs.Func("tail", "start with each container's last `N` lines", func(v string) error {
+			var n int
+			if _, err := fmt.Sscan(v, &n); err != nil || n < 0 || fmt.Sprint(n) != v {
+				return fmt.Errorf("want a number of lines, got %q", v)
+			}
+			req.tail = n
+			return nil
+		})
+		fs.BoolVar(&req.timestamps, "t", false, "show the Engine's timestamp of each line")
+	}, true)
+	pos, err := f.parse(args, stdout)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return req, nil, exitCode(0)
-		}
-		return req, nil, exitCode(2)
+		return req, nil, err
 	}
 	if len(pos) == 0 || len(pos) > 2 {
-		fmt.Fprintf(stderr, "berth logs: want TASK [CONTAINER], got %d argument(s)\n\n%s", len(pos), logsUsage)
-		return req, nil, exitCode(2)
+		return req, nil, f.usageError("want TASK [CONTAINER], got %d argument(s)", len(pos))
 	}
 	req.task = pos[0]
 	if len(pos) == 2 {
 		req.container = pos[1]
 	}
-	return req, given, nil
+	return req, f.given, nil
 }
 
-// runLogs runs `berth logs`: 0 when every container's output was shown, 1 otherwise, 2 for a bad
+// runLogs runs c, `berth logs`: 0 when every container's output was shown, 1 otherwise, 2 for a bad
 // command line.
-func runLogs(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	req, given, err := parseLogs(args, time.Now(), stderr)
+func runLogs(ctx context.Context, c command, args, environ []string, stdout, stderr io.Writer) int {
+	req, given, err := parseLogs(c, args, time.Now(), stdout, stderr)
 	if code, ok := flagExit(err); ok {
 		return code
 	}
@@ -110,13 +97,14 @@ func runLogs(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 		}
 		return 1
 	}
+	where := locateAgent(res, environ, stderr)
 	client, err := dockerclient.NewClient(dockerclient.Config{Endpoint: res.Config.DockerHost})
 	if err != nil {
 		fmt.Fprintf(stderr, "berth logs: %v\n", err)
 		return 1
 	}
 	defer client.Close()
-	tasks, err := fetchTasks(ctx, res.Config)
+	tasks, err := fetchTasks(ctx, res.Config, where)
 	if err != nil {
 		fmt.Fprintf(stderr, "berth logs: %v\n", err)
 		return 1

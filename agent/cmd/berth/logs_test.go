@@ -182,16 +182,23 @@ func TestParseLogs(t *testing.T) {
 		{name: "negative since", args: []string{"--since", "-5m", "a"}, wantCode: 2, wantErr: "must not be negative"},
 		{name: "bad tail", args: []string{"--tail", "all", "a"}, wantCode: 2, wantErr: `want a number of lines, got "all"`},
 		{name: "negative tail", args: []string{"--tail", "-1", "a"}, wantCode: 2, wantErr: `want a number of lines, got "-1"`},
-		{name: "help", args: []string{"--help"}, wantCode: 0, wantErr: "usage: berth logs"},
+		{name: "help", args: []string{"--help"}, wantCode: 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			got, _, err := parseLogs(tt.args, now, &stderr)
-			if tt.wantCode >= 0 {
+			var stdout, stderr bytes.Buffer
+			got, _, err := parseLogs(mustCommand(t, "logs"), tt.args, now, &stdout, &stderr)
+			if tt.wantCode == 0 {
+				assert.Equal(t, exitCode(0), err)
+				assert.Contains(t, stdout.String(), "usage: berth logs [flags] TASK [CONTAINER]\n", "help goes to stdout")
+				assert.Empty(t, stderr.String())
+				return
+			}
+			if tt.wantCode > 0 {
 				code, ok := flagExit(err)
 				require.True(t, ok, "an exit code, got %v", err)
 				assert.Equal(t, tt.wantCode, code)
 				assert.Contains(t, stderr.String(), tt.wantErr)
+				assert.Empty(t, stdout.String())
 				return
 			}
 			require.NoError(t, err, stderr.String())

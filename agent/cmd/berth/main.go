@@ -25,27 +25,111 @@ import (
 	"github.com/berth-agent/berth/agent/version"
 )
 
-const usage = `usage: berth [command] [flags]
+// command is one of berth's commands.
+type command struct {
+	name string
+	// args is what its usage line names after "berth NAME [flags]", summary its line in the command
+	// list, about what it does, for its usage.
+	args, summary, about string
+	// findsAgent: it talks to the running agent, which it finds (locateAgent) as findAgentHelp says.
+	findsAgent bool
+	// run runs the command c (this one) with its arguments, those after its name, and returns the
+	// exit code.
+	run func(ctx context.Context, c command, args, environ []string, stdout, stderr io.Writer) int
+}
 
-commands:
-  agent        run the agent (the default)
-  config       print the effective configuration as JSON with each value's source; exit 1 if invalid
-  healthcheck  ask the running agent's introspection API; exit 0 healthy, 1 not
-  ps           list the running agent's tasks and containers
-  exec TASK [CONTAINER] -- CMD...
-               run a command in a task's container (a TTY when stdin is one); exit with its status
-  logs TASK [CONTAINER] [-f] [--since D] [--tail N] [-t]
-               print a task's container output (every container's, prefixed, without CONTAINER)
-  run FILE     register a task definition with the embedded control plane, run it, follow it to RUNNING
-  drain        set this host's container instance to DRAINING: the control plane places no new task
-  stop TASK    stop a task (ARN or ID) through the embedded control plane, follow it to STOPPED
-  pull IMAGE   pull an image through the agent's pull path and print each attempt; exit 1 on failure
-  version      print version, git hash and Go version
-  cleanup-task-endpoint-nat
-               remove the iptables rules (and route_localnet) that send 169.254.170.2:80 to the agent
+// commands are berth's commands, in the order the command list shows them.
+func commands() []command {
+	return []command{
+		{name: "agent", summary: "run the agent (the default)", run: runAgent,
+			about: `Runs the agent until SIGTERM or SIGINT: it takes tasks from its control plane (the embedded one on
+loopback in local mode, Amazon ECS in ecs mode) and runs them on the Docker Engine; the tasks keep
+running when it stops (unless -stop-tasks-on-exit). Its configuration comes from the flags, then the
+environment (ECS_*), then the env file (/etc/ecs/ecs.config), then the JSON file
+(/etc/ecs/ecs.config.json), then the defaults; "berth config" prints it. Once it serves, it writes
+where it is to its run file (/run/berth/agent.json, or the file BERTH_RUN_FILE names), which it
+removes when it exits.`},
+		{name: "config", summary: "print the effective configuration as JSON with each value's source; exit 1 if invalid", run: runConfig,
+			about: `Prints the configuration the agent would run with, as JSON: every key with its value (secrets
+redacted) and its source (flag, env, env-file:LINE, json-file:LINE or default), and the control plane
+mode chosen, with why. Exits 1, naming each bad key and where it was set, when it is invalid.`},
+		{name: "healthcheck", summary: "ask the running agent's introspection API; exit 0 healthy, 1 not", run: runHealthcheck, findsAgent: true,
+			about: `Asks the running agent's introspection API (GET /v1/metadata) how it is: exit 0 when it answers
+within 5 s, saves its task state and keeps the task endpoint reachable; 1, saying why, when not.`},
+		{name: "ps", summary: "list the running agent's tasks and containers", run: runPs, findsAgent: true,
+			about: `Lists the running agent's tasks, one row per container: desired and known status, exit code, CPU
+and memory, Docker ID, ports, and why a task waits or stopped; then the running containers of no
+known task, if there are any, with how to remove one.`},
+		{name: "exec", args: "TASK [CONTAINER] -- COMMAND [ARG...]", summary: "run a command in a task's container (a TTY when stdin is one); exit with its status",
+			findsAgent: true, about: execAbout,
+			run: func(ctx context.Context, c command, args, environ []string, stdout, stderr io.Writer) int {
+				return runExec(ctx, c, args, environ, os.Stdin, stdout, stderr)
+			}},
+		{name: "logs", args: "TASK [CONTAINER]", summary: "print a task's container output (every container's, prefixed, without CONTAINER; -f follows)",
+			run: runLogs, findsAgent: true, about: logsAbout},
+		{name: "run", args: "FILE", summary: "register a task definition with the embedded control plane, run it, follow it to RUNNING",
+			run: runControlCommand(runTaskFile), findsAgent: true,
+			about: `Local mode: registers the task definition in FILE (the JSON "aws ecs register-task-definition"
+takes, or what describe-task-definition prints) with the running agent's embedded control plane,
+runs it on this host and follows it: exit 0 once it is RUNNING, 1 when it stops first (with the
+reason) or -wait runs out.`},
+		{name: "drain", summary: "set this host's container instance to DRAINING: the control plane places no new task", run: runDrain, findsAgent: true,
+			about: `Sets the running agent's container instance to DRAINING, through the embedded control plane in
+local mode or Amazon ECS in ecs mode: no new task is placed on this host.`},
+		{name: "stop", args: "TASK", summary: "stop a task (ARN or ID) through the embedded control plane, follow it to STOPPED",
+			run: runControlCommand(stopTask), findsAgent: true,
+			about: `Local mode: asks the running agent's embedded control plane to stop TASK (its ARN or ID; "berth ps"
+lists them) and follows it: exit 0 once it is STOPPED, 1 when -wait runs out first.`},
+		{name: "pull", args: "IMAGE", summary: "pull an image through the agent's pull path and print each attempt; exit 1 on failure", run: runPull,
+			about: `Pulls IMAGE through exactly the agent's pull path (registry credentials, retries, progress
+timeouts, limits) and prints each attempt's outcome and the result: exit 0 on success, 1 with the
+failure classified (for example "registry authentication refused, not retried").`},
+		{name: "version", summary: "print version, git hash and Go version", run: runVersion,
+			about: "Prints Berth's version, the git commit it was built from and the Go version."},
+		{name: "cleanup-task-endpoint-nat", summary: "remove the iptables rules (and route_localnet) that send 169.254.170.2:80 to the agent",
+			run: runCleanupNAT,
+			about: `Removes the NAT that sends containers' connections to 169.254.170.2:80 to the agent's task endpoint:
+the iptables chains and jumps, and route_localnet where the agent turned it on. For a host that no
+longer runs the agent; a running agent puts them back.`},
+		{name: "help", args: "[COMMAND]", summary: "print this list, or a command's usage", run: runHelp,
+			about: `Prints the list of commands, or with COMMAND its usage (as "berth COMMAND -h" does).`},
+	}
+}
 
-Run "berth agent -h" for the configuration flags.
-`
+// findAgentHelp says how the commands that talk to the running agent find it.
+const findAgentHelp = `The running agent is found through the run file it writes once it serves (/run/berth/agent.json, or
+the file BERTH_RUN_FILE names): its data directory, and its addresses, cluster and mode where those
+are not configured. With ECS_DATADIR configured (a flag, the environment or a file) the run file is
+not read.`
+
+// lookupCommand returns the command called name.
+func lookupCommand(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// printCommands prints berth's usage: the command list.
+func printCommands(w io.Writer) {
+	fmt.Fprint(w, "usage: berth [COMMAND] [flags] [ARGS]\n\n"+
+		"Berth runs ECS tasks on this host's Docker Engine. \"berth agent\" (or \"berth\" alone) runs the agent;\n"+
+		"the other commands work with the agent running on this host.\n\ncommands:\n")
+	const column = 13
+	for _, c := range commands() {
+		name := strings.TrimSpace(c.name + " " + c.args)
+		if len(name) < column {
+			fmt.Fprintf(w, "  %-*s%s\n", column, name, c.summary)
+			continue
+		}
+		fmt.Fprintf(w, "  %s\n  %*s%s\n", name, column, "", c.summary)
+	}
+	fmt.Fprint(w, "\n"+findAgentHelp+"\n\n"+
+		"Run \"berth COMMAND -h\" (or \"berth help COMMAND\") for a command's usage and flags; \"berth agent -h\"\n"+
+		"lists the configuration flags.\n")
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -54,99 +138,216 @@ func main() {
 	os.Exit(code)
 }
 
-// run executes one berth command and returns the process exit code.
+// run executes one berth command and returns the process exit code: the command's, 0 for help,
+// 2 for an unknown command.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	cmd := "agent"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 && isHelpFlag(args[0]) {
+		printCommands(stdout)
+		return 0
 	}
-	switch cmd {
-	case "agent":
-		return runAgent(ctx, args, environ, stdout, stderr)
-	case "config":
-		return runConfig(args, environ, stdout, stderr)
-	case "healthcheck":
-		return runHealthcheck(ctx, args, environ, stdout, stderr)
-	case "pull":
-		return runPull(ctx, args, environ, stdout, stderr)
-	case "ps":
-		return runPs(ctx, args, environ, stdout, stderr)
-	case "exec":
-		return runExec(ctx, args, environ, os.Stdin, stdout, stderr)
-	case "logs":
-		return runLogs(ctx, args, environ, stdout, stderr)
-	case "drain":
-		res, err := loadConfig("drain", args, environ, stderr)
-		if code, ok := flagExit(err); ok {
-			return code
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "berth: invalid configuration: %v\n", err)
-			return 1
-		}
-		if err := drain(ctx, res.Config, stdout); err != nil {
-			fmt.Fprintf(stderr, "berth drain: %v\n", err)
-			return 1
-		}
-		return 0
-	case "run":
-		return runControlCommand(ctx, "run", args, environ, stdout, stderr, runTaskFile)
-	case "stop":
-		return runControlCommand(ctx, "stop", args, environ, stdout, stderr, stopTask)
-	case "version":
-		fmt.Fprintln(stdout, version.Get().String())
-		return 0
-	case "cleanup-task-endpoint-nat":
-		if err := hostnat.Remove(ctx, hostnat.Config{}); err != nil {
-			fmt.Fprintf(stderr, "berth cleanup-task-endpoint-nat: %v\n", err)
-			return 1
-		}
-		fmt.Fprintln(stdout, "task endpoint NAT removed: containers no longer reach 169.254.170.2")
-		return 0
-	case "help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "berth: unknown command %q\n\n%s", cmd, usage)
+	name := "agent" // berth alone, or with flags only, runs the agent
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	c, ok := lookupCommand(name)
+	if !ok {
+		fmt.Fprintf(stderr, "berth: unknown command %q\n\n", name)
+		printCommands(stderr)
 		return 2
 	}
+	return c.run(ctx, c, args, environ, stdout, stderr)
 }
 
-// exitCode is returned by loadConfig when the command line itself ends the command: -h (0) or a bad
-// flag (2). The flag package has already printed why.
+// isHelpFlag reports whether arg asks for help as the flag package understands it.
+func isHelpFlag(arg string) bool {
+	switch arg {
+	case "-h", "--h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
+func runHelp(ctx context.Context, c command, args, environ []string, stdout, stderr io.Writer) int {
+	f := newFlags(c, stderr, nil, false)
+	pos, err := f.parse(args, stdout)
+	if err == nil && len(pos) > 1 {
+		err = f.usageError("want at most one COMMAND, got %d arguments", len(pos))
+	}
+	if code, ok := flagExit(err); ok {
+		return code
+	}
+	if len(pos) == 0 {
+		printCommands(stdout)
+		return 0
+	}
+	named, ok := lookupCommand(pos[0])
+	if !ok {
+		fmt.Fprintf(stderr, "berth help: unknown command %q\n\n", pos[0])
+		printCommands(stderr)
+		return 2
+	}
+	return named.run(ctx, named, []string{"-h"}, environ, stdout, stderr)
+}
+
+func runVersion(_ context.Context, c command, args, _ []string, stdout, stderr io.Writer) int {
+	if code, ok := flagExit(parseNoArgs(c, args, stdout, stderr)); ok {
+		return code
+	}
+	fmt.Fprintln(stdout, version.Get().String())
+	return 0
+}
+
+func runCleanupNAT(ctx context.Context, c command, args, _ []string, stdout, stderr io.Writer) int {
+	if code, ok := flagExit(parseNoArgs(c, args, stdout, stderr)); ok {
+		return code
+	}
+	if err := hostnat.Remove(ctx, hostnat.Config{}); err != nil {
+		fmt.Fprintf(stderr, "berth cleanup-task-endpoint-nat: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, "task endpoint NAT removed: containers no longer reach 169.254.170.2")
+	return 0
+}
+
+// parseNoArgs parses the command line of c, a command without flags or arguments.
+func parseNoArgs(c command, args []string, stdout, stderr io.Writer) error {
+	f := newFlags(c, stderr, nil, false)
+	pos, err := f.parse(args, stdout)
+	if err == nil && len(pos) > 0 {
+		err = f.usageError("want no arguments, got %d", len(pos))
+	}
+	return err
+}
+
+// exitCode is returned when the command line itself ends the command: -h (0) or a bad flag or
+// argument (2). Why has been printed already.
 type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
-// loadConfig parses the configuration flags in args and loads the configuration. With a configuration
-// error it returns the Result too; with an exitCode error it returns no Result.
-func loadConfig(name string, args, environ []string, stderr io.Writer) (*config.Result, error) {
-	res, _, err := loadConfigArgs(name, 0, args, environ, stderr, nil)
-	return res, err
+// flags is a command's flag set: its own flags, then, for a command that takes them, the
+// configuration flags.
+type flags struct {
+	*flag.FlagSet
+	c     command
+	own   map[string]bool // the command's own flags, by name
+	given func() map[string]string
 }
 
-// loadConfigArgs is loadConfig for a command that takes exactly nargs positional arguments after its
-// flags, which it returns.
-// extra, if not nil, registers the command's own flags.
-func loadConfigArgs(name string, nargs int, args, environ []string, stderr io.Writer, extra func(*flag.FlagSet)) (*config.Result, []string, error) {
-	fs := flag.NewFlagSet("berth "+name, flag.ContinueOnError)
+// newFlags returns c's flag set, with its own flags, which extra registers (nil: none), and, with
+// withConfig, the configuration flags. Errors go to stderr.
+func newFlags(c command, stderr io.Writer, extra func(*flag.FlagSet), withConfig bool) *flags {
+	fs := flag.NewFlagSet("berth "+c.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	given := config.RegisterFlags(fs)
+	fs.Usage = func() {} // parse prints the usage itself: on stdout when asked for, a pointer to it on a mistake
 	if extra != nil {
 		extra(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, nil, exitCode(0)
+	f := &flags{FlagSet: fs, c: c, own: map[string]bool{}, given: func() map[string]string { return nil }}
+	fs.VisitAll(func(fl *flag.Flag) { f.own[fl.Name] = true })
+	if withConfig {
+		f.given = config.RegisterFlags(fs)
+	}
+	return f
+}
+
+// parse parses args, flags anywhere among the positional arguments, which it returns. -h prints the
+// command's usage to stdout and returns exitCode(0); a bad flag returns exitCode(2), the flag package
+// having said why.
+func (f *flags) parse(args []string, stdout io.Writer) ([]string, error) {
+	pos, err := parseInterspersed(f.FlagSet, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		f.usage(stdout)
+		return nil, exitCode(0)
+	case err != nil:
+		fmt.Fprintf(f.Output(), "run \"berth %s -h\" for its usage\n", f.c.name)
+		return nil, exitCode(2)
+	}
+	return pos, nil
+}
+
+// usage prints the command's usage line, what it does, how it finds the agent, and its flags: its
+// own, then the configuration flags.
+func (f *flags) usage(w io.Writer) {
+	fmt.Fprintf(w, "%s\n\n%s\n", usageLine(f.c, countFlags(f.FlagSet) > 0), f.c.about)
+	if f.c.findsAgent {
+		fmt.Fprintf(w, "\n%s\n", findAgentHelp)
+	}
+	printFlags(w, "\nflags:\n", f.FlagSet, func(name string) bool { return f.own[name] })
+	printFlags(w, "\nconfiguration flags (each overrides its ECS_* variable and the files):\n", f.FlagSet, func(name string) bool { return !f.own[name] })
+}
+
+// usageLine is c's synopsis: "usage: berth run [flags] FILE".
+func usageLine(c command, hasFlags bool) string {
+	line := "usage: berth " + c.name
+	if hasFlags {
+		line += " [flags]"
+	}
+	if c.args != "" {
+		line += " " + c.args
+	}
+	return line
+}
+
+// printFlags prints, under heading, the flags of fs that keep selects by name; nothing when none is.
+func printFlags(w io.Writer, heading string, fs *flag.FlagSet, keep func(string) bool) {
+	sel := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(fl *flag.Flag) {
+		if keep(fl.Name) {
+			sel.Var(fl.Value, fl.Name, fl.Usage)
 		}
-		return nil, nil, exitCode(2)
+	})
+	if countFlags(sel) == 0 {
+		return
 	}
-	if fs.NArg() != nargs {
-		fmt.Fprintf(stderr, "berth %s: want %d argument(s), got %d\n", name, nargs, fs.NArg())
-		return nil, nil, exitCode(2)
+	fmt.Fprint(w, heading)
+	sel.SetOutput(w)
+	sel.PrintDefaults()
+}
+
+// countFlags returns how many flags fs defines.
+func countFlags(fs *flag.FlagSet) int {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n
+}
+
+// usageError prints a mistake on the command line, with the command's usage line, and returns
+// exitCode(2).
+func (f *flags) usageError(format string, a ...any) error {
+	fmt.Fprintf(f.Output(), "berth %s: %s\n%s\nrun \"berth %s -h\" for more\n", f.c.name, fmt.Sprintf(format, a...),
+		usageLine(f.c, countFlags(f.FlagSet) > 0), f.c.name)
+	return exitCode(2)
+}
+
+// loadConfig parses c's command line, its flags (its own, which extra registers, and the
+// configuration flags) and nargs positional arguments, which it returns, and loads the
+// configuration; for a command that talks to the running agent it then locates it (locateAgent).
+// The error is an exitCode when the command line ended the command; with a configuration error the
+// Result is returned too.
+func loadConfig(c command, nargs int, args, environ []string, stdout, stderr io.Writer, extra func(*flag.FlagSet)) (*config.Result, []string, agentLookup, error) {
+	f := newFlags(c, stderr, extra, true)
+	pos, err := f.parse(args, stdout)
+	if err != nil {
+		return nil, nil, agentLookup{}, err
 	}
-	res, err := config.Load(config.Sources{Environ: environ, Flags: given()})
-	return res, fs.Args(), err
+	if len(pos) != nargs {
+		return nil, nil, agentLookup{}, f.usageError("want %s, got %d argument(s)", wantArgs(c, nargs), len(pos))
+	}
+	res, err := config.Load(config.Sources{Environ: environ, Flags: f.given()})
+	if err != nil || !c.findsAgent {
+		return res, pos, agentLookup{}, err
+	}
+	return res, pos, locateAgent(res, environ, stderr), nil
+}
+
+// wantArgs names the positional arguments c wants: its args, or "no arguments".
+func wantArgs(c command, nargs int) string {
+	if nargs == 0 {
+		return "no arguments"
+	}
+	return c.args
 }
 
 // flagExit returns the exit code when err ended the command at the command line.
@@ -158,9 +359,9 @@ func flagExit(err error) (int, bool) {
 	return 0, false
 }
 
-func runAgent(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+func runAgent(ctx context.Context, c command, args, environ []string, stdout, stderr io.Writer) int {
 	var opts app.Options
-	res, _, err := loadConfigArgs("agent", 0, args, environ, stderr, func(fs *flag.FlagSet) {
+	res, _, _, err := loadConfig(c, 0, args, environ, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&opts.StopTasksOnExit, "stop-tasks-on-exit", false, "stop every task before exiting on SIGTERM (by default tasks keep running)")
 	})
 	if code, ok := flagExit(err); ok {
@@ -222,8 +423,8 @@ func splitErrors(err error) []error {
 	return []error{err}
 }
 
-func runConfig(args, environ []string, stdout, stderr io.Writer) int {
-	res, err := loadConfig("config", args, environ, stderr)
+func runConfig(_ context.Context, c command, args, environ []string, stdout, stderr io.Writer) int {
+	res, _, _, err := loadConfig(c, 0, args, environ, stdout, stderr, nil)
 	if code, ok := flagExit(err); ok {
 		return code
 	}
@@ -246,8 +447,8 @@ func runConfig(args, environ []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func runPull(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	res, rest, err := loadConfigArgs("pull", 1, args, environ, stderr, nil)
+func runPull(ctx context.Context, c command, args, environ []string, stdout, stderr io.Writer) int {
+	res, rest, _, err := loadConfig(c, 1, args, environ, stdout, stderr, nil)
 	if code, ok := flagExit(err); ok {
 		return code
 	}
@@ -264,24 +465,44 @@ func runPull(ctx context.Context, args, environ []string, stdout, stderr io.Writ
 	return 0
 }
 
-// runControlCommand runs `berth run FILE` or `berth stop TASK` against the embedded control plane.
-func runControlCommand(ctx context.Context, name string, args, environ []string, stdout, stderr io.Writer,
-	do func(context.Context, *config.Config, string, io.Writer, time.Duration) error) int {
-	wait := 5 * time.Minute
-	res, rest, err := loadConfigArgs(name, 1, args, environ, stderr, func(fs *flag.FlagSet) {
-		fs.DurationVar(&wait, "wait", wait, "how long to follow the task")
-	})
+// runControlCommand returns the command that runs do, `berth run FILE` or `berth stop TASK`, against
+// the running agent's embedded control plane.
+func runControlCommand(do func(context.Context, *config.Config, agentLookup, string, io.Writer, time.Duration) error) func(
+	context.Context, command, []string, []string, io.Writer, io.Writer) int {
+	return func(ctx context.Context, c command, args, environ []string, stdout, stderr io.Writer) int {
+		wait := 5 * time.Minute
+		res, rest, where, err := loadConfig(c, 1, args, environ, stdout, stderr, func(fs *flag.FlagSet) {
+			fs.DurationVar(&wait, "wait", wait, "how long to follow the task")
+		})
+		if code, ok := flagExit(err); ok {
+			return code
+		}
+		if err != nil {
+			for _, e := range splitErrors(err) {
+				fmt.Fprintf(stderr, "berth: invalid configuration: %v\n", e)
+			}
+			return 1
+		}
+		if err := do(ctx, res.Config, where, rest[0], stdout, wait); err != nil {
+			fmt.Fprintf(stderr, "berth %s: %v\n", c.name, err)
+			return 1
+		}
+		return 0
+	}
+}
+
+// runDrain runs `berth drain`.
+func runDrain(ctx context.Context, c command, args, environ []string, stdout, stderr io.Writer) int {
+	res, _, where, err := loadConfig(c, 0, args, environ, stdout, stderr, nil)
 	if code, ok := flagExit(err); ok {
 		return code
 	}
 	if err != nil {
-		for _, e := range splitErrors(err) {
-			fmt.Fprintf(stderr, "berth: invalid configuration: %v\n", e)
-		}
+		fmt.Fprintf(stderr, "berth: invalid configuration: %v\n", err)
 		return 1
 	}
-	if err := do(ctx, res.Config, rest[0], stdout, wait); err != nil {
-		fmt.Fprintf(stderr, "berth %s: %v\n", name, err)
+	if err := drain(ctx, res.Config, where, stdout); err != nil {
+		fmt.Fprintf(stderr, "berth drain: %v\n", err)
 		return 1
 	}
 	return 0
@@ -290,8 +511,8 @@ func runControlCommand(ctx context.Context, name string, args, environ []string,
 // healthcheckTimeout bounds the whole healthcheck, so a hung agent reads as unhealthy.
 const healthcheckTimeout = 5 * time.Second
 
-func runHealthcheck(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	res, err := loadConfig("healthcheck", args, environ, stderr)
+func runHealthcheck(ctx context.Context, c command, args, environ []string, stdout, stderr io.Writer) int {
+	res, _, where, err := loadConfig(c, 0, args, environ, stdout, stderr, nil)
 	if code, ok := flagExit(err); ok {
 		return code
 	}
@@ -305,7 +526,7 @@ func runHealthcheck(ctx context.Context, args, environ []string, stdout, stderr 
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "berth healthcheck: unhealthy: %v\n", err)
+		fmt.Fprintf(stderr, "berth healthcheck: unhealthy: %v%s\n", err, where.hint())
 		return 1
 	}
 	defer resp.Body.Close()

@@ -16,7 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// testEnviron returns an environment that reads only the given files, never the host's /etc/ecs.
+// testEnviron returns an environment that reads only the given files, never the host's /etc/ecs,
+// nor its run file.
 func testEnviron(t *testing.T, envFile, jsonFile string, extra ...string) []string {
 	t.Helper()
 	dir := t.TempDir()
@@ -28,7 +29,8 @@ func testEnviron(t *testing.T, envFile, jsonFile string, extra ...string) []stri
 		jsonFile = filepath.Join(dir, "absent.json")
 		require.NoError(t, os.WriteFile(jsonFile, []byte("{}"), 0o600))
 	}
-	return append([]string{"ECS_ENV_FILE=" + envFile, "ECS_AGENT_CONFIG_FILE_PATH=" + jsonFile}, extra...)
+	return append([]string{"ECS_ENV_FILE=" + envFile, "ECS_AGENT_CONFIG_FILE_PATH=" + jsonFile,
+		"BERTH_RUN_FILE=" + filepath.Join(dir, "no-agent.json")}, extra...)
 }
 
 func writeFile(t *testing.T, name, content string) string {
@@ -108,7 +110,7 @@ func TestCommands(t *testing.T) {
 			environ:  func(t *testing.T) []string { return testEnviron(t, "", "", "ECS_INTROSPECTION_ADDR="+freeAddr(t)) },
 			wantCode: 1, wantErr: []string{"berth logs: is the agent running?"}},
 		{name: "help lists exec and logs", args: []string{"help"}, environ: func(t *testing.T) []string { return nil },
-			wantOut: []string{"\n  exec TASK [CONTAINER] -- CMD...\n", "\n  logs TASK [CONTAINER] [-f] [--since D] [--tail N] [-t]\n"}},
+			wantOut: []string{"\n  exec TASK [CONTAINER] -- COMMAND [ARG...]\n", "\n  logs TASK [CONTAINER]\n"}},
 		{name: "healthcheck with no agent fails", args: []string{"healthcheck"},
 			environ:  func(t *testing.T) []string { return testEnviron(t, "", "", "ECS_INTROSPECTION_ADDR="+freeAddr(t)) },
 			wantCode: 1, wantErr: []string{"unhealthy"}},

@@ -16,8 +16,8 @@ import (
 )
 
 // runPs prints the tasks of the running agent, one line per container, from its introspection API.
-func runPs(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	res, err := loadConfig("ps", args, environ, stderr)
+func runPs(ctx context.Context, c command, args, environ []string, stdout, stderr io.Writer) int {
+	res, _, where, err := loadConfig(c, 0, args, environ, stdout, stderr, nil)
 	if code, ok := flagExit(err); ok {
 		return code
 	}
@@ -31,7 +31,7 @@ func runPs(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "berth ps: is the agent running? %v\n", err)
+		fmt.Fprintf(stderr, "berth ps: is the agent running?%s %v\n", where.hint(), err)
 		return 1
 	}
 	defer resp.Body.Close()

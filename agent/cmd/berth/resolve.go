@@ -18,8 +18,9 @@ import (
 // docker exec's 125), so that it differs from the command's own statuses.
 const exitFailed = 125
 
-// fetchTasks reads the running agent's tasks from its introspection API, as `berth ps` does.
-func fetchTasks(ctx context.Context, cfg *config.Config) ([]introspection.TaskResponse, error) {
+// fetchTasks reads the running agent's tasks from its introspection API, as `berth ps` does; where
+// says how the agent was found.
+func fetchTasks(ctx context.Context, cfg *config.Config, where agentLookup) ([]introspection.TaskResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, healthcheckTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.IntrospectionURL()+"/v1/tasks", nil)
@@ -28,7 +29,7 @@ func fetchTasks(ctx context.Context, cfg *config.Config) ([]introspection.TaskRe
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("is the agent running? its introspection API at %s does not answer: %w", cfg.IntrospectionAddr, err)
+		return nil, fmt.Errorf("is the agent running? its introspection API at %s does not answer%s: %w", cfg.IntrospectionAddr, where.hint(), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
