@@ -90,6 +90,8 @@ summary() {
 }
 
 export AWS_EC2_METADATA_DISABLED=true
+# The agents the tests start publish where they are here, not in the host's /run/berth/agent.json.
+export BERTH_RUN_FILE=$run_dir/test-agent/agent.json
 
 start provision "$MAKE" --no-print-directory provision
 start modules "$GO" mod download
