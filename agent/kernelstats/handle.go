@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -145,6 +146,10 @@ type Handle struct {
 	opened [numSlots]bool
 	// buf holds the last file read.
 	buf []byte
+	// cache is the page cache figure of the last read of cgroup v1's memory.stat, at cacheRead
+	// (see cacheMaxAge).
+	cache     uint64
+	cacheRead time.Time
 }
 
 // Open resolves the container whose init process is pid and whose Docker ID is id (its full

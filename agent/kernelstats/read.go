@@ -144,22 +144,34 @@ func limitOrHost(limit, machineMemory uint64) uint64 {
 	return limit
 }
 
+// cacheMaxAge is how long a reading without detail reuses the page cache figure of cgroup v1's
+// memory.stat instead of reading the file again: the kernel sums the whole file, about a third of
+// such a reading's cost, for one figure that moves slowly; memory usage itself is read every time.
+const cacheMaxAge = 5 * time.Second
+
 func (h *Handle) readV1(rd *Reading, detail bool, machineMemory uint64) error {
 	cpu, mem := &rd.CPU, &rd.Memory
 	if err := h.value(v1CPUAcctUsage, 0, &cpu.CPUUsage.TotalUsage); err != nil {
 		return err
 	}
 	var err error
-	if detail {
+	switch {
+	case detail:
 		if mem.Stats, err = h.memoryStats(v1MemStat, v1MemoryKeys[:], &mem.Cache); err != nil {
 			return err
 		}
-	} else if _, err := h.kv(v1MemStat, func(k []byte, v uint64) {
-		if string(k) == "cache" {
-			mem.Cache = v
+		h.cache, h.cacheRead = mem.Cache, rd.Read
+	case !h.cacheRead.IsZero() && rd.Read.Sub(h.cacheRead) < cacheMaxAge:
+		mem.Cache = h.cache
+	default:
+		if _, err := h.kv(v1MemStat, func(k []byte, v uint64) {
+			if string(k) == "cache" {
+				mem.Cache = v
+			}
+		}); err != nil {
+			return err
 		}
-	}); err != nil {
-		return err
+		h.cache, h.cacheRead = mem.Cache, rd.Read
 	}
 	if err := h.value(v1MemUsage, 0, &mem.Usage); err != nil {
 		return err

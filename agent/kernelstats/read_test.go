@@ -83,6 +83,23 @@ func TestReadV1(t *testing.T) {
 	assert.Equal(t, nets, rd.Networks)
 }
 
+func TestReadV1ReusesThePageCacheFigureForAWhile(t *testing.T) {
+	h := newV1Host(t)
+	r, hd := openFake(t, h, OpenOptions{})
+	stat := "sys/fs/cgroup/memory/docker/" + testID + "/memory.stat"
+	assert.Equal(t, uint64(1875968), readAt(t, r, hd, false).Memory.Cache)
+	h.write(stat, "cache 4096\n")
+	h.write("sys/fs/cgroup/memory/docker/"+testID+"/memory.usage_in_bytes", "8192\n")
+	rd := readAt(t, r, hd, false)
+	assert.Equal(t, uint64(1875968), rd.Memory.Cache, "memory.stat read again within cacheMaxAge")
+	assert.Equal(t, uint64(8192), rd.Memory.Usage, "usage is read every time")
+	hd.cacheRead = hd.cacheRead.Add(-cacheMaxAge)
+	assert.Equal(t, uint64(4096), readAt(t, r, hd, false).Memory.Cache, "memory.stat read again once cacheMaxAge passed")
+	h.write(stat, "cache 2048\n")
+	assert.Equal(t, uint64(2048), readAt(t, r, hd, true).Memory.Cache, "a reading with detail reads it every time")
+	assert.Equal(t, uint64(2048), readAt(t, r, hd, false).Memory.Cache, "and refreshes the figure")
+}
+
 func TestReadV1Limits(t *testing.T) {
 	h := newV1Host(t)
 	mem := "sys/fs/cgroup/memory/docker/" + testID

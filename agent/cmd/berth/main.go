@@ -1,5 +1,11 @@
 // Command berth is the Berth host agent. It only parses arguments and wires packages together; the
 // start-up sequence lives in agent/app.
+//
+// GOMAXPROCS is set once at start from the CPUs and the cgroup's CPU limit: the runtime does not
+// re-read the cgroup every second to follow a changed limit (an idle agent's wake-ups are its cost
+// to the host, and an agent's limit does not change under it).
+//
+//go:debug updatemaxprocs=0
 package main
 
 import (
