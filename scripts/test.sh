@@ -2,16 +2,18 @@
 # make test: every phase of Berth's test run, in parallel where one does not need another, with how
 # long each took printed as it ends and in a table at the end. Exit 1 when any phase failed.
 #
-#   provision ─┐                         ┌─ images, exec-deps ─┐
-#   modules ───┼─ tools, CNI plugins ────┤                     ├─ lane A: agent/cmd/berth, agent/hostnat ─┐
-#   npm ───────┘  test binaries (-race) ─┘                     ├─ lane B: every other package ───────────┼─ exclusive
-#                                                             └─ lint, packages-test, damage sweeps ────┘
+#   provision ─┐                               ┌─ images, exec-deps ─┐
+#   modules ───┼─ ec2-metadata-mock, CNI plugins ┤                     ├─ lane A: agent/cmd/berth, agent/hostnat ──────┐
+#   npm ───────┘  lane A's test binaries (-race) ┘                     └─ the other test binaries ─┬─ lane B ───────────┼─ exclusive
+#                                                                                                 └─ lint, packages-test, damage sweeps
 #
 # Lane A holds the tests that run the agent on its fixed ports and own the task endpoint's NAT;
-# lane B everything else; each runs its packages one at a time. The tests that restart the Docker
+# it is the longest, so it starts as soon as its own test binaries are built. Lane B holds every
+# other package; each lane runs its packages one at a time. The tests that restart the Docker
 # Engine (TestIntegrationDockerRestart, the one-minute soak) would pull it from under the others,
 # so they run alone at the end. Lint, the package test and the state files' damage sweeps (without
-# -race) use the CPU the lanes leave while they wait on the Engine.
+# -race) use the CPU the lanes leave while they wait on the Engine; staticcheck and nfpm are built
+# (once, into .run/tools) by the lint and package phases themselves.
 #
 # Setup phases log to .run/test-logs/<phase>.log (its tail is printed when one fails); the test
 # lanes print their lines as they come, prefixed with the lane.
@@ -37,7 +39,7 @@ start() {
 	shift
 	order+=("$name")
 	started[$name]=$(date +%s%N)
-	("$@") >"$logs/$name.log" 2>&1 &
+	( ("$@") >"$logs/$name.log" 2>&1; rc=$?; date +%s%N >"$logs/$name.end"; exit "$rc" ) &
 	pid[$name]=$!
 	printf 'test: %-14s started at %ss\n' "$name" "$(elapsed "$t0" "${started[$name]}")"
 }
@@ -48,19 +50,20 @@ stream() {
 	shift
 	order+=("$name")
 	started[$name]=$(date +%s%N)
-	( ("$@") 2>&1 | tee "$logs/$name.log" | sed -u "s/^/[$name] /"; exit "${PIPESTATUS[0]}" ) &
+	( ("$@") 2>&1 | tee "$logs/$name.log" | sed -u "s/^/[$name] /"; rc=${PIPESTATUS[0]}; date +%s%N >"$logs/$name.end"; exit "$rc" ) &
 	pid[$name]=$!
 	printf 'test: %-14s started at %ss\n' "$name" "$(elapsed "$t0" "${started[$name]}")"
 }
 
-# finish NAME...: waits for each phase; prints its time, and its log's tail when it failed.
+# finish NAME...: waits for each phase; prints how long it ran (to its own end, which it records,
+# not to the wait), and its log's tail when it failed.
 finish() {
 	local name rc
 	for name in "$@"; do
 		[ -n "${status[$name]:-}" ] && continue
 		wait "${pid[$name]}"
 		rc=$?
-		took[$name]=$(elapsed "${started[$name]}" "$(date +%s%N)")
+		took[$name]=$(elapsed "${started[$name]}" "$(cat "$logs/$name.end" 2>/dev/null || date +%s%N)")
 		if [ "$rc" -eq 0 ]; then
 			status[$name]=ok
 		else
@@ -97,12 +100,15 @@ start provision "$MAKE" --no-print-directory provision
 start modules "$GO" mod download
 start npm "$MAKE" --no-print-directory jsclients
 finish modules
+lane_a=(./agent/cmd/berth ./agent/hostnat)
 if [ "${status[modules]}" = ok ]; then
-	start tools "$MAKE" --no-print-directory tools ec2-metadata-mock cni-plugins
-	start test-binaries "$GO" test -race -count=1 -tags integration -exec /bin/true ./...
+	# Lane A is the longest: its test binaries first, the rest while it runs. staticcheck and nfpm
+	# are built by lint and packages-test themselves, beside the lanes.
+	start test-tools "$MAKE" --no-print-directory ec2-metadata-mock cni-plugins
+	start binaries-a "$GO" test -race -count=1 -tags integration -exec /bin/true "${lane_a[@]}"
 else
-	skip tools
-	skip test-binaries
+	skip test-tools
+	skip binaries-a
 fi
 finish provision
 if [ "${status[provision]}" = ok ] && [ "${status[modules]}" = ok ]; then
@@ -110,24 +116,29 @@ if [ "${status[provision]}" = ok ] && [ "${status[modules]}" = ok ]; then
 else
 	skip images
 fi
-finish npm tools test-binaries images
+finish npm test-tools binaries-a images
 
 if [ "$failed" -ne 0 ]; then
 	summary
 	exit 1
 fi
 
-lane_a=(./agent/cmd/berth ./agent/hostnat)
 mapfile -t lane_b < <("$GO" list ./... | grep -v -x -e github.com/berth-agent/berth/agent/cmd/berth -e github.com/berth-agent/berth/agent/hostnat)
 exclusive='^(TestIntegrationDockerRestart|TestIntegrationSoakShort)$'
 integration_env=(env BERTH_CNI_PLUGINS="$run_dir/cni-plugins" BERTH_PAUSE_TARBALL="$run_dir/images/pause.tar" BERTH_EXEC_DEPS="$run_dir/exec-deps")
 
 stream lane-a "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 20m -skip "$exclusive" "${lane_a[@]}"
-stream lane-b "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 20m -skip "$exclusive" "${lane_b[@]}"
+start binaries-b "$GO" test -race -count=1 -tags integration -exec /bin/true "${lane_b[@]}"
+finish binaries-b
+if [ "${status[binaries-b]}" = ok ]; then
+	stream lane-b "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 20m -skip "$exclusive" "${lane_b[@]}"
+else
+	skip lane-b
+fi
 start lint "$MAKE" --no-print-directory lint
 start packages-test "$MAKE" --no-print-directory packages-test
 start damage-sweeps "$GO" test -count=1 -run DamageSweep ./agent/state/ ./agent/localcp/
-finish lint packages-test damage-sweeps lane-a lane-b
+finish lint packages-test damage-sweeps lane-b lane-a
 stream exclusive "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 10m -run "$exclusive" ./agent/cmd/berth ./scripts/soak
 finish exclusive
 

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,15 +25,43 @@ import (
 	"github.com/berth-agent/berth/agent/logger"
 )
 
-// buildBerth compiles the real binary once per test.
+// built is the real binary, compiled by the first buildBerth of the test process into builtDir,
+// which TestMain removes.
+var (
+	buildOnce sync.Once
+	builtDir  string
+	built     string
+	buildErr  error
+)
+
+// buildBerth returns the real binary, compiled once for every test of the package (linking it
+// anew for each of some forty tests cost minutes of make test). Tests must not change the file.
 func buildBerth(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "berth")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build does
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, string(out))
-	return bin
+	buildOnce.Do(func() {
+		if builtDir, buildErr = os.MkdirTemp("", "berth-it-bin-"); buildErr != nil {
+			return
+		}
+		bin := filepath.Join(builtDir, "berth")
+		cmd := exec.Command("go", "build", "-o", bin, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build does
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		built = bin
+	})
+	require.NoError(t, buildErr)
+	return built
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtDir != "" {
+		_ = os.RemoveAll(builtDir)
+	}
+	os.Exit(code)
 }
 
 // TestIntegrationHostPrerequisites checks what `make test` provisions for the later integration tests:
