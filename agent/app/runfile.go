@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/berth-agent/berth/agent/atomicfile"
 	"github.com/berth-agent/berth/agent/config"
 	"github.com/berth-agent/berth/agent/logger"
 )
@@ -115,25 +116,7 @@ func writeRunFile(path string, info RunInfo) error {
 			return err
 		}
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // once renamed, there is nothing left to remove
-	_, err = tmp.Write(append(data, '\n'))
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if closeErr := tmp.Close(); err == nil {
-		err = closeErr
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, append(data, '\n'), 0o644)
 }
 
 // removeRunFile removes the run file at path if it is still process pid's: another agent may have

@@ -2,11 +2,12 @@ package execagent
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/berth-agent/berth/agent/atomicfile"
 )
 
 // Where the managed agent's files go, as the ECS agent lays them out (agent/engine/execcmd,
@@ -117,26 +118,7 @@ func (f containerFiles) write(sessionLimit int) (err error) {
 func (f containerFiles) remove() error { return os.RemoveAll(f.configDir) }
 
 // writeFile replaces path with content, mode 0600, never following a link at path.
-func writeFile(path, content string) error {
-	tmp := path + ".tmp"
-	_ = os.Remove(tmp)
-	fh, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = fh.WriteString(content)
-	if cerr := fh.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
+func writeFile(path, content string) error { return atomicfile.Write(path, []byte(content), 0o600) }
 
 // binds are the container's bind mounts, in Docker's "host:container[:ro]" form: the binaries, the
 // configuration and the CA bundle read-only under /ecs-execute-command-<id>, the log directory

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/berth-agent/berth/agent/atomicfile"
 )
 
 // The modes of a task's FireLens files: its directories and the configuration files, which hold the
@@ -37,34 +38,7 @@ func mkdirPrivate(dir string) error {
 
 // writePrivate replaces path with b, mode fileMode, through a file renamed into place, so that the
 // router never reads half a file.
-func writePrivate(path string, b []byte) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Chmod(fileMode)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
+func writePrivate(path string, b []byte) error { return atomicfile.Write(path, b, fileMode) }
 
 // owner is who the router runs as, which owns its configuration and socket directories so that a
 // router that is not root can read the one and make its socket in the other.
