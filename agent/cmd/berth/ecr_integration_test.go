@@ -25,6 +25,7 @@ import (
 
 	"github.com/berth-agent/berth/agent/app"
 	"github.com/berth-agent/berth/agent/config"
+	"github.com/berth-agent/berth/agent/dockerclient"
 	"github.com/berth-agent/berth/agent/dockerclient/testregistry"
 	"github.com/berth-agent/berth/agent/logger"
 )
@@ -99,28 +100,35 @@ func newECR(t *testing.T) *ecrStandIn {
 
 var hostsMu sync.Mutex
 
-// mapHost adds "127.0.0.1 name" to /etc/hosts for the test, so that the Docker Engine resolves an
-// ECR-shaped registry name to a local registry (and, since it resolves to loopback, speaks plain HTTP).
-func mapHost(t *testing.T, name string) {
+// mapHost adds "127.0.0.1 name" to /etc/hosts for each name, for the test, so that the Docker Engine
+// resolves an ECR-shaped registry name to a local registry (and, since it resolves to loopback, speaks
+// plain HTTP). Go programs, the test's and dockerd, keep /etc/hosts for 5 s once read, so a test maps
+// every name it needs in one call, before it resolves any.
+func mapHost(t *testing.T, names ...string) {
 	t.Helper()
 	hostsMu.Lock()
 	defer hostsMu.Unlock()
 	const hosts = "/etc/hosts"
 	orig, err := os.ReadFile(hosts)
 	require.NoError(t, err)
-	line := "127.0.0.1 " + name + " # berth-integration-test\n"
-	require.NoError(t, os.WriteFile(hosts, append(bytes.Clone(orig), []byte(line)...), 0o644))
+	var lines []byte
+	for _, name := range names {
+		lines = append(lines, "127.0.0.1 "+name+" # berth-integration-test\n"...)
+	}
+	require.NoError(t, os.WriteFile(hosts, append(bytes.Clone(orig), lines...), 0o644))
 	t.Cleanup(func() {
 		hostsMu.Lock()
 		defer hostsMu.Unlock()
 		now, err := os.ReadFile(hosts)
 		if err == nil {
-			_ = os.WriteFile(hosts, bytes.ReplaceAll(now, []byte(line), nil), 0o644)
+			_ = os.WriteFile(hosts, bytes.ReplaceAll(now, lines, nil), 0o644)
 		}
 	})
-	addrs, err := net.LookupHost(name)
-	require.NoError(t, err)
-	require.Contains(t, addrs, "127.0.0.1")
+	for _, name := range names {
+		addrs, err := net.LookupHost(name)
+		require.NoError(t, err)
+		require.Contains(t, addrs, "127.0.0.1")
+	}
 }
 
 // awsEnv points the AWS SDK at the stand-ins (or at a closed port) and away from the host's files.
@@ -193,7 +201,10 @@ func TestIntegrationECREndToEnd(t *testing.T) {
 	_, port, err := net.SplitHostPort(regAddr)
 	require.NoError(t, err)
 	ecrHost := fmt.Sprintf("%s.dkr.ecr.%s.amazonaws.com", ecrAccount, ecrRegion)
-	mapHost(t, ecrHost)
+	// The EKS system account's registry resolves to the same password-protected registry, so that
+	// the subtest's pull reaches it (no DNS query leaves the host) and is refused at once.
+	excludedHost := fmt.Sprintf("602401143452.dkr.ecr.%s.amazonaws.com", ecrRegion)
+	mapHost(t, ecrHost, excludedHost)
 
 	src := pushImage(t, dc, "berth-ecr-it")
 	image := fmt.Sprintf("%s:%s/berth/app:v1", ecrHost, port)
@@ -216,9 +227,11 @@ func TestIntegrationECREndToEnd(t *testing.T) {
 	t.Run("excluded account gets no token request", func(t *testing.T) {
 		before := ecr.requests.Load()
 		var out, logs bytes.Buffer
-		excluded := fmt.Sprintf("602401143452.dkr.ecr.%s.amazonaws.com:%s/berth/app:v1", ecrRegion, port)
+		excluded := excludedHost + ":" + port + "/berth/app:v1"
 		err := pull(ctx, ecrConfig(t), excluded, &out, &logs)
-		assert.Error(t, err, "the EKS system account is excluded by default, so the pull is anonymous and refused")
+		require.Error(t, err, "the EKS system account is excluded by default, so the pull is anonymous and refused")
+		assert.ErrorIs(t, err, dockerclient.ErrAuthRefused, "refused for want of credentials: %s", out.String())
+		assert.Equal(t, 1, strings.Count(out.String(), "attempt "), "an auth refusal is not retried: %s", out.String())
 		assert.Equal(t, before, ecr.requests.Load())
 	})
 }
