@@ -39,7 +39,7 @@ start() {
 	shift
 	order+=("$name")
 	started[$name]=$(date +%s%N)
-	( ("$@") >"$logs/$name.log" 2>&1; rc=$?; date +%s%N >"$logs/$name.end"; exit "$rc" ) &
+	( ("$@") >"$logs/$name.log" 2>&1; rc=$?; date +%s%N >"$logs/$name.end"; times >"$logs/$name.times"; exit "$rc" ) &
 	pid[$name]=$!
 	printf 'test: %-14s started at %ss\n' "$name" "$(elapsed "$t0" "${started[$name]}")"
 }
@@ -50,7 +50,7 @@ stream() {
 	shift
 	order+=("$name")
 	started[$name]=$(date +%s%N)
-	( ("$@") 2>&1 | tee "$logs/$name.log" | sed -u "s/^/[$name] /"; rc=${PIPESTATUS[0]}; date +%s%N >"$logs/$name.end"; exit "$rc" ) &
+	( ("$@") 2>&1 | tee "$logs/$name.log" | sed -u "s/^/[$name] /"; rc=${PIPESTATUS[0]}; date +%s%N >"$logs/$name.end"; times >"$logs/$name.times"; exit "$rc" ) &
 	pid[$name]=$!
 	printf 'test: %-14s started at %ss\n' "$name" "$(elapsed "$t0" "${started[$name]}")"
 }
@@ -83,13 +83,33 @@ skip() {
 	took[$1]=-
 }
 
+# cpu NAME: the CPU seconds (user + system) NAME's processes used, from the times it recorded; "-"
+# for a phase that did not run.
+cpu() {
+	[ -f "$logs/$1.times" ] || { echo -; return; }
+	sed -n 2p "$logs/$1.times" | awk '{
+		t = 0
+		for (i = 1; i <= 2; i++) { split($i, p, "m"); t += p[1] * 60 + p[2] }
+		printf "%.1f", t
+	}'
+}
+
+# busy: the jiffies the machine's CPUs spent not idle (nor waiting on I/O), and in all, from /proc/stat.
+busy() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+read -r busy0 all0 < <(busy)
+
 summary() {
-	printf '\ntest: phase          time (s)  result\n'
+	printf '\ntest: phase          time (s)   cpu (s)  result\n'
 	local name
 	for name in "${order[@]}"; do
-		printf 'test: %-14s %8s  %s\n' "$name" "${took[$name]}" "${status[$name]}"
+		printf 'test: %-14s %8s  %8s  %s\n' "$name" "${took[$name]}" "$(cpu "$name")" "${status[$name]}"
 	done
-	printf 'test: total          %8s  %s\n' "$(elapsed "$t0" "$(date +%s%N)")" "$([ "$failed" -eq 0 ] && echo ok || echo FAILED)"
+	printf 'test: total          %8s            %s\n' "$(elapsed "$t0" "$(date +%s%N)")" "$([ "$failed" -eq 0 ] && echo ok || echo FAILED)"
+	local busy1 all1
+	read -r busy1 all1 < <(busy)
+	awk -v b=$((busy1 - busy0)) -v a=$((all1 - all0)) -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" 'BEGIN {
+		printf "test: the machine'"'"'s %d CPUs were busy %.0f%% of the run: %.0f CPU seconds, the Docker Engine'"'"'s and the tests'"'"' containers'"'"' included\n", n, a ? 100 * b / a : 0, b / hz
+	}'
 }
 
 export AWS_EC2_METADATA_DISABLED=true
