@@ -17,7 +17,7 @@ import (
 // the engine's static tasks, live, with their files in ECS_STATIC_TASKS_DIR and the container
 // instance the agent registered in its cluster.
 func newStaticMirror(eng *engine.Engine, store state.Store, cfg *config.Config) func(ctx context.Context) []localcp.StaticTask {
-	return staticMirror(eng.Tasks, func(ctx context.Context) string { return state.InstanceARN(ctx, store, cfg.Cluster) }, cfg.StaticTasksDir)
+	return staticMirror(eng.StaticTasks, func(ctx context.Context) string { return state.InstanceARN(ctx, store, cfg.Cluster) }, cfg.StaticTasksDir)
 }
 
 // staticMirror returns what tasks holds that is static, each with the name of the file of dir it

@@ -485,6 +485,18 @@ func (e *Engine) Tasks() []*task.Task {
 	return out
 }
 
+// StaticTasks returns a copy of every static task the engine holds, copying no other: the embedded
+// control plane asks for them at each DescribeTasks or ListTasks that may name one.
+func (e *Engine) StaticTasks() []*task.Task {
+	var out []*task.Task
+	for _, t := range e.snaps() {
+		if t.Static {
+			out = append(out, t.Clone())
+		}
+	}
+	return out
+}
+
 // VisitRunning calls visit with the snapshot of each running task, which visit must neither change
 // nor keep: the copy-free way for periodic readers (telemetry samples once a second) to look at
 // every task. Snapshots are replaced, never changed, so reading one needs no lock once taken.

@@ -90,6 +90,21 @@ func TestAddTaskCopiesTheTask(t *testing.T) {
 	assert.Empty(t, tk.Containers[0].DockerID)
 }
 
+func TestStaticTasksCopiesOnlyStaticTasks(t *testing.T) {
+	h := newHarness(t, testConfig())
+	plain, static := newTask("arn:plain", ctr("app")), newTask("arn:static", ctr("app"))
+	static.Static = true
+	h.add(plain)
+	h.add(static)
+	h.waitStatus("arn:static", task.TaskRunning)
+
+	got := h.engine.StaticTasks()
+	require.Len(t, got, 1)
+	assert.Equal(t, "arn:static", got[0].Arn)
+	got[0].Containers[0].Name = "changed"
+	assert.Equal(t, "app", h.engine.Task("arn:static").Containers[0].Name, "the caller gets a copy")
+}
+
 func TestDeliveringTwiceStartsOnce(t *testing.T) {
 	h := newHarness(t, testConfig())
 	const arn = "arn:twice"

@@ -116,6 +116,19 @@ func taskCluster(arn string) string {
 	return name
 }
 
+// staticFinder returns findStatic over the named cluster's static tasks, asked of the source at the
+// first call only: a DescribeTasks or StopTask that names only this control plane's tasks never asks.
+func (s *Server) staticFinder(ctx context.Context, cluster string) func(ref string) *StaticTask {
+	var static []StaticTask
+	asked := false
+	return func(ref string) *StaticTask {
+		if !asked {
+			static, asked = s.staticTasks(ctx, cluster), true
+		}
+		return findStatic(static, ref)
+	}
+}
+
 // findStatic returns the static task ref names (an ARN, or an ID as findTask takes it), or nil.
 func findStatic(tasks []StaticTask, ref string) *StaticTask {
 	for i, st := range tasks {

@@ -374,6 +374,20 @@ func TestStaticTasksRefusedToStrangers(t *testing.T) {
 	assert.Equal(t, before+1, h.static.called(), "a signed one did, once")
 }
 
+// TestStaticTasksAskedOnlyForAMiss: DescribeTasks and StopTask ask the agent for its static tasks
+// only when a reference is not one of this control plane's tasks, and then once per call.
+func TestStaticTasksAskedOnlyForAMiss(t *testing.T) {
+	h, ci, regular := staticHarness(t)
+	h.static.set(staticWeb(ci))
+	before := h.static.called()
+	h.ok("DescribeTasks", mustJSON(map[string]any{"tasks": []string{regular, regular}}))
+	assert.Equal(t, before, h.static.called(), "DescribeTasks of the control plane's own tasks")
+	h.ok("DescribeTasks", mustJSON(map[string]any{"tasks": []string{regular, webArn, "static-nope", webID}}))
+	assert.Equal(t, before+1, h.static.called(), "DescribeTasks with static and unknown tasks asks once")
+	h.ok("StopTask", mustJSON(map[string]any{"task": regular}))
+	assert.Equal(t, before+1, h.static.called(), "StopTask of the control plane's own task")
+}
+
 // TestStaticTasksThroughTheSDK: aws-sdk-go-v2's ECS client decodes a static task as ECS's Task
 // shape, and StopTask's refusal as a ClientException.
 func TestStaticTasksThroughTheSDK(t *testing.T) {

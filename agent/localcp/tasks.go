@@ -516,7 +516,7 @@ func (s *Server) stopTask(r *http.Request, req *stopTaskRequest) (any, error) {
 	if req.Task == "" {
 		return nil, invalidParameter("task can not be blank.")
 	}
-	static := s.staticTasks(r.Context(), clusterName(req.Cluster))
+	static := s.staticFinder(r.Context(), clusterName(req.Cluster))
 	var t *taskRecord
 	var stopping *StaticTask
 	changed := false
@@ -527,7 +527,7 @@ func (s *Server) stopTask(r *http.Request, req *stopTaskRequest) (any, error) {
 		}
 		t, err = s.findTask(tx, cl.Name, req.Task)
 		if errors.Is(err, errNoRecord) {
-			if st := findStatic(static, req.Task); st != nil {
+			if st := static(req.Task); st != nil {
 				if st.Task.DesiredStatus != task.TaskStopped {
 					return s.staticStopRefused(st)
 				}
@@ -614,7 +614,7 @@ func (s *Server) describeTasks(r *http.Request, req *describeTasksRequest) (any,
 		}
 	}
 	withTags := len(req.Include) > 0
-	static := s.staticTasks(r.Context(), clusterName(req.Cluster))
+	static := s.staticFinder(r.Context(), clusterName(req.Cluster))
 	tasks, failures := []taskOut{}, []failure{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		cl, err := s.cluster(tx, req.Cluster)
@@ -624,7 +624,7 @@ func (s *Server) describeTasks(r *http.Request, req *describeTasksRequest) (any,
 		for _, ref := range req.Tasks {
 			t, err := s.findTask(tx, cl.Name, ref)
 			if errors.Is(err, errNoRecord) {
-				if st := findStatic(static, ref); st != nil {
+				if st := static(ref); st != nil {
 					tasks = append(tasks, s.staticOut(st))
 					continue
 				}
