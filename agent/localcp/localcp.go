@@ -36,6 +36,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/berth-agent/berth/agent/boltgroup"
 	"github.com/berth-agent/berth/agent/localauth"
 	"github.com/berth-agent/berth/agent/logger"
 	"github.com/berth-agent/berth/agent/tcswire"
@@ -75,6 +76,7 @@ type Config struct {
 // Server is the embedded control plane. Its methods and handler are safe for concurrent use.
 type Server struct {
 	db        *bolt.DB
+	reports   *boltgroup.Committer // the agent's state-change reports, group-committed
 	log       *logger.Logger
 	clock     clockwork.Clock
 	region    string
@@ -131,6 +133,7 @@ func New(cfg Config, log *logger.Logger) (*Server, error) {
 		return nil, fmt.Errorf("localcp: %w", err)
 	}
 	s.db = db
+	s.reports = boltgroup.New(db)
 	if err := db.Update(func(tx *bolt.Tx) error {
 		if _, err := expire(tx, s.clock.Now(), -1); err != nil {
 			return err

@@ -27,9 +27,10 @@
 // change the schema: bump SchemaVersion, append one step to upgrades, add a golden file of the new
 // version (see TestGolden), and update this comment.
 //
-// Writes are group-committed: a write that arrives while another transaction is being committed
-// waits for it and then shares one transaction (and one fsync) with every other write that waited,
-// so N workers saving at once cost about two fsyncs, not N, and a lone write waits for nothing.
+// Writes are group-committed (agent/boltgroup): a write that arrives while another transaction is
+// being committed waits for it and then shares one transaction (and one fsync) with every other write
+// that waited, so N workers saving at once cost about two fsyncs, not N, and a lone write waits for
+// nothing. A write that fails fails alone.
 //
 // A record that does not decode, or whose key does not match its ARN or ref, is reported as a
 // *RecordError and skipped; the other records still load.
@@ -43,14 +44,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/berth-agent/berth/agent/boltcheck"
+	"github.com/berth-agent/berth/agent/boltgroup"
 	"github.com/berth-agent/berth/agent/task"
 )
 
@@ -118,19 +118,9 @@ var _ Store = (*Bolt)(nil)
 // Bolt is the Store kept in a bbolt file. It is safe for concurrent use; each Save is one fsynced
 // transaction.
 type Bolt struct {
-	db   *bbolt.DB
-	path string
-
-	mu      sync.Mutex
-	queue   []*pendingWrite // writes waiting for the next group commit
-	leading bool            // a goroutine is committing queued writes
-	commits atomic.Int64    // transactions committed by update, for tests
-}
-
-// pendingWrite is one write waiting for a group commit.
-type pendingWrite struct {
-	fn   func(tx *bbolt.Tx) error
-	done chan error
+	db     *bbolt.DB
+	path   string
+	writes *boltgroup.Committer // every write, group-committed
 }
 
 // lockedError is OpenBolt's error when another process holds the file lock.
@@ -174,7 +164,7 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open state file %s: damaged: %w: %w", path, err, ErrCorrupt)
 	}
-	return &Bolt{db: db, path: path}, nil
+	return &Bolt{db: db, path: path, writes: boltgroup.New(db)}, nil
 }
 
 // hasBuckets checks that every bucket of the schema is there, as the upgrades leave them: a file
@@ -267,40 +257,12 @@ func (b *Bolt) Path() string { return b.path }
 
 // update runs fn in a read-write transaction, after checking ctx, and returns once it is durable. fn
 // may share its transaction with other writes (see the package doc), so it must only touch its own
-// keys; if it fails, every write of its transaction fails with its error.
+// keys, and may run again alone when another write of a shared transaction fails.
 func (b *Bolt) update(ctx context.Context, what string, fn func(tx *bbolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	w := &pendingWrite{fn: fn, done: make(chan error, 1)}
-	b.mu.Lock()
-	b.queue = append(b.queue, w)
-	if b.leading {
-		b.mu.Unlock()
-		return b.wrap(what, <-w.done)
-	}
-	b.leading = true
-	for len(b.queue) > 0 {
-		group := b.queue
-		b.queue = nil
-		b.mu.Unlock()
-		b.commits.Add(1)
-		err := b.db.Update(func(tx *bbolt.Tx) error {
-			for _, g := range group {
-				if err := g.fn(tx); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		for _, g := range group {
-			g.done <- err
-		}
-		b.mu.Lock()
-	}
-	b.leading = false
-	b.mu.Unlock()
-	return b.wrap(what, <-w.done)
+	return b.wrap(what, b.writes.Update(fn))
 }
 
 // view runs fn in one read-only transaction, after checking ctx.

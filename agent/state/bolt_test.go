@@ -355,7 +355,7 @@ func TestBoltGroupCommit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "berth.db")
 	b := openTestBolt(t, path)
 	const n = 64
-	txBefore := b.commits.Load()
+	txBefore := b.writes.Commits()
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
@@ -363,7 +363,7 @@ func TestBoltGroupCommit(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	txs := b.commits.Load() - txBefore
+	txs := b.writes.Commits() - txBefore
 	t.Logf("%d concurrent saves in %d transactions", n, txs)
 	assert.Less(t, txs, int64(n/2), "concurrent saves share transactions")
 	assert.GreaterOrEqual(t, txs, int64(1))
