@@ -424,7 +424,7 @@ func eachLive(tx *bolt.Tx, bad func(key string, err error), fn func(*taskRecord)
 			continue
 		}
 		t := &taskRecord{}
-		if err := json.Unmarshal(v, t); err != nil {
+		if err := decode(v, t); err != nil {
 			bad(string(k), err)
 			continue
 		}
@@ -482,7 +482,7 @@ func deleteTask(tx *bolt.Tx, arn string) error {
 		return nil
 	}
 	t := &taskRecord{}
-	if err := json.Unmarshal(v, t); err == nil {
+	if err := decode(v, t); err == nil {
 		if ids := tx.Bucket(bucketTaskIDs); string(ids.Get([]byte(t.ID))) == arn {
 			if err := ids.Delete([]byte(t.ID)); err != nil {
 				return err
@@ -512,10 +512,20 @@ func get(tx *bolt.Tx, bucket []byte, key string, v any) error {
 	if b == nil {
 		return errNoRecord
 	}
-	if err := json.Unmarshal(b, v); err != nil {
+	if err := decode(b, v); err != nil {
 		return fmt.Errorf("decode %s/%s: %w", bucket, key, err)
 	}
 	return nil
+}
+
+// decode decodes the JSON record b into v. A record type with its own UnmarshalJSON (tasks and their
+// containers) is handed b directly: json.Unmarshal would first scan the whole record only to hand it
+// the same bytes, which then scans it again; DescribeTasks decodes every task it is asked about.
+func decode(b []byte, v any) error {
+	if u, ok := v.(json.Unmarshaler); ok {
+		return u.UnmarshalJSON(b)
+	}
+	return json.Unmarshal(b, v)
 }
 
 // put encodes v and stores it at key in bucket.
@@ -537,7 +547,7 @@ func each[T any](tx *bolt.Tx, bucket []byte, prefix string, bad func(key string,
 	p := []byte(prefix)
 	for k, v := c.Seek(p); k != nil && hasPrefix(k, p); k, v = c.Next() {
 		rec := new(T)
-		if err := json.Unmarshal(v, rec); err != nil {
+		if err := decode(v, rec); err != nil {
 			bad(string(k), err)
 			continue
 		}
