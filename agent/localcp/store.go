@@ -518,9 +518,9 @@ func get(tx *bolt.Tx, bucket []byte, key string, v any) error {
 	return nil
 }
 
-// decode decodes the JSON record b into v. A record type with its own UnmarshalJSON (tasks and their
-// containers) is handed b directly: json.Unmarshal would first scan the whole record only to hand it
-// the same bytes, which then scans it again; DescribeTasks decodes every task it is asked about.
+// decode decodes the JSON record b into v. A record type with its own UnmarshalJSON (taskRecord) is
+// handed b directly: json.Unmarshal would first scan the whole record only to hand it the same bytes,
+// which its UnmarshalJSON then scans again; DescribeTasks decodes every task it is asked about.
 func decode(b []byte, v any) error {
 	if u, ok := v.(json.Unmarshaler); ok {
 		return u.UnmarshalJSON(b)
