@@ -106,7 +106,12 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func newTaskID() string { return "task-" + randHex(8) }
+// taskIDPrefix begins every task ID this test process makes, so that the NAT rules of another
+// process's tasks on the same host (an agent another package's tests run, which names its network
+// LocalNetwork too) are not taken for this one's leftovers.
+var taskIDPrefix = "task-" + randHex(3) + "-"
+
+func newTaskID() string { return taskIDPrefix + randHex(8) }
 
 // newNS creates a namespace standing in for a pause container; it is removed at clean-up unless
 // the test removed it already (deleteNS).
@@ -243,8 +248,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// leftovers lists what the tasks (all when none is given) still have on the host: cache entries,
-// host-local allocations and NAT rules, and, when no task is given, veths on the test bridges.
+// leftovers lists what the tasks (all this process made when none is given) still have on the host:
+// cache entries, host-local allocations and NAT rules, and, when no task is given, veths on the test
+// bridges.
 func (h *harness) leftovers(taskIDs ...string) []string {
 	h.t.Helper()
 	var out []string
@@ -278,7 +284,7 @@ func (h *harness) leftovers(taskIDs ...string) []string {
 	nat, err := exec.Command("iptables", "-w", "-t", "nat", "-S").CombinedOutput()
 	require.NoError(h.t, err, "%s", nat)
 	for _, line := range strings.Split(string(nat), "\n") {
-		if strings.Contains(line, LocalNetwork) && matches(line) {
+		if strings.Contains(line, LocalNetwork) && strings.Contains(line, taskIDPrefix) && matches(line) {
 			out = append(out, "iptables "+line)
 		}
 	}
