@@ -52,7 +52,7 @@ done
 # go's download chatter is shown only when the install fails.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-(cd / && GOBIN=$dest CGO_ENABLED=0 GOFLAGS= GOWORK=off "$GO" install -trimpath "${pkgs[@]}") >"$log" 2>&1 ||
+(cd / && GOBIN=$dest CGO_ENABLED=0 GOFLAGS= GOWORK=off "$GO" install "${pkgs[@]}") >"$log" 2>&1 ||
   { cat "$log" >&2; die "go install $MODULE@$VERSION failed"; }
 printf '%s\n' "$VERSION" >"$stamp"
 say "built: $MODULE@$VERSION (${PLUGINS[*]##*/}) in $dest"

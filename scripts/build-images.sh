@@ -44,8 +44,10 @@ size_of() { docker image inspect -f '{{.Size}}' "$1" | awk '{ printf "%.1f MB", 
 build_image() {
   local name=$1 ctx=$work/$1 image=berth/$1:latest old_id
   mkdir -p "$ctx"
-  # -buildvcs=false: no VCS stamp, so the binary (and its hash) changes only with the code.
-  CGO_ENABLED=0 GOOS=linux "$GO" build -trimpath -buildvcs=false -ldflags '-s -w' \
+  # -buildvcs=false: no VCS stamp, so the binary (and its hash) changes only with the code (and the
+  # checkout's path, which a build without -trimpath records; -trimpath would compile the standard
+  # library again, apart from every other build's).
+  CGO_ENABLED=0 GOOS=linux "$GO" build -buildvcs=false -ldflags '-s -w' \
     -o "$ctx/$name" "./misc/$name" || die "go build ./misc/$name failed"
   cp "misc/$name/Dockerfile" "$ctx/Dockerfile"
   hash=$(cd "$ctx" && sha256sum "$name" Dockerfile | sha256sum | cut -d' ' -f1)

@@ -3,17 +3,21 @@
 # long each took printed as it ends and in a table at the end. Exit 1 when any phase failed.
 #
 #   provision ─┐                               ┌─ images, exec-deps ─┐
-#   modules ───┼─ ec2-metadata-mock, CNI plugins ┤                     ├─ lane A: agent/cmd/berth, agent/hostnat ──────┐
-#   npm ───────┘  lane A's test binaries (-race) ┘                     └─ the other test binaries ─┬─ lane B ───────────┼─ exclusive
-#                                                                                                 └─ lint, packages-test, damage sweeps
+#   modules ───┼─ ec2-metadata-mock, CNI plugins ┤                     ├─ lane A: agent/cmd/berth, agent/hostnat ───────────────┐
+#   npm ───────┘  lane A's test binaries (-race) ┘                     ├─ the other test binaries ─── lane B ──────────────────┼─ exclusive
+#                                                                      └─ vet ─── lint (gofmt, staticcheck), packages-test, ───┘
+#                                                                                 damage sweeps
 #
 # Lane A holds the tests that run the agent on its fixed ports and own the task endpoint's NAT;
 # it is the longest, so it starts as soon as its own test binaries are built. Lane B holds every
 # other package; each lane runs its packages one at a time. The tests that restart the Docker
 # Engine (TestIntegrationDockerRestart, the one-minute soak) would pull it from under the others,
-# so they run alone at the end. Lint, the package test and the state files' damage sweeps (without
-# -race) use the CPU the lanes leave while they wait on the Engine; staticcheck and nfpm are built
-# (once, into .run/tools) by the lint and package phases themselves.
+# so they run alone at the end. Vet, lint, the package test and the state files' damage sweeps
+# (without -race) use the CPU the lanes leave while they wait on the Engine; staticcheck and nfpm are
+# built (once, into .run/tools) by the lint and package phases themselves. Those builds without the
+# race detector share one configuration (the Makefile's PLAIN), so each package is compiled once for
+# all of them; vet compiles them, and the phases that need them start once it is done, not beside it,
+# where each would compile the same packages again at the same moment.
 #
 # Setup phases log to .run/test-logs/<phase>.log (its tail is printed when one fails); the test
 # lanes print their lines as they come, prefixed with the lane.
@@ -149,15 +153,17 @@ integration_env=(env BERTH_CNI_PLUGINS="$run_dir/cni-plugins" BERTH_PAUSE_TARBAL
 
 stream lane-a "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 20m -skip "$exclusive" "${lane_a[@]}"
 start binaries-b "$GO" test -race -count=1 -tags integration -exec /bin/true "${lane_b[@]}"
+start vet "$MAKE" --no-print-directory vet
 finish binaries-b
 if [ "${status[binaries-b]}" = ok ]; then
 	stream lane-b "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 20m -skip "$exclusive" "${lane_b[@]}"
 else
 	skip lane-b
 fi
-start lint "$MAKE" --no-print-directory lint
+finish vet
+start lint "$MAKE" --no-print-directory fmt staticcheck
 start packages-test "$MAKE" --no-print-directory packages-test
-start damage-sweeps "$GO" test -count=1 -run DamageSweep ./agent/state/ ./agent/localcp/
+start damage-sweeps env CGO_ENABLED=0 "$GO" test -count=1 -run DamageSweep ./agent/state/ ./agent/localcp/
 finish lint packages-test damage-sweeps lane-b lane-a
 stream exclusive "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 10m -run "$exclusive" ./agent/cmd/berth ./scripts/soak
 finish exclusive

@@ -25,8 +25,8 @@ import (
 func testappImage(t *testing.T, c *Client, name string) {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-o", filepath.Join(dir, "testapp"), "../../misc/testapp")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", filepath.Join(dir, "testapp"), "../../misc/testapp")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux") // as make images builds it, from the same compiled packages
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 	bin, err := os.ReadFile(filepath.Join(dir, "testapp"))
