@@ -105,6 +105,16 @@ func (r *watchRig) agent() task.ManagedAgent {
 	return r.task.Containers[0].ManagedAgents[0]
 }
 
+// advanceAsleep advances the fake clock by d once the watcher sleeps: advanced before it has gone to
+// sleep (it posts the agent's status, then sleeps), the clock would leave its timer unfired.
+func (r *watchRig) advanceAsleep(d time.Duration) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(r.t.Context(), 5*time.Second)
+	defer cancel()
+	require.NoError(r.t, r.clock.BlockUntilContext(ctx, 1), "the watcher never went to sleep")
+	r.clock.Advance(d)
+}
+
 // waitFor waits until cond holds of the agent, advancing the fake clock by step whenever the
 // watcher is asleep.
 func (r *watchRig) waitFor(what string, step time.Duration, cond func(task.ManagedAgent) bool) task.ManagedAgent {
@@ -137,7 +147,7 @@ func TestWatchStartsAndRestarts(t *testing.T) {
 	assert.Equal(t, []string{"exec d1 0 [/ecs-execute-command-id1/amazon-ssm-agent]"}, r.docker.calls)
 
 	r.docker.end("e1", 137)
-	r.clock.Advance(time.Minute) // the next check finds it ended
+	r.advanceAsleep(time.Minute) // the next check finds it ended
 	pending := r.waitFor("PENDING", 0, func(ma task.ManagedAgent) bool { return ma.Status == task.ManagedAgentPending })
 	assert.Equal(t, "ExecuteCommandAgent restarting: its process exited with exit code 137", pending.Reason)
 	again := r.waitFor("RUNNING again", time.Second, func(ma task.ManagedAgent) bool {
@@ -171,7 +181,7 @@ func TestWatchGivesUpOnACrashLoop(t *testing.T) {
 		id := fmt.Sprintf("e%d", i)
 		r.waitFor("RUNNING "+id, time.Second, func(ma task.ManagedAgent) bool { return ma.Status == task.ManagedAgentRunning && ma.ExecID == id })
 		r.docker.end(id, 1)
-		r.clock.Advance(time.Minute)
+		r.advanceAsleep(time.Minute)
 		if i < 3 {
 			r.waitFor("PENDING", 0, func(ma task.ManagedAgent) bool { return ma.Status == task.ManagedAgentPending })
 		}
