@@ -19,6 +19,9 @@
 # all of them; vet compiles them, and the phases that need them start once it is done, not beside it,
 # where each would compile the same packages again at the same moment.
 #
+# The test binaries are built once, with go test -c, into .run/test-bin, and the lanes run them
+# there: go test would link each of them again (it caches compiled packages, not test binaries).
+#
 # Setup phases log to .run/test-logs/<phase>.log (its tail is printed when one fails); the test
 # lanes print their lines as they come, prefixed with the lane.
 set -uo pipefail
@@ -116,6 +119,37 @@ summary() {
 	}'
 }
 
+# run_tests FLAGS -- PKG...: runs each package's test binary from $bins, in the package's directory
+# with FLAGS, one package at a time, as go test -p 1 would: its output once it ends (all of it when it
+# failed), then go test's "ok" or "FAIL" line with how long it took. Fails when any package failed.
+bins=$run_dir/test-bin
+run_tests() {
+	local flags=() rc=0 pkg dir bin begin code out
+	while [ "$1" != -- ]; do flags+=("$1"); shift; done
+	shift
+	out=$(mktemp)
+	while read -r pkg dir; do
+		bin=$bins/${pkg##*/}.test
+		if [ ! -x "$bin" ]; then
+			printf '?   \t%s\t[no test files]\n' "$pkg"
+			continue
+		fi
+		begin=$(date +%s%N)
+		(cd "$dir" && "$bin" -test.paniconexit0 "${flags[@]}") >"$out" 2>&1
+		code=$?
+		if [ "$code" -eq 0 ]; then
+			grep -v -x PASS "$out"
+			printf 'ok  \t%s\t%ss\n' "$pkg" "$(elapsed "$begin" "$(date +%s%N)")"
+		else
+			cat "$out"
+			printf 'FAIL\t%s\t%ss\n' "$pkg" "$(elapsed "$begin" "$(date +%s%N)")"
+			rc=1
+		fi
+	done < <("$GO" list -f '{{.ImportPath}} {{.Dir}}' "$@")
+	rm -f "$out"
+	return "$rc"
+}
+
 export AWS_EC2_METADATA_DISABLED=true
 # The agents the tests start publish where they are here, not in the host's /run/berth/agent.json.
 export BERTH_RUN_FILE=$run_dir/test-agent/agent.json
@@ -129,7 +163,8 @@ if [ "${status[modules]}" = ok ]; then
 	# Lane A is the longest: its test binaries first, the rest while it runs. staticcheck and nfpm
 	# are built by lint and packages-test themselves, beside the lanes.
 	start test-tools "$MAKE" --no-print-directory ec2-metadata-mock cni-plugins
-	start binaries-a "$GO" test -race -count=1 -tags integration -exec /bin/true "${lane_a[@]}"
+	rm -rf "$bins" && mkdir -p "$bins"
+	start binaries-a "$GO" test -race -tags integration -c -o "$bins/" "${lane_a[@]}"
 else
 	skip test-tools
 	skip binaries-a
@@ -149,14 +184,15 @@ fi
 
 mapfile -t lane_b < <("$GO" list ./... | grep -v -x -e github.com/berth-agent/berth/agent/cmd/berth -e github.com/berth-agent/berth/agent/hostnat)
 exclusive='^(TestIntegrationDockerRestart|TestIntegrationSoakShort)$'
-integration_env=(env BERTH_CNI_PLUGINS="$run_dir/cni-plugins" BERTH_PAUSE_TARBALL="$run_dir/images/pause.tar" BERTH_EXEC_DEPS="$run_dir/exec-deps")
+# What the integration tests run: the CNI plugins, the pause image and ECS Exec's files built above.
+export BERTH_CNI_PLUGINS="$run_dir/cni-plugins" BERTH_PAUSE_TARBALL="$run_dir/images/pause.tar" BERTH_EXEC_DEPS="$run_dir/exec-deps"
 
-stream lane-a "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 20m -skip "$exclusive" "${lane_a[@]}"
-start binaries-b "$GO" test -race -count=1 -tags integration -exec /bin/true "${lane_b[@]}"
+stream lane-a run_tests -test.count=1 -test.timeout=20m -test.skip="$exclusive" -- "${lane_a[@]}"
+start binaries-b "$GO" test -race -tags integration -c -o "$bins/" "${lane_b[@]}"
 start vet "$MAKE" --no-print-directory vet
 finish binaries-b
 if [ "${status[binaries-b]}" = ok ]; then
-	stream lane-b "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 20m -skip "$exclusive" "${lane_b[@]}"
+	stream lane-b run_tests -test.count=1 -test.timeout=20m -test.skip="$exclusive" -- "${lane_b[@]}"
 else
 	skip lane-b
 fi
@@ -165,7 +201,7 @@ start lint "$MAKE" --no-print-directory fmt staticcheck
 start packages-test "$MAKE" --no-print-directory packages-test
 start damage-sweeps env CGO_ENABLED=0 "$GO" test -count=1 -run DamageSweep ./agent/state/ ./agent/localcp/
 finish lint packages-test damage-sweeps lane-b lane-a
-stream exclusive "${integration_env[@]}" "$GO" test -race -count=1 -tags integration -p 1 -timeout 10m -run "$exclusive" ./agent/cmd/berth ./scripts/soak
+stream exclusive run_tests -test.count=1 -test.timeout=10m -test.run="$exclusive" -- ./agent/cmd/berth ./scripts/soak
 finish exclusive
 
 summary
