@@ -149,6 +149,6 @@ staticcheck: $(STATICCHECK)
 clean:
 	rm -rf bin
 
-# AWS's instance metadata mock, pinned, for agent/ec2identity's integration test (go install; quick when cached).
+# AWS's instance metadata mock, pinned, for agent/cmd/berth's EC2 identity integration test (go install; quick when cached).
 ec2-metadata-mock:
 	$(PLAIN) $(GO) install github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock@v1.13.0
