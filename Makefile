@@ -22,7 +22,7 @@ PACKAGES_DIR := bin/packages
 # Tests never talk to a real instance metadata service.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: all build run test unit integration provision images exec-deps cni-plugins ec2-metadata-mock jsclients tools packages packages-test lint fmt vet staticcheck clean bench fuzz soak
+.PHONY: all build run test unit integration provision images exec-deps cni-plugins ec2-metadata-mock jsclients tools packages packages-test lint fmt vet staticcheck damage-sweeps clean bench fuzz soak
 
 all: build
 
@@ -145,6 +145,10 @@ vet:
 
 staticcheck: $(STATICCHECK)
 	$(PLAIN) $(STATICCHECK) -tags integration ./...
+
+# The state files' damage sweeps in full: every case, which under -race only a sample is.
+damage-sweeps:
+	$(PLAIN) $(GO) test -count=1 -run DamageSweep ./agent/state/ ./agent/localcp/
 
 clean:
 	rm -rf bin

@@ -125,7 +125,8 @@ summary() {
 bins=$run_dir/test-bin
 run_tests() {
 	local flags=() rc=0 pkg dir bin begin code out
-	while [ "$1" != -- ]; do flags+=("$1"); shift; done
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do flags+=("$1"); shift; done
+	[ $# -gt 0 ] || { echo "run_tests: no -- before the packages" >&2; return 2; }
 	shift
 	out=$(mktemp)
 	while read -r pkg dir; do
@@ -199,7 +200,7 @@ fi
 finish vet
 start lint "$MAKE" --no-print-directory fmt staticcheck
 start packages-test "$MAKE" --no-print-directory packages-test
-start damage-sweeps env CGO_ENABLED=0 "$GO" test -count=1 -run DamageSweep ./agent/state/ ./agent/localcp/
+start damage-sweeps "$MAKE" --no-print-directory damage-sweeps
 finish lint packages-test damage-sweeps lane-b lane-a
 stream exclusive run_tests -test.count=1 -test.timeout=10m -test.run="$exclusive" -- ./agent/cmd/berth ./scripts/soak
 finish exclusive
